@@ -1,0 +1,50 @@
+# Two commands a new user needs: `make run` and `make test`. Both bootstrap .venv on first use.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+FASHION_DIR := /usr/share/datasets/fashion-mnist
+
+# Keep every cache out of $HOME (W&B, matplotlib, Jupyter), see README "Where things go".
+export MPLCONFIGDIR ?= $(CURDIR)/.venv/cache/matplotlib
+export JUPYTER_CONFIG_DIR ?= $(CURDIR)/.venv/cache/jupyter
+export JUPYTER_DATA_DIR ?= $(CURDIR)/.venv/cache/jupyter
+
+.PHONY: run test test-fast data bench lock clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# constraints.txt pins the whole stack; torch 2.14.1 is served from local disk here.
+	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
+	touch $(STAMP)
+
+run: $(STAMP) data
+	$(PY) run.py $(ARGS)
+
+test: $(STAMP)
+	WANDB_MODE=disabled $(PY) -m pytest $(ARGS)
+
+test-fast: $(STAMP)
+	WANDB_MODE=disabled $(PY) -m pytest -m "not slow" $(ARGS)
+
+# Fashion-MNIST for the default run: Debian's dataset-fashion-mnist package (no download
+# beyond the package registry). Elsewhere, set data_dir=... or dataset.download=true.
+data:
+	@if [ -f $(FASHION_DIR)/train-images-idx3-ubyte.gz ] || [ -n "$(wildcard data/fashion_mnist/*)" ]; then :; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+		echo "Installing Debian's dataset-fashion-mnist (once)"; \
+		(apt-get install -y -qq dataset-fashion-mnist >/dev/null 2>&1 || \
+		 (apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist >/dev/null)); \
+	elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then \
+		sudo apt-get install -y -qq dataset-fashion-mnist >/dev/null; \
+	else \
+		echo "Fashion-MNIST not found: run.py will say how to get it (or use: make run ARGS=dataset=digits)"; \
+	fi
+
+lock: $(STAMP)
+	{ echo "# Exact pins of the whole stack (pip freeze of a fresh .venv on x86_64, Python 3.11)."; \
+	  echo "# Regenerate with: make lock"; $(PY) -m pip freeze --exclude-editable; } > constraints.txt
+
+clean:
+	rm -rf $(VENV) outputs multirun .pytest_cache
