@@ -1,0 +1,103 @@
+"""Fashion-MNIST (Zalando): 60,000 + 10,000 grey 28x28 images of 10 clothing classes.
+
+Found, in this order: in `root` (the four IDX files, gzipped or not, directly or under
+`fashion_mnist/` or torchvision's `FashionMNIST/raw/`); in the directory of Debian's
+`dataset-fashion-mnist` package; or downloaded by torchvision into `root` when `download=true`
+and the network allows. Otherwise loading fails at once and says how to get the data.
+"""
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from datasets.base import DatasetNotFound, DatasetSplits, standardize
+
+DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
+FILES = {
+    "train_x": "train-images-idx3-ubyte",
+    "train_y": "train-labels-idx1-ubyte",
+    "test_x": "t10k-images-idx3-ubyte",
+    "test_y": "t10k-labels-idx1-ubyte",
+}
+HOW_TO_GET = (
+    "Fashion-MNIST not found in {where}. Get it with `apt-get install dataset-fashion-mnist` "
+    "(Debian/Ubuntu; `make run` does this), or put the four IDX files "
+    "(train-images-idx3-ubyte.gz, ...) in data_dir, or set dataset.download=true where there is "
+    "network, or pick dataset=digits (no download)"
+)
+
+
+def _file_in(directory: Path, stem: str) -> Path | None:
+    for name in (stem + ".gz", stem):
+        if (directory / name).is_file():
+            return directory / name
+    return None
+
+
+def candidate_dirs(root: str | Path | None) -> list[Path]:
+    """Where the files may be, in search order."""
+    dirs = []
+    if root:
+        root = Path(root).expanduser()
+        dirs += [root, root / "fashion_mnist", root / "FashionMNIST" / "raw"]
+    dirs.append(DEBIAN_DIR)
+    return dirs
+
+
+def locate(root: str | Path | None) -> Path | None:
+    """The first directory holding all four files, or None."""
+    for directory in candidate_dirs(root):
+        if all(_file_in(directory, stem) for stem in FILES.values()):
+            return directory
+    return None
+
+
+def check_available(root: str | None = None, download: bool = False) -> None:
+    """Raises DatasetNotFound, saying how to get the data, unless it is here or may be downloaded."""
+    if not download and locate(root) is None:
+        raise DatasetNotFound(HOW_TO_GET.format(where=", ".join(str(d) for d in candidate_dirs(root))))
+
+
+def _read_idx(path: Path) -> np.ndarray:
+    """IDX format: big-endian header (magic, dims), then uint8 data."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as handle:
+        data = handle.read()
+    ndim = data[3]
+    shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
+
+
+def _download(root: Path) -> None:
+    import torchvision  # only here: downloading is the rare path
+
+    for train in (True, False):
+        torchvision.datasets.FashionMNIST(str(root), train=train, download=True)
+
+
+def load(root: str | None = None, download: bool = False) -> DatasetSplits:
+    """Loads Fashion-MNIST as standardized float tensors (N x 1 x 28 x 28)."""
+    directory = locate(root)
+    if directory is None and download and root:
+        try:
+            _download(Path(root).expanduser())
+        except Exception as error:  # no network: say so, with the way out
+            raise DatasetNotFound(HOW_TO_GET.format(where=root) + f" (download failed: {error})") from error
+        directory = locate(root)
+    if directory is None:
+        raise DatasetNotFound(HOW_TO_GET.format(where=", ".join(str(d) for d in candidate_dirs(root))))
+    arrays = {key: _read_idx(_file_in(directory, stem)) for key, stem in FILES.items()}
+    train_x = torch.from_numpy(arrays["train_x"].astype(np.float32) / 255.0).unsqueeze(1)
+    test_x = torch.from_numpy(arrays["test_x"].astype(np.float32) / 255.0).unsqueeze(1)
+    train_x, test_x = standardize(train_x, test_x)
+    return DatasetSplits(
+        name="fashion_mnist",
+        train_x=train_x,
+        train_y=torch.from_numpy(arrays["train_y"].astype(np.int64)),
+        test_x=test_x,
+        test_y=torch.from_numpy(arrays["test_y"].astype(np.int64)),
+        num_classes=10,
+    )

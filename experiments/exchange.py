@@ -1,0 +1,157 @@
+"""The exchange semantics (DESIGN.md): selections and accumulators of all ranks -> one aggregate.
+
+Each function takes the selections and accumulators of the ranks this process hosts, talks to
+the other ranks only through `RankCollectives`, writes the aggregate (identical on every rank)
+into `out`, and says which coordinates each hosted rank must zero in its residual.
+
+Indices travel as int32 (every model here has fewer than 2**31 gradient elements), values in the
+accumulator's dtype; padding and size headers are sent and counted like everything else.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from experiments.collectives import RankCollectives
+from sparsifiers.base import ExchangeKind
+
+INDEX_DTYPE = torch.int32
+PAD = -1  # index padding: never a valid coordinate
+
+
+@dataclass
+class ExchangeResult:
+    """What the exchange did: the same on every rank, except `zeroed` (per hosted rank)."""
+
+    counts: torch.Tensor  # int64 [W]: |S_r| of every rank
+    aggregated: int  # |U|
+    zeroed: list[torch.Tensor | None]  # per hosted rank: residual coordinates to zero (None: all)
+
+
+def exchange(
+    kind: ExchangeKind,
+    selections: list[torch.Tensor | None],
+    accs: list[torch.Tensor],
+    out: torch.Tensor,
+    comm: RankCollectives,
+    leader: int | None = None,
+) -> ExchangeResult:
+    """Runs one exchange of `kind`. `leader` is the selecting rank for LEADER_BROADCAST."""
+    if kind is ExchangeKind.DENSE:
+        return dense_allreduce(accs, out, comm)
+    if kind is ExchangeKind.UNION_ALLREDUCE:
+        return union_allreduce(selections, accs, out, comm)
+    if kind is ExchangeKind.SPARSE_ALLGATHER:
+        return sparse_allgather(selections, accs, out, comm)
+    if kind is ExchangeKind.LEADER_BROADCAST:
+        if leader is None:
+            raise ValueError("leader_broadcast needs the leader rank")
+        return leader_allreduce(selections, accs, out, comm, leader)
+    if kind is ExchangeKind.SHARED_ALLREDUCE:
+        return shared_allreduce(selections, accs, out, comm)
+    raise ValueError(f"unknown exchange kind {kind}")
+
+
+def dense_allreduce(accs: list[torch.Tensor], out: torch.Tensor, comm: RankCollectives) -> ExchangeResult:
+    """agg = mean_r acc_r over the whole vector."""
+    _sum_in_rank_order(out, accs)
+    comm.all_reduce_sum(out)
+    out.div_(comm.world_size)
+    numel = out.numel()
+    counts = torch.full((comm.world_size,), numel, dtype=torch.int64)
+    return ExchangeResult(counts, numel, [None] * len(accs))
+
+
+def union_allreduce(
+    selections: list[torch.Tensor], accs: list[torch.Tensor], out: torch.Tensor, comm: RankCollectives
+) -> ExchangeResult:
+    """Allgather counts, then the index lists padded to the largest count; every rank forms the
+    union U and allreduces its accumulator at U; agg[U] = mean. Every rank zeroes all of U."""
+    counts = _all_gather_counts(selections, comm, out.device)
+    all_indices = comm.all_gather(_padded_rows(selections, int(counts.max()), out.device))
+    union = _union(all_indices, counts)
+    values = _sum_in_rank_order(None, [acc[union] for acc in accs])
+    comm.all_reduce_sum(values)
+    out.zero_()
+    out[union] = values.div_(comm.world_size)
+    return ExchangeResult(counts.cpu(), int(union.numel()), [union] * len(accs))
+
+
+def sparse_allgather(
+    selections: list[torch.Tensor], accs: list[torch.Tensor], out: torch.Tensor, comm: RankCollectives
+) -> ExchangeResult:
+    """Allgather (index, value) pairs; agg = (1/W) sum_r scatter(S_r, acc_r[S_r]). Each rank
+    zeroes only its own selection."""
+    counts = _all_gather_counts(selections, comm, out.device)
+    width = int(counts.max())
+    all_indices = comm.all_gather(_padded_rows(selections, width, out.device))
+    values = torch.zeros((len(accs), width), dtype=out.dtype, device=out.device)
+    for row, (selection, acc) in enumerate(zip(selections, accs)):
+        values[row, : selection.numel()] = acc[selection]
+    all_values = comm.all_gather(values)
+    out.zero_()
+    # Rank by rank: indices within one rank are unique, so each index_add_ is deterministic.
+    for rank in range(comm.world_size):
+        count = int(counts[rank])
+        out.index_add_(0, all_indices[rank, :count].long(), all_values[rank, :count])
+    out.div_(comm.world_size)
+    union = _union(all_indices, counts)
+    return ExchangeResult(counts.cpu(), int(union.numel()), [s.long() for s in selections])
+
+
+def leader_allreduce(
+    selections: list[torch.Tensor], accs: list[torch.Tensor], out: torch.Tensor, comm: RankCollectives, leader: int
+) -> ExchangeResult:
+    """CLT-k's pattern: every rank holds the leader's broadcast indices; allreduce values there.
+    Only the leader selected, so the counts are |S| at the leader and 0 elsewhere."""
+    selection = selections[0].long()
+    values = _sum_in_rank_order(None, [acc[selection] for acc in accs])
+    comm.all_reduce_sum(values)
+    out.zero_()
+    out[selection] = values.div_(comm.world_size)
+    counts = torch.zeros(comm.world_size, dtype=torch.int64)
+    counts[leader] = selection.numel()
+    return ExchangeResult(counts, int(selection.numel()), [selection] * len(accs))
+
+
+def shared_allreduce(
+    selections: list[torch.Tensor], accs: list[torch.Tensor], out: torch.Tensor, comm: RankCollectives
+) -> ExchangeResult:
+    """Selections identical on every rank by construction (a shared seed): no index traffic,
+    allreduce the values there. Every rank selected |S|; the union is S."""
+    selection = selections[0].long()
+    values = _sum_in_rank_order(None, [acc[selection] for acc in accs])
+    comm.all_reduce_sum(values)
+    out.zero_()
+    out[selection] = values.div_(comm.world_size)
+    counts = torch.full((comm.world_size,), selection.numel(), dtype=torch.int64)
+    return ExchangeResult(counts, int(selection.numel()), [selection] * len(accs))
+
+
+def _all_gather_counts(selections: list[torch.Tensor], comm: RankCollectives, device: torch.device) -> torch.Tensor:
+    """The size header: every rank's |S_r| (one int32 each)."""
+    local = torch.tensor([[s.numel()] for s in selections], dtype=INDEX_DTYPE, device=device)
+    return comm.all_gather(local).view(-1).long()
+
+
+def _padded_rows(selections: list[torch.Tensor], width: int, device: torch.device) -> torch.Tensor:
+    """Padding: gloo rejects uneven all_gather, so every rank sends `width` indices."""
+    rows = torch.full((len(selections), width), PAD, dtype=INDEX_DTYPE, device=device)
+    for row, selection in enumerate(selections):
+        rows[row, : selection.numel()] = selection
+    return rows
+
+
+def _union(all_indices: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """Sorted union of every rank's valid indices, as int64."""
+    valid = [all_indices[rank, : int(counts[rank])] for rank in range(all_indices.shape[0])]
+    return torch.unique(torch.cat(valid).long())
+
+
+def _sum_in_rank_order(out: torch.Tensor | None, parts: list[torch.Tensor]) -> torch.Tensor:
+    """Sums hosted ranks' tensors in rank order (a fixed order keeps runs repeatable)."""
+    total = parts[0].clone() if out is None else out.copy_(parts[0])
+    for part in parts[1:]:
+        total.add_(part)
+    return total

@@ -1,0 +1,109 @@
+"""The parent side of a run: prepare the run directory, start the ranks, record the outcome.
+
+Ranks are started by torchrun as a subprocess (max_restarts=0, explicit c10d rendezvous), so a
+crash in any rank ends the whole job: torchrun stops the other ranks, and this process, which
+survives them, marks the run failed with the rank's error. Nothing already written is touched.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from experiments.environment import REPO_ROOT, collect_environment, resolve_runtime
+from experiments.report import format_summary
+from experiments.store import CONFIG, ENV, SUMMARY, RunStore, write_atomic
+from sparsifiers.base import ConfigError
+
+
+def prepare_run_dir(cfg: DictConfig, run_dir: Path, job: dict[str, Any]) -> tuple[RunStore, dict[str, Any]]:
+    """Writes config.yaml and env.json, and marks the run as running."""
+    store = RunStore(run_dir)
+    if store.status() is not None:
+        raise ConfigError(f"{run_dir} already holds a run (status.json exists): choose another hydra.run.dir")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    resolved = resolve_runtime(cfg)
+    write_atomic(store.path(CONFIG), OmegaConf.to_yaml(cfg, resolve=True))
+    environment = collect_environment(resolved, job)
+    store.write_json(ENV, environment)
+    store.set_status("running", started=time.time())
+    return store, environment
+
+
+def torchrun_command(cfg: DictConfig, resolved: dict[str, Any], run_dir: Path) -> list[str]:
+    """`python -m torch.distributed.run ... -m experiments.worker RUN_DIR`."""
+    launcher = cfg.launcher
+    rdzv_id = launcher.rdzv_id or hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:12]
+    return [
+        sys.executable, "-m", "torch.distributed.run",
+        f"--nnodes={launcher.nnodes}",
+        f"--nproc-per-node={resolved['processes_per_node']}",
+        f"--max-restarts={launcher.max_restarts}",
+        f"--rdzv-backend={launcher.rdzv_backend}",
+        f"--rdzv-endpoint={launcher.rdzv_endpoint}",
+        f"--rdzv-id={rdzv_id}",
+        "-m", "experiments.worker", str(run_dir),
+    ]
+
+
+def rank_environment(resolved: dict[str, Any], run_dir: Path) -> dict[str, str]:
+    """The ranks' environment: thread counts, import path, caches inside the run directory."""
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = str(resolved["threads_per_process"])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("MPLCONFIGDIR", str(run_dir / ".cache" / "matplotlib"))
+    env.setdefault("WANDB_DIR", str(run_dir))
+    env.setdefault("WANDB_CACHE_DIR", str(run_dir / "wandb" / "cache"))
+    env.setdefault("WANDB_CONFIG_DIR", str(run_dir / "wandb" / "config"))
+    env.setdefault("WANDB_DATA_DIR", str(run_dir / "wandb" / "data"))
+    env.setdefault("WANDB_SILENT", "true")
+    return env
+
+
+def rank_errors(run_dir: Path) -> str | None:
+    """The last line of each failed rank's traceback, rank by rank."""
+    messages = []
+    for path in sorted(run_dir.glob("error.rank*.txt")):
+        lines = [line for line in path.read_text().strip().splitlines() if line.strip()]
+        if lines:
+            messages.append(f"{path.stem.removeprefix('error.')}: {lines[-1]}")
+    return "; ".join(messages) or None
+
+
+def run_ranks(command: list[str], env: dict[str, str]) -> int:
+    """Runs torchrun; Ctrl-C stops it (and its ranks) before we record the run as failed."""
+    process = subprocess.Popen(command, env=env, cwd=REPO_ROOT)
+    try:
+        return process.wait()
+    except KeyboardInterrupt:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        return -int(signal.SIGINT)
+
+
+def launch(cfg: DictConfig, run_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
+    """Runs one job to completion; returns its summary (with `status`)."""
+    store, environment = prepare_run_dir(cfg, run_dir, job)
+    resolved = environment["resolved"]
+    started = time.time()
+    returncode = run_ranks(torchrun_command(cfg, resolved, run_dir), rank_environment(resolved, run_dir))
+    summary = store.read_json(SUMMARY)
+    if returncode == 0 and summary is not None:
+        store.set_status("done", ended=time.time(), elapsed_s=time.time() - started)
+        print(format_summary(summary, str(run_dir)), flush=True)
+        return {"status": "done", **summary}
+    error = rank_errors(run_dir) or f"torchrun exited with code {returncode}"
+    store.set_status("failed", ended=time.time(), returncode=returncode, error=error)
+    print(f"run failed: {error}\n  details: {run_dir}/status.json and error.rank*.txt", file=sys.stderr, flush=True)
+    return {"status": "failed", "error": error}

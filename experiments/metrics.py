@@ -1,0 +1,135 @@
+"""The metric contract (DESIGN.md, "Metrics"): what one step did, as namespaced numbers.
+
+Counts-based metrics (traffic, density, build-up, selection) are known identically on every rank
+after the exchange, so they are computed every step without communication. Per-rank timings and
+norms are gathered from all ranks on logging steps only, then reduced (max and mean over ranks).
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from experiments.exchange import ExchangeResult
+from experiments.traffic import TrafficMeter
+from sparsifiers.base import SelectionScope
+
+# Columns of the per-rank rows gathered on logging steps.
+RANK_STATS = ("loss", "compute_ms", "select_ms", "exchange_ms", "step_ms", "acc_norm", "residual_norm")
+
+
+@dataclass(frozen=True)
+class MetricContext:
+    """What the metrics of every step are measured against."""
+
+    numel: int  # N
+    k_target: int  # floor(density * N)
+    density: float
+    scope: SelectionScope
+    world_size: int
+    dense_bytes: float  # per-rank bytes of the dense allreduce of the same model
+
+
+def exchange_metrics(result: ExchangeResult, meter: TrafficMeter, context: MetricContext) -> dict[str, float]:
+    """Traffic, density, build-up and selection shape of one exchange."""
+    counts = result.counts.double()
+    union = float(result.aggregated)
+    total = float(counts.sum())
+    mean_count = total / context.world_size
+    if context.scope is SelectionScope.WHOLE:
+        buildup = union / mean_count if mean_count else float("nan")
+    else:  # split: the distinct selectors' selections together should be exactly the union
+        buildup = union / total if total else float("nan")
+    return {
+        "traffic/sent_bytes_max": float(meter.sent.max()),
+        "traffic/sent_bytes_mean": float(meter.sent.mean()),
+        "traffic/recv_bytes_max": float(meter.recv.max()),
+        "traffic/recv_bytes_mean": float(meter.recv.mean()),
+        "traffic/dense_bytes": context.dense_bytes,
+        "traffic/ratio": float(meter.sent.mean()) / context.dense_bytes if context.dense_bytes else float("nan"),
+        "density/actual": union / context.numel,
+        "density/target": context.density,
+        "density/error": union / context.k_target - 1.0,
+        "buildup": buildup,
+        "selection/overlap": total / union if union else float("nan"),
+        "selection/k_max": float(counts.max()),
+        "selection/k_mean": mean_count,
+        "selection/load_imbalance": context.world_size * float(counts.max()) / total - 1.0 if total else 0.0,
+    }
+
+
+def rank_metrics(stats: torch.Tensor) -> dict[str, float]:
+    """Reduces the gathered [W, len(RANK_STATS)] rows: max and mean over ranks."""
+    column = {name: stats[:, i].double() for i, name in enumerate(RANK_STATS)}
+    metrics = {
+        "train/loss": float(column["loss"].mean()),
+        "time/select_ms_max": float(column["select_ms"].max()),
+        "time/select_ms_mean": float(column["select_ms"].mean()),
+        "time/compute_ms_max": float(column["compute_ms"].max()),
+        "time/compute_ms_mean": float(column["compute_ms"].mean()),
+        "time/exchange_ms": float(column["exchange_ms"].max()),
+        "time/step_ms": float(column["step_ms"].max()),
+    }
+    if not torch.isnan(column["acc_norm"]).any():
+        metrics["ef/residual_norm"] = float(column["residual_norm"].mean())
+        ratio = column["residual_norm"] / column["acc_norm"].clamp_min(1e-30)
+        metrics["ef/rel_residual"] = float(ratio.mean())
+    return metrics
+
+
+# Summary: counts-based metrics are averaged over every step; timings are medians over logged
+# steps after the warm-up; eval metrics are the last epoch's.
+MEAN_OVER_STEPS = (
+    "traffic/sent_bytes_max", "traffic/sent_bytes_mean", "traffic/recv_bytes_max", "traffic/recv_bytes_mean",
+    "traffic/dense_bytes", "traffic/ratio", "density/actual", "density/target", "density/error", "buildup",
+    "selection/overlap", "selection/k_max", "selection/k_mean", "selection/load_imbalance",
+)
+MEDIAN_OVER_LOGGED = (
+    "time/select_ms_max", "time/select_ms_mean", "time/compute_ms_max", "time/compute_ms_mean",
+    "time/exchange_ms", "time/step_ms",
+)
+
+
+@dataclass
+class SummaryAccumulator:
+    """Collects what summary.json reports, without keeping every step in memory."""
+
+    warmup_steps: int
+    sums: dict[str, float] = field(default_factory=dict)
+    abs_density_error: float = 0.0
+    steps: int = 0
+    sent_total: np.ndarray | None = None  # bytes each rank sent over the whole run
+    logged: dict[str, list[float]] = field(default_factory=dict)
+    last: dict[str, float] = field(default_factory=dict)
+
+    def add_step(self, metrics: dict[str, float], sent_per_rank: np.ndarray) -> None:
+        for key in MEAN_OVER_STEPS:
+            self.sums[key] = self.sums.get(key, 0.0) + metrics[key]
+        self.abs_density_error += abs(metrics["density/error"])
+        self.sent_total = sent_per_rank.copy() if self.sent_total is None else self.sent_total + sent_per_rank
+        self.steps += 1
+
+    def add_logged(self, step: int, metrics: dict[str, float]) -> None:
+        self.last.update(metrics)
+        if step < self.warmup_steps:
+            return
+        for key in MEDIAN_OVER_LOGGED:
+            if key in metrics:
+                self.logged.setdefault(key, []).append(metrics[key])
+
+    def summary(self) -> dict[str, float]:
+        result = {key: total / self.steps for key, total in self.sums.items()} if self.steps else {}
+        if self.steps:
+            result["density/abs_error"] = self.abs_density_error / self.steps
+        if self.sent_total is not None:
+            result["traffic/sent_bytes_total_max"] = float(self.sent_total.max())
+        for key in MEDIAN_OVER_LOGGED:
+            values = self.logged.get(key) or ([self.last[key]] if key in self.last else [])
+            if values:
+                result[key] = statistics.median(values)
+        for key in ("train/loss", "ef/residual_norm", "ef/rel_residual", "eval/accuracy", "eval/loss"):
+            if key in self.last:
+                result[key] = self.last[key]
+        return result

@@ -1,0 +1,77 @@
+"""What a person sees in the terminal: the per-epoch table (rank 0) and the final summary."""
+from __future__ import annotations
+
+from typing import Any
+
+from tqdm import tqdm
+
+COLUMNS = (
+    ("epoch", "epoch", "{:>5d}"),
+    ("train loss", "train/loss", "{:>10.4f}"),
+    ("eval acc", "eval/accuracy", "{:>8.2%}"),
+    ("select ms", "time/select_ms_max", "{:>9.3f}"),
+    ("MB sent/step", "traffic/sent_bytes_max", "{:>12.4f}"),
+    ("dens err", "density/error", "{:>+8.3f}"),
+    ("build-up", "buildup", "{:>8.3f}"),
+)
+
+
+def _cell(value: Any, fmt: str, width: int) -> str:
+    if value is None:
+        return "-".rjust(width)
+    return fmt.format(value)
+
+
+class EpochTable:
+    """Prints one row per epoch without breaking the progress bar."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    def header(self, method: dict[str, Any], numel: int, workers: int, world: str) -> None:
+        if not self.enabled:
+            return
+        described = ", ".join(f"{key}={value}" for key, value in method.items())
+        tqdm.write(f"{method['name']} on {workers} workers ({world}); {numel:,} gradient elements; {described}")
+        tqdm.write("  ".join(f"{title:>{max(len(title), 5)}}" for title, _, _ in COLUMNS))
+
+    def row(self, epoch: int, last: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        values = dict(last, epoch=epoch)
+        if values.get("traffic/sent_bytes_max") is not None:
+            values["traffic/sent_bytes_max"] = values["traffic/sent_bytes_max"] / 1e6
+        tqdm.write("  ".join(_cell(values.get(key), fmt, max(len(title), 5)) for title, key, fmt in COLUMNS))
+
+
+SUMMARY_LINES = (
+    ("accuracy", "eval/accuracy", "{:.2%}"),
+    ("select ms (max / mean over ranks, median step)", None, None),
+    ("MB sent per rank per step (max)", "traffic/sent_bytes_max", "{:.4f}"),
+    ("traffic vs dense allreduce", "traffic/ratio", "{:.4f}"),
+    ("density actual / target", None, None),
+    ("density error (mean)", "density/error", "{:+.4f}"),
+    ("build-up (mean)", "buildup", "{:.3f}"),
+    ("load imbalance (mean)", "selection/load_imbalance", "{:.3f}"),
+)
+
+
+def format_summary(summary: dict[str, Any], run_dir: str) -> str:
+    """The final block run.py prints after the ranks exit."""
+    def get(key: str, fmt: str) -> str:
+        value = summary.get(key)
+        return "-" if value is None else fmt.format(value)
+
+    lines = [f"summary ({summary.get('sparsifier', {}).get('name', '?')}, {summary.get('workers')} workers, "
+             f"{summary.get('world')}, {summary.get('steps')} steps, {summary.get('wall_s', 0):.1f} s)"]
+    for label, key, fmt in SUMMARY_LINES:
+        if key is not None:
+            value = get(key, fmt) if key != "traffic/sent_bytes_max" else (
+                "-" if summary.get(key) is None else fmt.format(summary[key] / 1e6))
+        elif label.startswith("select"):
+            value = f"{get('time/select_ms_max', '{:.3f}')} / {get('time/select_ms_mean', '{:.3f}')}"
+        else:
+            value = f"{get('density/actual', '{:.5f}')} / {get('density/target', '{:.5f}')}"
+        lines.append(f"  {label:<48} {value}")
+    lines.append(f"  results: {run_dir}")
+    return "\n".join(lines)

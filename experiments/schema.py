@@ -1,0 +1,68 @@
+"""The run config's schema, registered in Hydra's ConfigStore as `run_schema`.
+
+Typed fields make a typo (`worker=4`) or a wrong type (`workers=four`) fail at composition.
+Group nodes (sparsifier, model, dataset, optimizer) are built by `_target_`, so their knobs are
+checked against the target's signature in validate.py instead.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+@dataclass
+class LauncherConfig:
+    """How ranks are started: torchrun on one node or several (c10d rendezvous)."""
+
+    name: str = "torchrun"
+    nnodes: int = 1  # >1: run the same command on every node with the same rdzv_endpoint
+    rdzv_backend: str = "c10d"
+    rdzv_endpoint: str = "localhost:0"  # host:port of node 0; port 0 picks a free one (one node)
+    rdzv_id: Optional[str] = None  # None: derived from the run directory
+    max_restarts: int = 0  # never restart silently: a restart would corrupt timings
+    backend: str = "auto"  # auto: nccl when the ranks run on GPUs, gloo otherwise
+    timeout_s: int = 300  # process-group timeout: a hung collective fails the run after this
+    threads_per_process: Optional[int] = None  # None: cores / processes (at least 1)
+
+
+@dataclass
+class LoggerConfig:
+    """Where metrics go besides the local results store."""
+
+    name: str = "wandb_offline"
+    wandb_mode: str = "offline"  # offline | online | disabled (WANDB_MODE in the environment wins)
+    project: str = "sparsebench"
+    entity: Optional[str] = None
+    log_every: int = 10  # steps between metric rows (the summary uses every logged row)
+    progress: bool = True  # a progress bar on rank 0
+
+
+@dataclass
+class RunConfig:
+    """Top level: what to train, on how many workers, for how long."""
+
+    sparsifier: Any = MISSING
+    model: Any = MISSING
+    dataset: Any = MISSING
+    optimizer: Any = MISSING
+    launcher: LauncherConfig = field(default_factory=LauncherConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    workers: int = 4  # data-parallel workers W
+    processes: Optional[int] = None  # torchrun processes; None: one per worker
+    epochs: int = 1
+    max_steps: Optional[int] = None  # ends the run after this many steps (smoke runs, tests)
+    batch_size: int = 32  # per worker
+    seed: int = 0
+    device: str = "auto"  # auto | cpu | cuda
+    data_dir: str = "data"
+    output_root: str = "outputs"
+    warmup_steps: int = 5  # steps left out of timing summaries
+    checksum_every: int = 50  # steps between cross-rank parameter checks (0: never)
+    tag: str = ""  # free text recorded with the run (experiment files name their paper figure)
+
+
+def register() -> None:
+    ConfigStore.instance().store(name="run_schema", node=RunConfig)

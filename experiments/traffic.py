@@ -1,0 +1,62 @@
+"""Traffic accounting: what each of W logical ranks sends and receives, per collective.
+
+Sizes come from the collectives the exchange really issues (values, indices, padding and size
+headers), turned into per-rank bytes with the standard algorithms' formulas:
+
+- ring all-gather of m elements per rank: every rank sends and receives (W-1)*m;
+- ring all-reduce of m elements: every rank sends and receives 2(W-1)/W * m;
+- binomial-tree broadcast of m elements: every non-root rank receives m once; a rank sends m to
+  each of its children (the root has ceil(log2 W) of them).
+
+Hosted ranks are counted as the W ranks they stand for, so a run's traffic does not depend on
+how many processes hosted it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def binomial_children(relative_rank: int, world_size: int) -> int:
+    """How many ranks `relative_rank` (0 = root) forwards to in a binomial-tree broadcast."""
+    children, span = 0, 1
+    while span < world_size:
+        if relative_rank < span and relative_rank + span < world_size:
+            children += 1
+        span *= 2
+    return children
+
+
+class TrafficMeter:
+    """Accumulates bytes sent and received per logical rank since the last `reset`."""
+
+    def __init__(self, world_size: int) -> None:
+        self.world_size = world_size
+        self.sent = np.zeros(world_size)
+        self.recv = np.zeros(world_size)
+
+    def reset(self) -> None:
+        self.sent[:] = 0.0
+        self.recv[:] = 0.0
+
+    def all_gather(self, elements_per_rank: int, element_bytes: int) -> None:
+        nbytes = (self.world_size - 1) * elements_per_rank * element_bytes
+        self.sent += nbytes
+        self.recv += nbytes
+
+    def all_reduce(self, elements: int, element_bytes: int) -> None:
+        nbytes = 2.0 * (self.world_size - 1) / self.world_size * elements * element_bytes
+        self.sent += nbytes
+        self.recv += nbytes
+
+    def broadcast(self, elements: int, element_bytes: int, root: int) -> None:
+        nbytes = elements * element_bytes
+        for rank in range(self.world_size):
+            relative = (rank - root) % self.world_size
+            self.sent[rank] += binomial_children(relative, self.world_size) * nbytes
+            if relative != 0:
+                self.recv[rank] += nbytes
+
+
+def dense_allreduce_bytes(numel: int, world_size: int, element_bytes: int = 4) -> float:
+    """Per-rank bytes of the dense allreduce of the same model: the `traffic/ratio` denominator."""
+    return 2.0 * (world_size - 1) / world_size * numel * element_bytes

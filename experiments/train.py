@@ -1,0 +1,169 @@
+"""The training loop of one rank-hosting process, top to bottom: set-up, epochs, summary."""
+from __future__ import annotations
+
+import sys
+import time
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from experiments.build import build_dataset, build_model, build_optimizer, build_sparsifier
+from experiments.data import ShardBatches
+from experiments.flat_grad import bind_flat_grad, parameter_checksum
+from experiments.metrics import RANK_STATS, MetricContext, SummaryAccumulator, exchange_metrics, rank_metrics
+from experiments.replica import make_replicas
+from experiments.report import EpochTable
+from experiments.step import train_step
+from experiments.traffic import dense_allreduce_bytes
+from experiments.world import World
+
+
+class ReplicasDiverged(RuntimeError):
+    """Parameters differ between processes: the exchange is broken; continuing would be noise."""
+
+
+def train(cfg: DictConfig, world: World, sink, run_dir: Path) -> dict[str, Any] | None:
+    """Trains; returns the summary on the process hosting rank 0 (None elsewhere)."""
+    # -- set-up: identical model on every rank (same seed), flat gradient buffer, one replica per rank
+    torch.manual_seed(cfg.seed)
+    data = build_dataset(cfg)
+    model = build_model(cfg, data).to(world.device)
+    flat, layout = bind_flat_grad(model)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    shards = [ShardBatches(data.train_x, data.train_y, r, cfg.workers, cfg.batch_size, cfg.seed) for r in world.local_ranks]
+    sparsifiers = [build_sparsifier(cfg, layout, r) for r in world.local_ranks]
+    optimizer = build_optimizer(cfg, model.parameters(), sparsifiers[0])
+    replicas = make_replicas(model, flat, sparsifiers, shards, world.local_ranks)
+    method = sparsifiers[0]
+    context = MetricContext(
+        numel=layout.numel,
+        k_target=method.k,
+        density=method.density,
+        scope=method.scope,
+        world_size=cfg.workers,
+        dense_bytes=dense_allreduce_bytes(layout.numel, cfg.workers, flat.element_size()),
+    )
+    steps_per_epoch = shards[0].steps_per_epoch
+    if steps_per_epoch == 0:
+        raise ValueError(
+            f"batch_size={cfg.batch_size} is larger than each worker's shard "
+            f"({len(shards[0].sampler)} examples): lower batch_size or workers"
+        )
+    total_steps = cfg.epochs * steps_per_epoch if cfg.max_steps is None else min(cfg.max_steps, cfg.epochs * steps_per_epoch)
+    accumulator = SummaryAccumulator(cfg.warmup_steps)
+    table = EpochTable(enabled=world.hosts_rank_zero)
+    table.header(method.describe(), layout.numel, cfg.workers, world.kind)
+    log_every, started = cfg.logger.log_every, time.perf_counter()
+
+    # -- epochs
+    step = 0
+    for epoch in range(cfg.epochs):
+        if step >= total_steps:
+            break
+        model.train()
+        for replica in replicas:
+            replica.sparsifier.start_epoch(epoch, steps_per_epoch)
+        epoch_steps = min(steps_per_epoch, total_steps - step)
+        progress = _progress(cfg, world, epoch, epoch_steps)
+        for batches in islice(zip(*(r.batches.epoch(epoch) for r in replicas)), epoch_steps):
+            logging_step = step % log_every == 0 or step == total_steps - 1
+            world.comm.meter.reset()
+            outcome = train_step(world, model, loss_fn, flat, optimizer, replicas, list(batches), step, logging_step)
+            metrics = exchange_metrics(outcome.result, world.comm.meter, context)
+            accumulator.add_step(metrics, world.comm.meter.sent)
+            if logging_step:
+                metrics.update(rank_metrics(_gather_rank_stats(world, outcome)))
+                metrics.update(method.metrics())
+                metrics["epoch"] = epoch
+                accumulator.add_logged(step, metrics)
+                sink.log({"kind": "train", **metrics}, step)
+                if progress is not None:
+                    progress.set_postfix(loss=f"{metrics['train/loss']:.3f}", refresh=False)
+            if cfg.checksum_every and step % cfg.checksum_every == 0:
+                _check_replicas_agree(world, model, step)
+            if progress is not None:
+                progress.update(1)
+            step += 1
+        if progress is not None:
+            progress.close()
+        # -- evaluation: rank 0 with its own BatchNorm statistics; other ranks go on.
+        if world.hosts_rank_zero:
+            evaluation = _evaluate(model, replicas[0], data, loss_fn, world.device)
+            evaluation["epoch"] = epoch
+            accumulator.add_logged(step - 1, evaluation)
+            sink.log({"kind": "eval", **evaluation}, step - 1)
+            table.row(epoch, accumulator.last)
+
+    _check_replicas_agree(world, model, step)
+    if not world.hosts_rank_zero:
+        return None
+    summary = accumulator.summary()
+    summary.update(
+        steps=step,
+        epochs_run=epoch + 1,
+        wall_s=time.perf_counter() - started,
+        world=world.kind,
+        workers=cfg.workers,
+        processes=world.processes,
+        numel=layout.numel,
+        k_target=context.k_target,
+        sparsifier=method.describe(),
+        optimizer={"name": cfg.optimizer.name, "momentum": optimizer.param_groups[0].get("momentum")},
+    )
+    return summary
+
+
+def _progress(cfg: DictConfig, world: World, epoch: int, steps: int):
+    if not (world.hosts_rank_zero and cfg.logger.progress):
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=steps, desc=f"epoch {epoch}", file=sys.stderr, mininterval=1.0, leave=False, dynamic_ncols=True)
+
+
+def _gather_rank_stats(world: World, outcome) -> torch.Tensor:
+    """Per-rank rows in RANK_STATS order, from every process (not counted as traffic)."""
+    nan = float("nan")
+    rows = []
+    for i in range(len(world.local_ranks)):
+        rows.append([
+            outcome.losses[i],
+            outcome.compute_ms[i],
+            outcome.select_ms[i],
+            outcome.exchange_ms,
+            outcome.step_ms,
+            outcome.acc_norms[i] if outcome.acc_norms else nan,
+            outcome.residual_norms[i] if outcome.residual_norms else nan,
+        ])
+    local = torch.tensor(rows, dtype=torch.float64, device=world.device)
+    assert local.shape[1] == len(RANK_STATS)
+    return world.comm.gather_stats(local).cpu()
+
+
+def _check_replicas_agree(world: World, model: torch.nn.Module, step: int) -> None:
+    """Fails loudly if processes hold different parameters (hosted ranks share them)."""
+    if world.processes == 1:
+        return
+    checksums = world.comm.gather_stats(parameter_checksum(model).to(world.device).view(1, 2)).cpu()
+    if not torch.equal(checksums, checksums[:1].expand_as(checksums)):
+        raise ReplicasDiverged(f"parameters differ across processes at step {step}: {checksums.tolist()}")
+
+
+@torch.no_grad()
+def _evaluate(model, replica, data, loss_fn, device, batch_size: int = 1024) -> dict[str, float]:
+    """Accuracy and loss on the whole test split."""
+    model.eval()
+    correct, loss_sum = 0, 0.0
+    with replica.own_buffers(model):
+        for start in range(0, len(data.test_y), batch_size):
+            inputs = data.test_x[start : start + batch_size].to(device)
+            labels = data.test_y[start : start + batch_size].to(device)
+            logits = model(inputs)
+            loss_sum += float(loss_fn(logits, labels)) * len(labels)
+            correct += int((logits.argmax(dim=1) == labels).sum())
+    model.train()
+    count = len(data.test_y)
+    return {"eval/accuracy": correct / count, "eval/loss": loss_sum / count}

@@ -1,0 +1,151 @@
+"""Checks that need values, run on the composed config before any process starts.
+
+Each failure raises `ConfigError` with one line that names the key and the fix; run.py prints it
+and exits with code 2.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+
+from omegaconf import DictConfig
+
+from experiments.build import knobs, target_of
+from sparsifiers.base import ConfigError
+
+GROUPS = ("sparsifier", "model", "dataset", "optimizer")
+# Arguments the runner supplies at build time, not knobs a user sets.
+RUNTIME_ARGUMENTS = {
+    "sparsifier": {"layout", "world_size", "rank", "seed"},
+    "model": {"input_shape", "num_classes"},
+    "optimizer": {"params"},
+    "dataset": set(),
+}
+
+
+def validate(cfg: DictConfig) -> None:
+    """Raises ConfigError for the first bad value found."""
+    _check_sizes(cfg)
+    _check_choices(cfg)
+    for group in GROUPS:
+        _check_knobs(cfg, group)
+    _check_density(cfg)
+    _check_dataset_available(cfg)
+    _check_wandb(cfg)
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+def _check_sizes(cfg: DictConfig) -> None:
+    _require(cfg.workers >= 1, f"workers must be >= 1, got {cfg.workers}: set e.g. workers=4")
+    _require(cfg.batch_size >= 1, f"batch_size must be >= 1, got {cfg.batch_size}: set e.g. batch_size=32")
+    _require(cfg.epochs >= 1, f"epochs must be >= 1, got {cfg.epochs}: set e.g. epochs=1")
+    _require(
+        cfg.max_steps is None or cfg.max_steps >= 1,
+        f"max_steps must be >= 1 or null, got {cfg.max_steps}: set e.g. max_steps=20",
+    )
+    processes = cfg.processes if cfg.processes is not None else cfg.workers
+    _require(processes >= 1, f"processes must be >= 1 or null, got {cfg.processes}")
+    _require(
+        cfg.workers % processes == 0,
+        f"workers={cfg.workers} is not a multiple of processes={processes}: set processes to a divisor of workers",
+    )
+    _require(
+        processes % cfg.launcher.nnodes == 0,
+        f"processes={processes} is not a multiple of launcher.nnodes={cfg.launcher.nnodes}",
+    )
+    _require(cfg.logger.log_every >= 1, f"logger.log_every must be >= 1, got {cfg.logger.log_every}")
+    _require(cfg.warmup_steps >= 0, f"warmup_steps must be >= 0, got {cfg.warmup_steps}")
+    _require(cfg.checksum_every >= 0, f"checksum_every must be >= 0 (0 disables), got {cfg.checksum_every}")
+    _require(cfg.launcher.timeout_s > 0, f"launcher.timeout_s must be > 0, got {cfg.launcher.timeout_s}")
+    _require(cfg.launcher.nnodes >= 1, f"launcher.nnodes must be >= 1, got {cfg.launcher.nnodes}")
+
+
+def _check_choices(cfg: DictConfig) -> None:
+    _require(cfg.device in ("auto", "cpu", "cuda"), f"device must be auto, cpu or cuda, got {cfg.device}")
+    _require(
+        cfg.launcher.backend in ("auto", "gloo", "nccl"),
+        f"launcher.backend must be auto, gloo or nccl, got {cfg.launcher.backend}",
+    )
+    _require(
+        cfg.logger.wandb_mode in ("offline", "online", "disabled"),
+        f"logger.wandb_mode must be offline, online or disabled, got {cfg.logger.wandb_mode}",
+    )
+    if cfg.device == "cuda":
+        import torch
+
+        _require(torch.cuda.is_available(), "device=cuda but no GPU is visible: set device=cpu (or auto)")
+
+
+def _accepted_parameters(target) -> list[str] | None:
+    """Named parameters of a function or class; for a class whose __init__ forwards **kwargs to
+    its base, the base's parameters too. None if anything goes (a **kwargs nobody names)."""
+    if not inspect.isclass(target):
+        parameters = inspect.signature(target).parameters.values()
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+            return None
+        return [p.name for p in parameters]
+    names: list[str] = []
+    for cls in target.__mro__:
+        if "__init__" not in vars(cls):
+            continue
+        parameters = list(inspect.signature(vars(cls)["__init__"]).parameters.values())[1:]
+        names += [p.name for p in parameters if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name not in names]
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+            return names
+    return None
+
+
+def _check_knobs(cfg: DictConfig, group: str) -> None:
+    """Every knob of a group node must be a parameter of its target."""
+    node = cfg[group]
+    try:
+        target = target_of(node)
+    except Exception as error:
+        raise ConfigError(f"{group}._target_={node._target_} cannot be imported ({error})") from None
+    accepted = _accepted_parameters(target)
+    if accepted is None:
+        return
+    accepted = [name for name in accepted if name not in RUNTIME_ARGUMENTS[group]]
+    for key in knobs(node):
+        _require(
+            key in accepted,
+            f"{group}.{key} is not a knob of {group}={node.get('name', '?')}; its knobs: {', '.join(accepted)}",
+        )
+
+
+def _check_density(cfg: DictConfig) -> None:
+    density = cfg.sparsifier.get("density")
+    if density is not None:
+        _require(
+            isinstance(density, (int, float)) and 0.0 < density <= 1.0,
+            f"sparsifier.density must be in (0, 1], got {density}: set e.g. sparsifier.density=0.01",
+        )
+
+
+def _check_dataset_available(cfg: DictConfig) -> None:
+    """A dataset module may define `check_available(**knobs)`, which raises DatasetNotFound
+    (with how to get the data) when its files are missing: called here, before launch."""
+    from datasets.base import DatasetNotFound
+
+    check = getattr(inspect.getmodule(target_of(cfg.dataset)), "check_available", None)
+    if check is None:
+        return
+    try:
+        check(**knobs(cfg.dataset))
+    except DatasetNotFound as error:
+        raise ConfigError(f"dataset={cfg.dataset.get('name', '?')}: {error}") from None
+
+
+def _check_wandb(cfg: DictConfig) -> None:
+    mode = os.environ.get("WANDB_MODE") or cfg.logger.wandb_mode
+    if mode == "online":
+        has_key = bool(os.environ.get("WANDB_API_KEY")) or os.path.exists(os.path.expanduser("~/.netrc"))
+        _require(
+            has_key,
+            "logger.wandb_mode=online needs a W&B key: set WANDB_API_KEY (or run `wandb login`), "
+            "or use logger=wandb_offline",
+        )

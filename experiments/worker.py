@@ -1,0 +1,72 @@
+"""Entry point of every rank-hosting process: `python -m experiments.worker RUN_DIR`.
+
+torchrun starts it (or run.py directly, for one process). It reads the resolved config and
+env.json that run.py wrote; it never composes a config itself (no @hydra.main in ranks: that
+would make one output directory per rank). An exception is written to error.rank<P>.txt for
+run.py to report, and the process group is always destroyed at exit.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from experiments.sinks import JsonlSink, MultiSink, NullSink, WandbSink
+from experiments.store import CONFIG, ENV, SUMMARY, RunStore
+from experiments.train import train
+from experiments.world import World, close_world, init_world
+
+
+def make_sink(cfg, world: World, store: RunStore, env: dict):
+    """Rank 0 logs to the local store and W&B; every other process logs nothing."""
+    if not world.hosts_rank_zero:
+        return NullSink()
+    sinks = [JsonlSink(store.open_metrics())]
+    mode = os.environ.get("WANDB_MODE") or cfg.logger.wandb_mode
+    if mode != "disabled":
+        job = env["job"]
+        sinks.append(
+            WandbSink(
+                run_dir=store.dir,
+                mode=mode,
+                project=cfg.logger.project,
+                entity=cfg.logger.entity,
+                name=job["name"],
+                group=job["group"],
+                config={**OmegaConf.to_container(cfg, resolve=True), "resolved": env["resolved"]},
+                tags=[cfg.sparsifier.name, f"W{cfg.workers}", env["resolved"]["world"]],
+            )
+        )
+    return MultiSink(sinks)
+
+
+def main(run_dir: str) -> None:
+    store = RunStore(run_dir)
+    cfg = OmegaConf.load(store.path(CONFIG))
+    env = store.read_json(ENV)
+    resolved = env["resolved"]
+    torch.set_num_threads(resolved["threads_per_process"])
+    sink, failed = NullSink(), True
+    try:
+        world = init_world(cfg.workers, resolved["device"], resolved["backend"], cfg.launcher.timeout_s)
+        sink = make_sink(cfg, world, store, env)
+        summary = train(cfg, world, sink, store.dir)
+        if summary is not None:
+            summary["wandb_mode"] = os.environ.get("WANDB_MODE") or cfg.logger.wandb_mode
+            store.write_json(SUMMARY, summary)
+        failed = False
+    except BaseException:
+        process = os.environ.get("RANK", "0")
+        store.path(f"error.rank{process}.txt").write_text(traceback.format_exc())
+        raise
+    finally:
+        sink.close(failed)
+        close_world()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

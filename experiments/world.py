@@ -1,0 +1,70 @@
+"""The world: which logical ranks this process hosts, on which device, and how they talk.
+
+Started by torchrun, a process joins the process group (gloo on CPU, NCCL on GPU, always with a
+timeout) and hosts W / P consecutive ranks. Started alone (P = 1), it hosts all W ranks and
+makes no torch.distributed call. A run with one rank per process is `distributed`; a run whose
+processes host several ranks each is `hosted`: their measured exchange times mean different
+things and are never mixed.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from experiments.collectives import RankCollectives
+
+
+@dataclass
+class World:
+    world_size: int  # W logical ranks
+    processes: int  # P
+    process_index: int
+    local_ranks: list[int]
+    device: torch.device
+    comm: RankCollectives
+
+    @property
+    def kind(self) -> str:
+        return "distributed" if len(self.local_ranks) == 1 else "hosted"
+
+    @property
+    def hosts_rank_zero(self) -> bool:
+        return 0 in self.local_ranks
+
+    def synchronize(self) -> None:
+        """Waits for queued device work: a timer must not measure a kernel still in the queue."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+def init_world(workers: int, device_name: str, backend: str, timeout_s: int) -> World:
+    """Joins the process group if torchrun started us; otherwise hosts every rank here."""
+    if "WORLD_SIZE" in os.environ:
+        processes = int(os.environ["WORLD_SIZE"])
+        process_index = int(os.environ["RANK"])
+        local_index = int(os.environ.get("LOCAL_RANK", 0))
+    else:
+        processes, process_index, local_index = 1, 0, 0
+    device = torch.device(f"cuda:{local_index}" if device_name == "cuda" else "cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if processes > 1 or "WORLD_SIZE" in os.environ:
+        dist.init_process_group(
+            backend=backend,
+            timeout=datetime.timedelta(seconds=timeout_s),
+            device_id=device if device.type == "cuda" else None,
+        )
+    per_process = workers // processes
+    local_ranks = list(range(process_index * per_process, (process_index + 1) * per_process))
+    comm = RankCollectives(workers, local_ranks, use_process_group=processes > 1)
+    return World(workers, processes, process_index, local_ranks, device, comm)
+
+
+def close_world() -> None:
+    """Always called at exit: leaves the process group cleanly."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

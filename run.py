@@ -1,0 +1,68 @@
+#!/usr/bin/env python
+"""sparsebench's only entry point: compose the config once, validate it, launch the ranks.
+
+    python run.py                                   # the default run (README)
+    python run.py sparsifier=topk workers=8         # any override
+    python run.py -m sparsifier=dense,topk workers=2,4   # a sweep: one run directory per job
+    python run.py --cfg job                         # print the composed config
+
+Bad input ends here with one line naming the key and the fix, exit code 2, before any process
+starts. Ranks read the resolved config this process writes; they never run @hydra.main.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from experiments.compose import check_top_level_keys, preflight
+from experiments.launch import launch
+from experiments.schema import register
+from experiments.validate import validate
+from sparsifiers.base import ConfigError
+
+register()
+FAILED_JOBS: list[str] = []
+
+
+def fail_config(error: ConfigError) -> None:
+    print(f"error: {error}", file=sys.stderr)
+    sys.exit(2)
+
+
+@hydra.main(config_path="conf", config_name="config", version_base="1.3")
+def run(cfg: DictConfig) -> dict:
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    job = {
+        "name": run_dir.name if not multirun else f"{Path(hydra_cfg.sweep.dir).name}/{run_dir.name}",
+        "group": Path(hydra_cfg.sweep.dir).name if multirun else run_dir.name,
+        "num": hydra_cfg.job.num if multirun else None,
+        "overrides": list(hydra_cfg.overrides.task),
+        "choices": {key: value for key, value in hydra_cfg.runtime.choices.items() if not key.startswith("hydra")},
+    }
+    try:
+        check_top_level_keys(cfg)
+        validate(cfg)
+        summary = launch(cfg, run_dir, job)
+    except ConfigError as error:
+        fail_config(error)
+    if summary["status"] != "done":
+        FAILED_JOBS.append(str(run_dir))
+    return summary
+
+
+if __name__ == "__main__":
+    try:
+        preflight(sys.argv[1:])
+    except ConfigError as error:
+        fail_config(error)
+    run()
+    if FAILED_JOBS:
+        print(f"{len(FAILED_JOBS)} run(s) failed: {', '.join(FAILED_JOBS)}", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,163 @@
+"""The sparsifier protocol.
+
+A sparsifier is one object per rank, holding that rank's state. It never calls a collective:
+it declares the exchange it needs, returns a selection (global indices into the flat gradient
+buffer), and is told afterwards what happened globally so that adaptive rules update identically
+on every rank. What it needs from other ranks before selecting (a leader's plan) it requests
+declaratively through `plan_leader`/`make_plan`, and the world serves it.
+
+One step, as the world drives it (see experiments/step.py):
+
+    acc  = precondition(grad) + residual          # error feedback (shared plumbing)
+    plan = make_plan(acc, t) on rank plan_leader(t), broadcast   # only if a leader is declared
+    S    = select(acc, t, plan)                   # timed
+    agg  = exchange(kind, {S_r}, {acc_r})         # the world; traffic counted there
+    observe(Feedback(t, counts, aggregated))      # identical on all ranks
+    on_residual_zeroed(indices)                   # which coordinates this rank transmitted
+"""
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, ClassVar
+
+import torch
+
+from sparsifiers.layout import Layout
+
+
+class ExchangeKind(str, Enum):
+    """How the ranks' selections become one aggregate (DESIGN.md, "Exchange semantics")."""
+
+    DENSE = "dense"  # allreduce of the whole vector
+    UNION_ALLREDUCE = "union_allreduce"  # allgather indices, allreduce values on the union
+    SPARSE_ALLGATHER = "sparse_allgather"  # allgather (index, value) pairs
+    LEADER_BROADCAST = "leader_broadcast"  # the leader's indices, allreduce values there
+    SHARED_ALLREDUCE = "shared_allreduce"  # identical indices on every rank by construction
+    # (a shared seed, Random-k): no index traffic, allreduce the values
+
+
+class SelectionScope(str, Enum):
+    """What build-up is measured against (DESIGN.md, "buildup")."""
+
+    WHOLE = "whole"  # every rank selects over the whole vector for the whole aggregate
+    SPLIT = "split"  # the vector or the work is split among ranks: build-up is 1 by construction
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """What the exchange did, known identically on every rank."""
+
+    step: int
+    counts: torch.Tensor  # int64 [W]: |S_r| for every rank r (0 for ranks that did not select)
+    aggregated: int  # |U|: coordinates in the aggregate
+
+
+class ConfigError(ValueError):
+    """A bad knob: the message names the key and the fix."""
+
+
+def target_count(density: float, numel: int) -> int:
+    """k_target = floor(density * N), the papers' definition."""
+    return math.floor(density * numel)
+
+
+class Sparsifier(ABC):
+    """Base class: common knobs, validation and the default (no-op) hooks."""
+
+    name: ClassVar[str]
+    scope: ClassVar[SelectionScope] = SelectionScope.WHOLE
+    exchanges: ClassVar[tuple[ExchangeKind, ...]] = (ExchangeKind.UNION_ALLREDUCE,)
+    # True for methods that apply momentum themselves (DGC's momentum correction): the runner
+    # then sets the optimizer's momentum to 0 so that it is not applied twice.
+    owns_momentum: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        layout: Layout,
+        world_size: int,
+        rank: int,
+        density: float,
+        error_feedback: bool = True,
+        exchange: str | None = None,
+        seed: int = 0,
+    ) -> None:
+        if not 0.0 < density <= 1.0:
+            raise ConfigError(f"sparsifier.density must be in (0, 1], got {density}")
+        self.layout = layout
+        self.numel = layout.numel
+        self.world_size = world_size
+        self.rank = rank
+        self.density = float(density)
+        self.error_feedback = bool(error_feedback)
+        self.seed = int(seed)  # the run's seed; derive per-rank or shared RNG streams from it
+        self.k = target_count(self.density, self.numel)
+        if self.k < 1:
+            raise ConfigError(
+                f"sparsifier.density={density} selects no element of a {self.numel}-element model "
+                f"(k = floor(density * N) = 0); raise sparsifier.density to at least {1 / self.numel:.2g}"
+            )
+        self.exchange = self._exchange_kind(exchange)
+
+    def _exchange_kind(self, exchange: str | None) -> ExchangeKind:
+        if exchange is None:
+            return self.exchanges[0]
+        allowed = [kind.value for kind in self.exchanges]
+        if exchange not in allowed:
+            raise ConfigError(
+                f"sparsifier.exchange={exchange} is not supported by {self.name}; choose one of: "
+                + ", ".join(allowed)
+            )
+        return ExchangeKind(exchange)
+
+    # -- schedule -------------------------------------------------------------------------------
+    def start_epoch(self, epoch: int, steps_per_epoch: int) -> None:
+        """Called at the start of every epoch (DGC's warm-up follows epochs)."""
+
+    # -- before selection ------------------------------------------------------------------
+    def precondition(self, grad: torch.Tensor) -> torch.Tensor:
+        """Transforms the local gradient before error feedback (DGC's momentum correction).
+        Returns a tensor the caller only reads; the default is the gradient itself."""
+        return grad
+
+    def plan_leader(self, step: int) -> int | None:
+        """The rank whose plan every rank needs before selecting at `step`, or None."""
+        return None
+
+    def make_plan(self, acc: torch.Tensor, step: int) -> torch.Tensor:
+        """Called on the leader only: a 1-D int64 tensor the world broadcasts to all ranks."""
+        raise NotImplementedError(f"{self.name} declares no leader plan")
+
+    # -- selection ---------------------------------------------------------------------------
+    @abstractmethod
+    def select(self, acc: torch.Tensor, step: int, plan: torch.Tensor | None = None) -> torch.Tensor | None:
+        """Returns this rank's selection: unique global int64 indices into the flat buffer, or
+        None for "every coordinate" (the dense exchange only). Must not call collectives.
+        The returned tensor may be a reused buffer: valid until the next call."""
+
+    # -- after the exchange ------------------------------------------------------------------
+    def observe(self, feedback: Feedback) -> None:
+        """Global feedback after the exchange; adaptive rules update here, identically everywhere."""
+
+    def on_residual_zeroed(self, indices: torch.Tensor | None) -> None:
+        """The coordinates this rank transmitted (None: all). DGC masks its momentum here."""
+
+    def metrics(self) -> dict[str, float | list[float]]:
+        """Method state worth plotting (e.g. sparsifier/threshold), logged with each logged step
+        from rank 0's sparsifier. Lists (per-unit k, partition boundaries) go to metrics.jsonl;
+        W&B receives the scalars."""
+        return {}
+
+    def describe(self) -> dict[str, Any]:
+        """What this run used (resolved defaults, variants), recorded in summary.json."""
+        return {"name": self.name, "k": self.k, "exchange": self.exchange.value, "scope": self.scope.value}
+
+    # -- exact resume ------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state:
+            raise ValueError(f"{self.name} has no state, got keys {sorted(state)}")
