@@ -23,6 +23,7 @@ from sparsifiers.base import Feedback
 @dataclass
 class StepOutcome:
     result: ExchangeResult
+    selections: list[torch.Tensor | None]  # per hosted rank, as select returned them
     losses: list[float]  # per hosted rank
     compute_ms: list[float]  # per hosted rank
     select_ms: list[float]  # per hosted rank (plan time included for the leader)
@@ -100,4 +101,4 @@ def train_step(
 
     # 6. update: identical aggregate, identical optimizer state -> identical parameters.
     optimizer.step()
-    return StepOutcome(result, losses, compute_ms, select_ms, exchange_ms, _elapsed_ms(world, step_start), acc_norms, residual_norms)
+    return StepOutcome(result, selections, losses, compute_ms, select_ms, exchange_ms, _elapsed_ms(world, step_start), acc_norms, residual_norms)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -14,26 +15,46 @@ from experiments.build import build_dataset, build_model, build_optimizer, build
 from experiments.data import ShardBatches
 from experiments.flat_grad import bind_flat_grad, parameter_checksum
 from experiments.metrics import RANK_STATS, MetricContext, SummaryAccumulator, exchange_metrics, rank_metrics
-from experiments.replica import make_replicas
+from experiments.replica import Replica, make_replicas
 from experiments.report import EpochTable
 from experiments.step import train_step
 from experiments.traffic import dense_allreduce_bytes
 from experiments.world import World
+from datasets.base import DatasetSplits
+from sparsifiers.base import Sparsifier
+from sparsifiers.layout import Layout
 
 
 class ReplicasDiverged(RuntimeError):
     """Parameters differ between processes: the exchange is broken; continuing would be noise."""
 
 
-def train(cfg: DictConfig, world: World, sink, run_dir: Path) -> dict[str, Any] | None:
-    """Trains; returns the summary on the process hosting rank 0 (None elsewhere)."""
-    # -- set-up: identical model on every rank (same seed), flat gradient buffer, one replica per rank
+@dataclass
+class Session:
+    """Everything one process trains with: the shared model and the replicas it hosts."""
+
+    data: DatasetSplits
+    model: torch.nn.Module
+    flat: torch.Tensor
+    layout: Layout
+    optimizer: torch.optim.Optimizer
+    loss_fn: torch.nn.Module
+    replicas: list[Replica]
+    context: MetricContext
+
+    @property
+    def method(self) -> Sparsifier:
+        return self.replicas[0].sparsifier
+
+
+def build_session(cfg: DictConfig, world: World) -> Session:
+    """Identical model on every rank (same seed), flat gradient buffer, one replica per hosted rank."""
     torch.manual_seed(cfg.seed)
     data = build_dataset(cfg)
     model = build_model(cfg, data).to(world.device)
     flat, layout = bind_flat_grad(model)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    shards = [ShardBatches(data.train_x, data.train_y, r, cfg.workers, cfg.batch_size, cfg.seed) for r in world.local_ranks]
+    inputs, labels = data.train_x.to(world.device), data.train_y.to(world.device)
+    shards = [ShardBatches(inputs, labels, r, cfg.workers, cfg.batch_size, cfg.seed) for r in world.local_ranks]
     sparsifiers = [build_sparsifier(cfg, layout, r) for r in world.local_ranks]
     optimizer = build_optimizer(cfg, model.parameters(), sparsifiers[0])
     replicas = make_replicas(model, flat, sparsifiers, shards, world.local_ranks)
@@ -46,6 +67,15 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path) -> dict[str, Any] 
         world_size=cfg.workers,
         dense_bytes=dense_allreduce_bytes(layout.numel, cfg.workers, flat.element_size()),
     )
+    return Session(data, model, flat, layout, optimizer, torch.nn.CrossEntropyLoss(), replicas, context)
+
+
+def train(cfg: DictConfig, world: World, sink, run_dir: Path) -> dict[str, Any] | None:
+    """Trains; returns the summary on the process hosting rank 0 (None elsewhere)."""
+    session = build_session(cfg, world)
+    data, model, flat, layout, optimizer = session.data, session.model, session.flat, session.layout, session.optimizer
+    loss_fn, replicas, context, method = session.loss_fn, session.replicas, session.context, session.method
+    shards = [replica.batches for replica in replicas]
     steps_per_epoch = shards[0].steps_per_epoch
     if steps_per_epoch == 0:
         raise ValueError(

@@ -1,0 +1,74 @@
+"""Runs sparsifiers for a few real training steps in one world and saves what happened, so that
+tests can compare ranks, processes and worlds. Uses the real set-up and step of experiments/.
+
+    torchrun --nproc-per-node=P tests/harness.py OUT --workers W --methods topk,dense --steps 6
+    python tests/harness.py OUT --workers W ...     # one process hosting all W ranks
+
+Writes OUT/<method>.process<p>.pt with, per step, every hosted rank's selection (sorted), the
+exchange counts and |U|, rank 0's sparsifier metrics, and at the end the parameters.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from experiments.compose import compose_job  # noqa: E402
+from experiments.metrics import exchange_metrics  # noqa: E402
+from experiments.step import train_step  # noqa: E402
+from experiments.train import build_session  # noqa: E402
+from experiments.world import close_world, init_world  # noqa: E402
+
+TINY = ["dataset=synthetic", "dataset.num_train=512", "dataset.num_test=64", "model=mlp", "model.hidden=32", "batch_size=8"]
+
+
+def run_method(method: str, workers: int, steps: int, extra: list[str], world) -> dict:
+    cfg = compose_job([f"sparsifier={method}", f"workers={workers}", *TINY, *extra])
+    session = build_session(cfg, world)
+    record = {"selections": [], "counts": [], "aggregated": [], "metrics": [], "exchange": []}
+    epoch_batches = [iter(r.batches.epoch(0)) for r in session.replicas]
+    for replica in session.replicas:
+        replica.sparsifier.start_epoch(0, replica.batches.steps_per_epoch)
+    for step in range(steps):
+        world.comm.meter.reset()
+        batches = [next(iterator) for iterator in epoch_batches]
+        outcome = train_step(world, session.model, session.loss_fn, session.flat, session.optimizer,
+                             session.replicas, batches, step, measure_norms=False)
+        record["selections"].append({
+            replica.rank: (None if selection is None else torch.sort(selection.detach().cpu().long()).values)
+            for replica, selection in zip(session.replicas, outcome.selections)
+        })
+        record["counts"].append(outcome.result.counts.clone())
+        record["aggregated"].append(outcome.result.aggregated)
+        record["metrics"].append(session.method.metrics())
+        record["exchange"].append(exchange_metrics(outcome.result, world.comm.meter, session.context))
+    record["params"] = torch.cat([p.detach().cpu().flatten() for p in session.model.parameters()])
+    record["local_ranks"] = list(world.local_ranks)
+    return record
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("--workers", type=int, required=True)
+    parser.add_argument("--methods", required=True)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    world = init_world(args.workers, "cpu", "gloo", timeout_s=120)
+    try:
+        for method in args.methods.split(","):
+            record = run_method(method, args.workers, args.steps, args.overrides, world)
+            torch.save(record, Path(args.out) / f"{method}.process{world.process_index}.pt")
+    finally:
+        close_world()
+
+
+if __name__ == "__main__":
+    main()
