@@ -37,28 +37,29 @@ def _file_in(directory: Path, stem: str) -> Path | None:
     return None
 
 
-def candidate_dirs(root: str | Path | None) -> list[Path]:
+def candidate_dirs(root: str | Path | None, system_dir: str | Path | None = None) -> list[Path]:
     """Where the files may be, in search order."""
     dirs = []
     if root:
         root = Path(root).expanduser()
         dirs += [root, root / "fashion_mnist", root / "FashionMNIST" / "raw"]
-    dirs.append(DEBIAN_DIR)
+    dirs.append(Path(system_dir) if system_dir else DEBIAN_DIR)
     return dirs
 
 
-def locate(root: str | Path | None) -> Path | None:
+def locate(root: str | Path | None, system_dir: str | Path | None = None) -> Path | None:
     """The first directory holding all four files, or None."""
-    for directory in candidate_dirs(root):
+    for directory in candidate_dirs(root, system_dir):
         if all(_file_in(directory, stem) for stem in FILES.values()):
             return directory
     return None
 
 
-def check_available(root: str | None = None, download: bool = False) -> None:
+def check_available(root: str | None = None, download: bool = False, system_dir: str | None = None) -> None:
     """Raises DatasetNotFound, saying how to get the data, unless it is here or may be downloaded."""
-    if not download and locate(root) is None:
-        raise DatasetNotFound(HOW_TO_GET.format(where=", ".join(str(d) for d in candidate_dirs(root))))
+    if not download and locate(root, system_dir) is None:
+        where = ", ".join(str(d) for d in candidate_dirs(root, system_dir))
+        raise DatasetNotFound(HOW_TO_GET.format(where=where))
 
 
 def _read_idx(path: Path) -> np.ndarray:
@@ -78,17 +79,17 @@ def _download(root: Path) -> None:
         torchvision.datasets.FashionMNIST(str(root), train=train, download=True)
 
 
-def load(root: str | None = None, download: bool = False) -> DatasetSplits:
+def load(root: str | None = None, download: bool = False, system_dir: str | None = None) -> DatasetSplits:
     """Loads Fashion-MNIST as standardized float tensors (N x 1 x 28 x 28)."""
-    directory = locate(root)
+    directory = locate(root, system_dir)
     if directory is None and download and root:
         try:
             _download(Path(root).expanduser())
         except Exception as error:  # no network: say so, with the way out
             raise DatasetNotFound(HOW_TO_GET.format(where=root) + f" (download failed: {error})") from error
-        directory = locate(root)
+        directory = locate(root, system_dir)
     if directory is None:
-        raise DatasetNotFound(HOW_TO_GET.format(where=", ".join(str(d) for d in candidate_dirs(root))))
+        raise DatasetNotFound(HOW_TO_GET.format(where=", ".join(str(d) for d in candidate_dirs(root, system_dir))))
     arrays = {key: _read_idx(_file_in(directory, stem)) for key, stem in FILES.items()}
     train_x = torch.from_numpy(arrays["train_x"].astype(np.float32) / 255.0).unsqueeze(1)
     test_x = torch.from_numpy(arrays["test_x"].astype(np.float32) / 255.0).unsqueeze(1)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from experiments.exchange import ExchangeResult, exchange
+from experiments.exchange import INDEX_DTYPE, ExchangeResult, exchange
 from experiments.replica import Replica
 from experiments.world import World
 from sparsifiers.base import Feedback
@@ -72,7 +72,8 @@ def train_step(
         start = time.perf_counter()
         mine = local_leader.sparsifier.make_plan(local_leader.residual, step) if local_leader else None
         plan_ms = _elapsed_ms(world, start)
-        plan = world.comm.broadcast(mine, leader, torch.int64, world.device)
+        # Plans travel as int32 (like indices: every model here has < 2**31 elements).
+        plan = world.comm.broadcast(mine, leader, INDEX_DTYPE, world.device).long()
 
     # 3. select: timed per rank, so max and mean over ranks mean what they say.
     selections, select_ms = [], []

@@ -5,13 +5,15 @@ and exits with code 2.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from experiments.build import knobs, target_of
 from sparsifiers.base import ConfigError
+from sparsifiers.layout import Layout
 
 GROUPS = ("sparsifier", "model", "dataset", "optimizer")
 # Arguments the runner supplies at build time, not knobs a user sets.
@@ -31,6 +33,7 @@ def validate(cfg: DictConfig) -> None:
         _check_knobs(cfg, group)
     _check_density(cfg)
     _check_dataset_available(cfg)
+    _check_sparsifier_builds(cfg)
     _check_wandb(cfg)
 
 
@@ -138,6 +141,32 @@ def _check_dataset_available(cfg: DictConfig) -> None:
         check(**knobs(cfg.dataset))
     except DatasetNotFound as error:
         raise ConfigError(f"dataset={cfg.dataset.get('name', '?')}: {error}") from None
+
+
+@functools.lru_cache(maxsize=4)
+def _layout_for(model_yaml: str, dataset_yaml: str) -> Layout:
+    """The model's gradient layout, built once per (model, dataset) in this process."""
+    from experiments.build import build_dataset, build_model
+
+    node = OmegaConf.create({"model": OmegaConf.create(model_yaml), "dataset": OmegaConf.create(dataset_yaml)})
+    return Layout.from_module(build_model(node, build_dataset(node)))
+
+
+def _check_sparsifier_builds(cfg: DictConfig) -> None:
+    """Builds the first and last rank's sparsifier on the real model, so that knob values the
+    method itself checks (exchange kinds, rule names, k >= 1) fail here, not in every rank."""
+    from experiments.build import build_sparsifier
+
+    model_yaml = OmegaConf.to_yaml(cfg.model, resolve=True)
+    dataset_yaml = OmegaConf.to_yaml(cfg.dataset, resolve=True)
+    layout = _layout_for(model_yaml, dataset_yaml)
+    for rank in sorted({0, cfg.workers - 1}):
+        try:
+            build_sparsifier(cfg, layout, rank)
+        except ConfigError:
+            raise
+        except (TypeError, ValueError) as error:
+            raise ConfigError(f"sparsifier={cfg.sparsifier.get('name', '?')}: {error}") from None
 
 
 def _check_wandb(cfg: DictConfig) -> None:

@@ -27,8 +27,10 @@ from experiments.world import close_world, init_world  # noqa: E402
 TINY = ["dataset=synthetic", "dataset.num_train=512", "dataset.num_test=64", "model=mlp", "model.hidden=32", "batch_size=8"]
 
 
-def run_method(method: str, workers: int, steps: int, extra: list[str], world) -> dict:
-    cfg = compose_job([f"sparsifier={method}", f"workers={workers}", *TINY, *extra])
+def run_method(spec: str, workers: int, steps: int, extra: list[str], world) -> dict:
+    """`spec` is a sparsifier option, optionally with knobs: `topk:exchange=sparse_allgather`."""
+    method, *knobs = spec.split(":")
+    cfg = compose_job([f"sparsifier={method}", f"workers={workers}", *TINY, *extra, *(f"sparsifier.{k}" for k in knobs)])
     session = build_session(cfg, world)
     record = {"selections": [], "counts": [], "aggregated": [], "metrics": [], "exchange": []}
     epoch_batches = [iter(r.batches.epoch(0)) for r in session.replicas]
@@ -52,6 +54,10 @@ def run_method(method: str, workers: int, steps: int, extra: list[str], world) -
     return record
 
 
+def result_name(spec: str) -> str:
+    return spec.replace(":", "__").replace("=", "-")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
@@ -63,9 +69,9 @@ def main() -> None:
     torch.set_num_threads(1)
     world = init_world(args.workers, "cpu", "gloo", timeout_s=120)
     try:
-        for method in args.methods.split(","):
-            record = run_method(method, args.workers, args.steps, args.overrides, world)
-            torch.save(record, Path(args.out) / f"{method}.process{world.process_index}.pt")
+        for spec in args.methods.split(","):
+            record = run_method(spec, args.workers, args.steps, args.overrides, world)
+            torch.save(record, Path(args.out) / f"{result_name(spec)}.process{world.process_index}.pt")
     finally:
         close_world()
 

@@ -1,0 +1,58 @@
+"""Finding run directories below any set of paths (a run, a sweep, a whole outputs/ tree)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable
+
+# A directory is a run when it holds a status marker, or a config next to what a run writes.
+# config.yaml alone is not enough: Hydra's .hydra/ folder holds one too.
+MARKER = "status.json"
+CONFIG = "config.yaml"
+COMPANIONS = ("env.json", "metrics.jsonl")
+SKIPPED = ("wandb",)
+
+
+def holds_run(file_names: set[str]) -> bool:
+    """True when a directory holding these files is one run of the local results store."""
+    return MARKER in file_names or (CONFIG in file_names and any(name in file_names for name in COMPANIONS))
+
+
+def is_run_dir(path: Path) -> bool:
+    """True when `path` looks like one run's directory."""
+    return path.is_dir() and holds_run({entry.name for entry in os.scandir(path) if entry.is_file()})
+
+
+def find_run_dirs(paths: Iterable[str | os.PathLike]) -> list[Path]:
+    """Every run directory at or below `paths`, sorted, each once.
+
+    Hidden folders (.hydra, caches) and W&B folders are not searched, and nothing below a run
+    directory is, since runs do not nest.
+    """
+    found: set[Path] = set()
+    for root in paths:
+        root = Path(root)
+        if not root.exists():
+            raise FileNotFoundError(f"{root}: no such file or directory (expected a run or sweep directory)")
+        found.update(_walk(root.resolve()))
+    return sorted(found)
+
+
+def _walk(root: Path) -> list[Path]:
+    if is_run_dir(root):
+        return [root]
+    runs, pending = [], [root]
+    while pending:
+        directory = pending.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except (PermissionError, NotADirectoryError):
+            continue
+        if holds_run({entry.name for entry in entries if entry.is_file()}):
+            runs.append(Path(directory))
+            continue
+        pending.extend(
+            entry.path for entry in entries
+            if entry.is_dir() and not entry.name.startswith(".") and entry.name not in SKIPPED
+        )
+    return runs

@@ -1,0 +1,225 @@
+"""DEFT: Distributed Execution of Fragmented Top-k (ICPP 2023; ALGORITHMS.md, "DEFT").
+
+    1. Units (once): tensors in order; one with more than N / W elements is cut into W pieces.
+    2. k per unit (every step): from the unit norms, k_l ~ k * norm_l / sum(norm), at least 1.
+    3. Allocation (every step, leader t mod W): greedy largest-cost-first into W bins; units with
+       k_l = size are "common" (sent whole, no load). The leader broadcasts the plan.
+    4. Selection: rank r takes bin (t + r) mod W: exact top-k_l of |acc| in each of its units.
+    5. Exchange: union_allreduce; selections are disjoint, so build-up is 1.
+
+Common units are put in exactly one selection, the leader's (it decided they are common), so
+the ranks' selections stay disjoint and |U| = sum_r |S_r|.
+
+`norms`: `local` (the released code: each rank's k_l from its own acc; the leader's k_l decides
+the bins and the common units) or `global` (norms averaged over ranks first, so every rank uses
+the same k_l). Averaging needs one small allreduce before the plan, which the protocol does not
+offer yet: `averaged_inputs`/`receive_average` below are the proposed hooks, and a world that
+does not call them makes a `global` run fail at its first step rather than silently run `local`.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from sparsifiers.base import ConfigError, ExchangeKind, SelectionScope, Sparsifier
+from sparsifiers.deft_allocation import (
+    allocate,
+    bin_loads,
+    common_units,
+    decode_plan,
+    encode_plan,
+    make_units,
+    unit_cost,
+    unit_k,
+)
+from sparsifiers.layout import Layout
+
+NORM_MODES = ("local", "global")
+
+
+class DEFT(Sparsifier):
+    """Fragmented top-k: the units of the model are packed into W bins, one bin per rank."""
+
+    name = "deft"
+    scope = SelectionScope.SPLIT
+    exchanges = (ExchangeKind.UNION_ALLREDUCE,)
+
+    def __init__(
+        self,
+        layout: Layout,
+        world_size: int,
+        rank: int,
+        density: float,
+        norms: str = "local",
+        log_units_every: int = 100,
+        **knobs,
+    ) -> None:
+        super().__init__(layout, world_size, rank, density=density, **knobs)
+        if norms not in NORM_MODES:
+            raise ConfigError(f"sparsifier.norms must be local or global, got {norms}")
+        if not isinstance(log_units_every, int) or log_units_every < 0:
+            raise ConfigError(
+                f"sparsifier.log_units_every must be an integer >= 0 (0: never), got {log_units_every}"
+            )
+        self.norms = norms
+        self.log_units_every = log_units_every
+        # 1. units, once.
+        self.units = make_units(layout, world_size)
+        self.sizes = [end - start for start, end in self.units]
+        # This step's view, kept for metrics() and exact resume.
+        self._step = -1
+        self._k: list[int] = []
+        self._norms: list[float] = []
+        self._bins: list[list[int]] = []
+        self._common: list[int] = []
+        self._scanned = 0
+        self._mean_norms: list[float] | None = None  # norms=global: the world's average
+        self._mean_step = -1
+        self._k_key: tuple[int, int, int] | None = None  # which acc self._k was computed from
+        # Preallocated: the hot path allocates no full-size tensor per step.
+        self._magnitude = torch.empty(0)
+        self._values = torch.empty(0)
+        self._indices = torch.empty(0, dtype=torch.int64)
+
+    # -- proposed protocol hooks (norms=global) -----------------------------------------------
+    def averaged_inputs(self, acc: torch.Tensor, step: int) -> torch.Tensor | None:
+        """This rank's unit norms, for the world to average over ranks before the plan."""
+        return self._local_norms(acc) if self.norms == "global" else None
+
+    def receive_average(self, mean: torch.Tensor, step: int) -> None:
+        """The average over ranks of `averaged_inputs`, identical on every rank."""
+        self._mean_norms = mean.tolist()
+        self._mean_step = step
+
+    # -- 2. k per unit ------------------------------------------------------------------------
+    def _local_norms(self, acc: torch.Tensor) -> torch.Tensor:
+        return torch.stack([torch.linalg.vector_norm(acc[start:end]) for start, end in self.units])
+
+    def _unit_k(self, acc: torch.Tensor, step: int) -> list[int]:
+        # The leader computes k_l in make_plan and again in select on the same acc: reuse it.
+        # acc._version changes with every in-place write, so a modified acc is never reused.
+        key = (step, acc.data_ptr(), acc._version)
+        if key == self._k_key:
+            return self._k
+        if self.norms == "global":
+            if self._mean_step != step:
+                raise RuntimeError(
+                    "sparsifier.norms=global needs the world to average unit norms before the plan "
+                    "(hooks averaged_inputs/receive_average, not in this protocol yet); "
+                    "use sparsifier.norms=local"
+                )
+            norms = self._mean_norms
+        else:
+            norms = self._local_norms(acc).tolist()  # one host sync: step 2 is sequential
+        self._norms = norms
+        self._k = unit_k(norms, self.sizes, self.k)
+        self._k_key = key
+        return self._k
+
+    # -- 3. allocation, on the leader ---------------------------------------------------------
+    def plan_leader(self, step: int) -> int:
+        return step % self.world_size
+
+    def make_plan(self, acc: torch.Tensor, step: int) -> torch.Tensor:
+        ks = self._unit_k(acc, step)
+        common = common_units(ks, self.sizes)
+        costs = [unit_cost(size, k) for size, k in zip(self.sizes, ks)]
+        return encode_plan(allocate(costs, common, self.world_size), common)
+
+    # -- 4. selection -------------------------------------------------------------------------
+    def select(self, acc: torch.Tensor, step: int, plan: torch.Tensor | None = None) -> torch.Tensor:
+        if plan is None:
+            raise ValueError("deft selects from the leader's plan: the world must serve make_plan")
+        ks = self._unit_k(acc, step)
+        self._bins, self._common = decode_plan(plan.tolist(), self.world_size)
+        self._step = step
+        mine = self._bins[(step + self.rank) % self.world_size]
+        # Common units travel in the leader's selection only, so selections stay disjoint.
+        whole = self._common if self.rank == self.plan_leader(step) else []
+        count = sum(ks[unit] for unit in mine) + sum(self.sizes[unit] for unit in whole)
+        self._ensure_buffers(acc, count)
+        position = 0
+        for unit in mine:
+            start, end = self.units[unit]
+            k_unit, out = ks[unit], slice(position, position + ks[unit])
+            torch.abs(acc[start:end], out=self._magnitude[start:end])
+            torch.topk(self._magnitude[start:end], k_unit, sorted=False, out=(self._values[out], self._indices[out]))
+            self._indices[out].add_(start)
+            position += k_unit
+        for unit in whole:
+            start, end = self.units[unit]
+            torch.arange(start, end, out=self._indices[position : position + end - start])
+            position += end - start
+        self._scanned = sum(self.sizes[unit] for unit in mine)
+        return self._indices[:count]
+
+    def _ensure_buffers(self, acc: torch.Tensor, count: int) -> None:
+        if self._magnitude.shape != acc.shape or self._magnitude.device != acc.device:
+            self._magnitude = torch.empty_like(acc)
+            self._values = torch.empty(0, dtype=acc.dtype, device=acc.device)
+            self._indices = torch.empty(0, dtype=torch.int64, device=acc.device)
+        if self._indices.numel() < count:
+            # Grows rarely (count is about k + the common units); never shrinks.
+            capacity = max(count, 2 * self._indices.numel())
+            self._values = torch.empty(capacity, dtype=acc.dtype, device=acc.device)
+            self._indices = torch.empty(capacity, dtype=torch.int64, device=acc.device)
+
+    # -- method state -------------------------------------------------------------------------
+    def metrics(self) -> dict[str, float | list[float]]:
+        """This rank's view of the last step. Bin loads are this rank's costs of the plan's bins:
+        the leader's exactly with norms=global; with norms=local each rank's k_l differs a little.
+        The ratio compares the largest load with max(largest unit cost, total cost / W)."""
+        if self._step < 0:
+            return {}
+        costs = [unit_cost(size, k) for size, k in zip(self.sizes, self._k)]
+        loads = bin_loads(self._bins, costs)
+        binned = [costs[unit] for units in self._bins for unit in units]
+        lower_bound = max(max(binned), sum(binned) / self.world_size) if binned else 0.0
+        metrics: dict[str, float | list[float]] = {
+            "deft/max_bin_load_ratio": max(loads) / lower_bound if lower_bound else 1.0,
+            "deft/k_sum": float(sum(self._k)),
+            "deft/common_units": float(len(self._common)),
+            "selection/scanned": float(self._scanned),
+        }
+        if self.log_units_every and self._step % self.log_units_every == 0:
+            metrics["deft/unit_k"] = [float(k) for k in self._k]
+            metrics["deft/unit_norms"] = list(self._norms)
+            metrics["deft/bin_loads"] = loads
+        return metrics
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "norms": self.norms,
+            "units": len(self.units),
+            "common_units_sent_by": "leader",
+            "log_units_every": self.log_units_every,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "units": [list(unit) for unit in self.units],
+            "step": self._step,
+            "k": list(self._k),
+            "norms": list(self._norms),
+            "bins": [list(units) for units in self._bins],
+            "common": list(self._common),
+            "scanned": self._scanned,
+            "mean_norms": None if self._mean_norms is None else list(self._mean_norms),
+            "mean_step": self._mean_step,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        units = [tuple(unit) for unit in state["units"]]
+        if units != self.units:
+            raise ValueError("deft state was saved for other units (a different model or world size)")
+        self._step = int(state["step"])
+        self._k = list(state["k"])
+        self._norms = list(state["norms"])
+        self._bins = [list(units) for units in state["bins"]]
+        self._common = list(state["common"])
+        self._scanned = int(state["scanned"])
+        self._mean_norms = None if state["mean_norms"] is None else list(state["mean_norms"])
+        self._mean_step = int(state["mean_step"])
+        self._k_key = None

@@ -1,0 +1,115 @@
+"""Threshold machinery shared by the threshold sparsifiers.
+
+Two pieces, so that no method file copies them:
+- MiCRO's threshold rule (MiCRO step 3, reused unchanged by ExDyna step 4): lambda starts at
+  1 / (2 sqrt(k)) and is multiplied every step by a factor chosen from rho = |U| / k, where |U| is
+  the previous step's aggregated count. Two variants (ALGORITHMS.md, MiCRO step 3):
+    official   the released code: 1.005 if rho > 1.1; 1.00125 if rho > 0.909; else 0.995.
+               Its middle band tests rho > 0 (always true) where 0.9987 was evidently meant,
+               so any rho in (0.909, 1.1] raises lambda and rho settles near 0.909.
+    symmetric  the evident intent: 1.005 if rho > 1.1; 1.00125 if rho > 1;
+               0.9987 if rho > 0.909; else 0.995.
+  Thresholds are Python floats (float64) computed only from integers every rank knows, so they
+  are bit-identical on every rank.
+- `ThresholdScan`: the selection |x| >= lambda over a slice of the flat buffer, with buffers
+  reused across steps (the hot path allocates nothing of the slice's size).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from sparsifiers.base import ConfigError
+
+THRESHOLD_RULES = ("official", "symmetric")
+
+
+def check_threshold_rule(rule: str) -> str:
+    """Returns `rule` if it is a known variant, else raises ConfigError naming the key."""
+    if rule not in THRESHOLD_RULES:
+        raise ConfigError(f"sparsifier.threshold_rule must be official or symmetric, got {rule}")
+    return rule
+
+
+def initial_threshold(k: int) -> float:
+    """lambda at t = 0: 1 / (2 sqrt(k)), the MiCRO, ExDyna, Sahu et al. and SAGE starting point."""
+    return 1.0 / (2.0 * math.sqrt(k))
+
+
+def scale_factor(rho: float, rule: str) -> float:
+    """The multiplier for lambda given rho = previous aggregated count / k."""
+    if rho > 1.1:
+        return 1.005
+    if rule == "official":
+        # The released code's middle band: its inner test is rho > 0, always true here.
+        return 1.00125 if rho > 0.909 else 0.995
+    if rho > 1.0:
+        return 1.00125
+    return 0.9987 if rho > 0.909 else 0.995
+
+
+def next_threshold(threshold: float, aggregated: int, k: int, rule: str) -> float:
+    """lambda for the next step from this step's aggregated count |U| (identical on all ranks)."""
+    return threshold * scale_factor(aggregated / k, rule)
+
+
+def exact_cutoff(threshold: float, dtype: torch.dtype) -> float:
+    """The smallest value of `dtype` that is >= `threshold`.
+
+    Comparing a float32 tensor with a Python float rounds the float to float32 (to nearest), which
+    would select some |x| slightly below lambda. Rounding up instead makes `|x| >= cutoff` in the
+    tensor's dtype mean exactly `|x| >= lambda` in real numbers, whatever the dtype."""
+    if dtype == torch.float64 or math.isinf(threshold) or math.isnan(threshold):
+        return threshold
+    rounded = torch.tensor(threshold, dtype=torch.float64).to(dtype)
+    if float(rounded) < threshold:
+        rounded = torch.nextafter(rounded, torch.tensor(math.inf, dtype=dtype))
+    return float(rounded)
+
+
+class ThresholdScan:
+    """|x| >= lambda over a contiguous slice, in one O(slice) pass, with reused buffers.
+
+    The magnitude and mask buffers grow to the largest slice seen (callers reserve the largest
+    slice they will scan up front), so a step allocates only its selection's indices."""
+
+    def __init__(self) -> None:
+        self._magnitude = torch.empty(0)
+        self._mask = torch.empty(0, dtype=torch.bool)
+        self._size = 0  # length of the slice held in the buffers
+
+    def reserve(self, size: int, like: torch.Tensor) -> None:
+        """Makes room for slices of `size` elements of `like`'s dtype and device."""
+        fits = self._magnitude.dtype == like.dtype and self._magnitude.device == like.device
+        if fits and self._magnitude.numel() >= size:
+            return
+        self._magnitude = torch.empty(size, dtype=like.dtype, device=like.device)
+        self._mask = torch.empty(size, dtype=torch.bool, device=like.device)
+
+    def load(self, values: torch.Tensor) -> None:
+        """Computes |values| once; `count` and `indices` then compare it with any threshold."""
+        self.reserve(values.numel(), values)
+        self._size = values.numel()
+        torch.abs(values, out=self._magnitude[: self._size])
+
+    def mark(self, threshold: float) -> None:
+        """Fills the mask with |x| >= threshold over the loaded slice (one comparison pass)."""
+        cutoff = exact_cutoff(threshold, self._magnitude.dtype)
+        torch.ge(self._magnitude[: self._size], cutoff, out=self._mask[: self._size])
+
+    def count(self, threshold: float) -> int:
+        """How many loaded |x| are >= threshold; the mask is left for `indices`."""
+        self.mark(threshold)
+        return int(torch.count_nonzero(self._mask[: self._size]))
+
+    def indices(self, offset: int) -> torch.Tensor:
+        """Global int64 indices of the marked positions: position in the slice + `offset`,
+        increasing. The only allocation of a scan, sized by the selection."""
+        return torch.nonzero(self._mask[: self._size]).view(-1).add_(offset)
+
+    def select(self, values: torch.Tensor, threshold: float, offset: int) -> torch.Tensor:
+        """Global indices offset + i of every |values[i]| >= threshold, increasing."""
+        self.load(values)
+        self.mark(threshold)
+        return self.indices(offset)

@@ -1,0 +1,36 @@
+"""Shared test set-up: W&B never reaches the network, caches stay out of $HOME, and helpers to
+run the real command line."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+# Small tasks that need no download, for runs the tests launch.
+TINY_RUN = ["dataset=digits", "logger=local", "logger.log_every=1", "logger.progress=false", "warmup_steps=0"]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _quiet_environment(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("cache")
+    os.environ.setdefault("WANDB_MODE", "disabled")  # online W&B without network hangs for 90 s
+    os.environ["MPLCONFIGDIR"] = str(cache / "matplotlib")
+    os.environ["WANDB_DIR"] = str(cache / "wandb")
+    os.environ["WANDB_CACHE_DIR"] = str(cache / "wandb")
+    os.environ["WANDB_CONFIG_DIR"] = str(cache / "wandb")
+    torch.set_num_threads(1)
+    yield
+
+
+def run_cli(args: list[str], env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    """`python run.py ARGS` as a user types it; returns the finished process."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, str(REPO / "run.py"), *args],
+        cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout,
+    )
