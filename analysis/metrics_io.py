@@ -1,4 +1,4 @@
-"""metrics.jsonl -> one Arrow table per run, fast, with a Parquet cache beside the file.
+"""metrics.jsonl -> one Arrow table per run, fast, with a columnar cache beside the file.
 
 Parsing is Arrow's C++ JSON reader (about 10x faster than json.loads per line); files it cannot
 read (a value changing type between rows, a corrupt line in the middle) go through a line-by-line
@@ -7,6 +7,9 @@ is never parsed: it is reported as `cut`, matching experiments.store.read_metric
 
 The cache is keyed by the file's size and modification time, so a run still being written is
 re-read whenever it grows; a cache that cannot be written (read-only store) is silently skipped.
+It is an Arrow IPC (Feather v2) file, not Parquet: for tables this small (1,000 rows) reading
+Parquet costs 2-7 ms per file in fixed overhead against 0.3-0.6 ms for IPC, and a study has
+thousands of files (analysis/bench_load.py measures it).
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 import pyarrow.json as pa_json
-import pyarrow.parquet as pq
+import pyarrow.feather as feather
 
 CACHE_DIR = ".analysis_cache"
 CACHE_VERSION = 1  # bump when the parsed table's shape changes, so old caches are ignored
@@ -42,7 +45,7 @@ def cache_path(path: Path) -> Path | None:
         stat = path.stat()
     except FileNotFoundError:
         return None
-    return path.parent / CACHE_DIR / f"metrics-v{CACHE_VERSION}-{stat.st_size}-{stat.st_mtime_ns}.parquet"
+    return path.parent / CACHE_DIR / f"metrics-v{CACHE_VERSION}-{stat.st_size}-{stat.st_mtime_ns}.arrow"
 
 
 def read_metrics_file(path: Path, cache: bool = True) -> MetricsFile | None:
@@ -52,7 +55,7 @@ def read_metrics_file(path: Path, cache: bool = True) -> MetricsFile | None:
         return None
     if cache and cached.is_file():
         try:
-            table = pq.read_table(cached)
+            table = feather.read_table(cached, use_threads=False)
             meta = table.schema.metadata or {}
             return MetricsFile(table, meta.get(_META_CUT) == b"1", int(meta.get(_META_BAD, b"0")))
         except (OSError, pa.ArrowException, ValueError):
@@ -109,15 +112,15 @@ def _missing(value: object) -> bool:
 
 
 def _write_cache(target: Path, parsed: MetricsFile) -> None:
-    """Writes the Parquet copy atomically and removes copies of older states of the file."""
+    """Writes the cached copy atomically and removes copies of older states of the file."""
     meta = {_META_CUT: b"1" if parsed.cut else b"0", _META_BAD: str(parsed.bad_lines).encode()}
     table = parsed.table.replace_schema_metadata(meta)
     try:
         target.parent.mkdir(exist_ok=True)
         temp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-        pq.write_table(table, temp, compression="zstd")
+        feather.write_feather(table, temp, compression="lz4")
         os.replace(temp, target)
-        for stale in target.parent.glob("metrics-*.parquet"):
+        for stale in target.parent.glob("metrics-*.arrow"):
             if stale != target:
                 stale.unlink(missing_ok=True)
     except OSError:

@@ -63,7 +63,7 @@ def allocate(costs: list[float], excluded: list[int], bins: int) -> list[list[in
     bin, and among equal costs the lower unit goes first). `excluded` units (common) get no bin.
     Within 4/3 - 1/(3 * bins) of the optimal largest load (Graham's LPT bound)."""
     skip = set(excluded)
-    order = sorted((unit for unit in range(len(costs)) if unit not in skip), key=lambda unit: (-costs[unit], unit))
+    order = sorted((unit for unit in range(len(costs)) if unit not in skip), key=lambda unit: (costs[unit], unit))
     loads = [(0.0, b) for b in range(bins)]  # a heap of (load, bin): pops the least, lowest bin first
     assignment: list[list[int]] = [[] for _ in range(bins)]
     for unit in order:

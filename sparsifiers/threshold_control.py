@@ -71,24 +71,31 @@ def exact_cutoff(threshold: float, dtype: torch.dtype) -> float:
 class ThresholdScan:
     """|x| >= lambda over a contiguous slice, in one O(slice) pass, with reused buffers.
 
-    The magnitude and mask buffers grow to the largest slice seen (callers reserve the largest
-    slice they will scan up front), so a step allocates only its selection's indices."""
+    The magnitude and mask buffers are allocated once for the largest slice a caller reserves;
+    a slice that outgrows them (ExDyna's moving partitions) grows them by half at least, so a run
+    reallocates a handful of times at most. A step allocates only its selection's indices."""
 
     def __init__(self) -> None:
         self._magnitude = torch.empty(0)
         self._mask = torch.empty(0, dtype=torch.bool)
         self._size = 0  # length of the slice held in the buffers
 
+    @property
+    def capacity(self) -> int:
+        return self._magnitude.numel()
+
     def reserve(self, size: int, like: torch.Tensor) -> None:
         """Makes room for slices of `size` elements of `like`'s dtype and device."""
         fits = self._magnitude.dtype == like.dtype and self._magnitude.device == like.device
-        if fits and self._magnitude.numel() >= size:
+        if fits and self.capacity >= size:
             return
+        if fits and self.capacity > 0:
+            size = max(size, self.capacity * 3 // 2)
         self._magnitude = torch.empty(size, dtype=like.dtype, device=like.device)
         self._mask = torch.empty(size, dtype=torch.bool, device=like.device)
 
     def load(self, values: torch.Tensor) -> None:
-        """Computes |values| once; `count` and `indices` then compare it with any threshold."""
+        """Computes |values| once; `count`, `mark` and `indices` then compare it with thresholds."""
         self.reserve(values.numel(), values)
         self._size = values.numel()
         torch.abs(values, out=self._magnitude[: self._size])

@@ -1,0 +1,201 @@
+"""ExDyna: MiCRO's threshold over partitions that follow the gradient (arXiv 2402.13781).
+
+MiCRO's static partitions give a rank with a dense region of large gradients many more indices
+than the others, and the index allgather pads every rank to the largest count. ExDyna cuts the
+vector into blocks and moves partition boundaries block by block toward equal counts.
+
+    1. Blocks (once): B blocks of floor(N / B) elements rounded down to a multiple of 32
+       (`block_align`); the remainder goes to the last partition. Partition p owns a contiguous
+       run of blocks, initially as even as possible (the first B mod W one block larger). The
+       minimum partition is B / (4 W) blocks.
+    2. Dynamic allocation (after every step, identical on all ranks): the step's per-rank counts
+       are mapped to the partitions they scanned; mean = floor(|U| / W). Sweeping the boundaries
+       left to right: if partition i is above 1.05 x mean and i+1 below mean / 1.05, one block
+       moves from i to i+1; in the mirror case from i+1 to i; never below the minimum. After a
+       move, the estimated counts shift by floor(block size x |U| / N) (the previous density)
+       before the next boundary is tested.
+    3. Assignment and selection: rank r takes partition (t + r) mod W and selects |acc| >= lambda
+       there; if none, the single index partition start + (t mod partition size).
+    4. Threshold: MiCRO's rule (threshold_control.py; `threshold_rule` official or symmetric).
+    5. Exchange: union_allreduce. Load imbalance W * max count / sum of counts - 1 (the padding
+       the index allgather pays) is logged by the shared metrics as selection/load_imbalance.
+
+Small models: when floor(N / B) < block_align the alignment is dropped (block size floor(N / B))
+rather than leaving every block empty, as the released code would (its block size becomes 0 and
+the last partition holds everything). B must satisfy W <= B <= N.
+"""
+from __future__ import annotations
+
+import math
+from itertools import accumulate
+from typing import Any
+
+import torch
+
+from sparsifiers.base import ConfigError, ExchangeKind, Feedback, SelectionScope, Sparsifier
+from sparsifiers.layout import Layout, even_splits
+from sparsifiers.threshold_control import ThresholdScan, check_threshold_rule, initial_threshold, next_threshold
+
+SURPLUS = 1.05  # a partition above SURPLUS x mean gives a block to a neighbour below mean / SURPLUS
+
+
+class ExDyna(Sparsifier):
+    """ExDyna with error feedback: block-granular dynamic partitions, MiCRO's global threshold."""
+
+    name = "exdyna"
+    scope = SelectionScope.SPLIT
+    exchanges = (ExchangeKind.UNION_ALLREDUCE,)
+
+    def __init__(
+        self,
+        layout: Layout,
+        world_size: int,
+        rank: int,
+        density: float,
+        blocks: int = 1024,
+        block_align: int = 32,
+        threshold_rule: str = "official",
+        **knobs,
+    ) -> None:
+        super().__init__(layout, world_size, rank, density=density, **knobs)
+        self.check_knobs(world_size, blocks=blocks, block_align=block_align, threshold_rule=threshold_rule)
+        if blocks > self.numel:
+            raise ConfigError(
+                f"sparsifier.blocks (B) must be <= N = {self.numel} gradient elements, got {blocks}: "
+                f"lower sparsifier.blocks"
+            )
+        self.threshold_rule = threshold_rule
+        self.blocks = blocks
+        # 1. Blocks (once).
+        per_block = self.numel // blocks
+        self.block_align = block_align if per_block >= block_align else 1
+        self.block_size = per_block - per_block % self.block_align
+        self.remainder = self.numel - self.block_size * blocks
+        self.partition_blocks = [end - start for start, end in even_splits(blocks, world_size)]
+        # 4. Threshold at t = 0.
+        self.threshold = initial_threshold(self.k)  # what the next select uses
+        self._moved = 0  # blocks that crossed a boundary in the last allocation
+        # What the last select used, for metrics: threshold, block boundaries, elements, moves.
+        self._used = {"threshold": math.nan, "boundaries": self.boundaries(), "scanned": 0, "moved": 0}
+        self._scan = ThresholdScan()
+
+    @classmethod
+    def check_knobs(
+        cls, world_size: int, blocks: int = 1024, block_align: int = 32, threshold_rule: str = "official", **_: Any
+    ) -> None:
+        """Value checks that need no model, so they can also run before launch."""
+        check_threshold_rule(threshold_rule)
+        if not isinstance(blocks, int) or blocks < world_size:
+            raise ConfigError(
+                f"sparsifier.blocks (B) must be >= workers (W = {world_size}), got {blocks}: raise sparsifier.blocks"
+            )
+        if not isinstance(block_align, int) or block_align < 1:
+            raise ConfigError(f"sparsifier.block_align must be an integer >= 1, got {block_align}: e.g. 32")
+
+    # -- partitions ----------------------------------------------------------------------------
+    def boundaries(self) -> list[int]:
+        """Block boundaries of the partitions: W + 1 values from 0 to B."""
+        return [0, *accumulate(self.partition_blocks)]
+
+    def element_range(self, partition: int) -> tuple[int, int]:
+        """(start, end) elements of a partition; the last one also holds the remainder."""
+        first = sum(self.partition_blocks[:partition])
+        start = first * self.block_size
+        end = (first + self.partition_blocks[partition]) * self.block_size
+        return start, end + (self.remainder if partition == self.world_size - 1 else 0)
+
+    def minimum_allows_shrinking(self, partition: int) -> bool:
+        """True if the partition keeps at least B / (4 W) blocks after giving one away."""
+        return 4 * self.world_size * (self.partition_blocks[partition] - 1) >= self.blocks
+
+    # -- selection -----------------------------------------------------------------------------
+    def select(self, acc: torch.Tensor, step: int, plan: torch.Tensor | None = None) -> torch.Tensor:
+        # 3. Assignment: a permutation of the partitions at every step.
+        start, end = self.element_range((step + self.rank) % self.world_size)
+        # One comparison pass over the partition; the scan's buffers grow with the largest one.
+        selected = self._scan.select(acc[start:end], self.threshold, start)
+        if selected.numel() == 0:
+            # As the released code does: one rotating index, so no rank ever sends an empty row.
+            selected = torch.tensor([start + step % (end - start)], dtype=torch.int64, device=acc.device)
+        self._used = {"threshold": self.threshold, "boundaries": self.boundaries(), "scanned": end - start, "moved": self._moved}
+        return selected
+
+    # -- after the exchange --------------------------------------------------------------------
+    def observe(self, feedback: Feedback) -> None:
+        # 4. Threshold for the next step (MiCRO's rule on |U|).
+        self.threshold = next_threshold(self.threshold, feedback.aggregated, self.k, self.threshold_rule)
+        # 2. Partitions for the next step.
+        self._moved = self._reallocate(feedback.counts.tolist(), feedback.aggregated, feedback.step)
+
+    def _reallocate(self, counts: list[int], aggregated: int, step: int) -> int:
+        """2. Dynamic allocation from one step's counts; returns how many blocks moved."""
+        workers = self.world_size
+        estimated = [0] * workers
+        for rank, count in enumerate(counts):
+            estimated[(step + rank) % workers] = int(count)  # the partition rank r scanned
+        mean = aggregated // workers
+        shift = self.block_size * aggregated // self.numel  # block size x previous density, floored
+        moved = 0
+        for i in range(workers - 1):
+            if estimated[i] > SURPLUS * mean and estimated[i + 1] < mean / SURPLUS:
+                giver, taker = i, i + 1
+            elif estimated[i] < mean / SURPLUS and estimated[i + 1] > SURPLUS * mean:
+                giver, taker = i + 1, i
+            else:
+                continue
+            if not self.minimum_allows_shrinking(giver):
+                continue
+            self.partition_blocks[giver] -= 1
+            self.partition_blocks[taker] += 1
+            estimated[giver] -= shift
+            estimated[taker] += shift
+            moved += 1
+        return moved
+
+    # -- reporting and resume ------------------------------------------------------------------
+    def metrics(self) -> dict[str, float | list[float]]:
+        return {
+            "sparsifier/threshold": self._used["threshold"],
+            "sparsifier/partition_boundaries": list(self._used["boundaries"]),
+            "sparsifier/blocks_moved": float(self._used["moved"]),
+            "sparsifier/block_size": float(self.block_size),
+            "selection/scanned": float(self._used["scanned"]),
+        }
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "threshold_rule": self.threshold_rule,
+            "initial_threshold": initial_threshold(self.k),
+            "blocks": self.blocks,
+            "block_size": self.block_size,
+            "block_align": self.block_align,
+            "remainder": self.remainder,
+            "min_partition_blocks": self.blocks / (4 * self.world_size),
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "threshold": self.threshold,
+            "partition_blocks": list(self.partition_blocks),
+            "moved": self._moved,
+            "used": {**self._used, "boundaries": list(self._used["boundaries"])},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if set(state) != {"threshold", "partition_blocks", "moved", "used"}:
+            raise ValueError(f"exdyna state needs threshold, partition_blocks, moved, used; got {sorted(state)}")
+        blocks = [int(b) for b in state["partition_blocks"]]
+        if len(blocks) != self.world_size or sum(blocks) != self.blocks:
+            raise ValueError(f"exdyna state holds {len(blocks)} partitions of {sum(blocks)} blocks, "
+                             f"expected {self.world_size} of {self.blocks}")
+        self.threshold = float(state["threshold"])
+        self.partition_blocks = blocks
+        self._moved = int(state["moved"])
+        used = state["used"]
+        self._used = {
+            "threshold": float(used["threshold"]),
+            "boundaries": [int(b) for b in used["boundaries"]],
+            "scanned": int(used["scanned"]),
+            "moved": int(used["moved"]),
+        }

@@ -1,0 +1,99 @@
+"""MiCRO: Minimizing Compression Ratio Error on-the-fly (arXiv 2310.00967).
+
+The ranks split the vector, so their selections are disjoint (no build-up), and each rank scans
+only its N / W share with one comparison pass. One global threshold, steered by the previous
+step's aggregated count, keeps the actual density near d.
+
+    1. Partitions (once): N split into W contiguous parts, sizes differing by at most one.
+    2. Assignment (every step): rank r takes partition (t + r) mod W.
+    3. Threshold: lambda = 1 / (2 sqrt(k)) at t = 0; after every step lambda is scaled by MiCRO's
+       rule on rho = |U| / k (threshold_control.py; `threshold_rule` official or symmetric).
+    4. Selection: |acc| >= lambda inside the rank's partition; if none, the single index
+       partition start + (t mod partition size).
+    5. Exchange: union_allreduce (disjoint, no dedup). |U| comes back through `observe` and feeds
+       step 3 identically on every rank, so lambda is bit-identical everywhere.
+
+W = 1: the one partition is the whole vector. The released code records the aggregated count only
+when W > 1, so with one worker its rho stays at 1 / k and lambda only shrinks. Here |U| comes from
+the exchange for every W, so one worker runs plain threshold selection under MiCRO's density
+control, and its density tracks d as it does for W > 1.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from sparsifiers.base import ConfigError, ExchangeKind, Feedback, SelectionScope, Sparsifier
+from sparsifiers.layout import Layout, even_splits
+from sparsifiers.threshold_control import ThresholdScan, check_threshold_rule, initial_threshold, next_threshold
+
+
+class Micro(Sparsifier):
+    """MiCRO with error feedback: rotating static partitions, one adaptive global threshold."""
+
+    name = "micro"
+    scope = SelectionScope.SPLIT
+    exchanges = (ExchangeKind.UNION_ALLREDUCE,)
+
+    def __init__(
+        self, layout: Layout, world_size: int, rank: int, density: float, threshold_rule: str = "official", **knobs
+    ) -> None:
+        super().__init__(layout, world_size, rank, density=density, **knobs)
+        self.check_knobs(world_size, threshold_rule=threshold_rule)
+        if self.numel < world_size:
+            raise ConfigError(
+                f"micro needs a gradient element per worker: N = {self.numel} < workers = {world_size}; lower workers"
+            )
+        self.threshold_rule = threshold_rule
+        # 1. Partitions (once).
+        self.partitions = even_splits(self.numel, world_size)
+        # 3. Threshold at t = 0.
+        self.threshold = initial_threshold(self.k)  # what the next select uses
+        self._used_threshold = math.nan  # what the last select used (metrics)
+        self._scanned = 0
+        self._scan = ThresholdScan()
+
+    @classmethod
+    def check_knobs(cls, world_size: int, threshold_rule: str = "official", **_: Any) -> None:
+        """Value checks that need no model, so they can also run before launch."""
+        check_threshold_rule(threshold_rule)
+
+    def partition_of(self, step: int) -> tuple[int, int]:
+        """2. Assignment: the (start, end) this rank scans at `step`; a permutation over ranks."""
+        return self.partitions[(step + self.rank) % self.world_size]
+
+    def select(self, acc: torch.Tensor, step: int, plan: torch.Tensor | None = None) -> torch.Tensor:
+        start, end = self.partition_of(step)
+        # The first partition is the largest: reserving it once keeps later steps allocation-free.
+        first_start, first_end = self.partitions[0]
+        self._scan.reserve(first_end - first_start, acc)
+        # 4. Selection: one comparison pass over this rank's N / W elements.
+        selected = self._scan.select(acc[start:end], self.threshold, start)
+        if selected.numel() == 0:
+            # As the released code does: one rotating index, so no rank ever sends an empty row.
+            selected = torch.tensor([start + step % (end - start)], dtype=torch.int64, device=acc.device)
+        self._used_threshold = self.threshold
+        self._scanned = end - start
+        return selected
+
+    def observe(self, feedback: Feedback) -> None:
+        # 3. Threshold for the next step from this step's |U|, which every rank knows.
+        self.threshold = next_threshold(self.threshold, feedback.aggregated, self.k, self.threshold_rule)
+
+    def metrics(self) -> dict[str, float | list[float]]:
+        return {"sparsifier/threshold": self._used_threshold, "selection/scanned": float(self._scanned)}
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "threshold_rule": self.threshold_rule, "initial_threshold": initial_threshold(self.k)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"threshold": self.threshold, "used_threshold": self._used_threshold, "scanned": self._scanned}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if set(state) != {"threshold", "used_threshold", "scanned"}:
+            raise ValueError(f"micro state needs threshold, used_threshold, scanned; got {sorted(state)}")
+        self.threshold = float(state["threshold"])
+        self._used_threshold = float(state["used_threshold"])
+        self._scanned = int(state["scanned"])

@@ -1,0 +1,115 @@
+"""SAGE: threshold selection with an on-the-fly scaled threshold (Sahu et al.'s earlier scaler).
+
+Every rank selects over the whole vector with its own lambda, rescaled each step from a small
+random sample of its own accumulator:
+
+    1. Sample size (once): s = int(N / (1 + N e^2)) (Slovin's formula, e = `sample_error` = 0.05).
+    2. t = 0: the sample's mean |acc| is recorded; lambda = 1 / (2 sqrt(k)).
+    3. t >= 1: alpha = sample mean now / sample mean before;
+       d_exam = fraction of |acc| >= lambda * alpha; beta = 2 / (1 + exp(d - d_exam));
+       gamma = 0.95 if d_exam / d < 0.1, 1.05 if d_exam / d > 10, else 1;
+       lambda <- lambda * alpha * beta * gamma.
+    4. Selection: every index with |acc| >= lambda, over the whole vector.
+    5. Exchange: union_allreduce (ranks overlap: build-up occurs).
+
+Steps 2 and 3 read the rank's own accumulator, so unlike MiCRO's, SAGE's lambda is per rank by
+definition and is updated in `select`, not from the exchange's feedback. The sample is drawn from
+this rank's own generator (seeded from the run seed and the rank), never from the training RNG;
+sample means are exact sums (math.fsum), so runs repeat bit for bit. When either sample mean is 0
+the ratio alpha is undefined and is taken as 1.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from sparsifiers.base import ConfigError, ExchangeKind, SelectionScope, Sparsifier
+from sparsifiers.layout import Layout
+from sparsifiers.threshold_control import ThresholdScan, initial_threshold
+
+SAMPLE_STREAM = 0x5A6E  # separates SAGE's sampling stream from every other seeded stream
+
+
+def sample_seed(seed: int, rank: int) -> int:
+    """The seed of rank `rank`'s sampling generator in a run seeded with `seed`."""
+    return int(np.random.SeedSequence([seed, SAMPLE_STREAM, rank]).generate_state(1)[0])
+
+
+class Sage(Sparsifier):
+    """SAGE with error feedback: a per-rank threshold rescaled from sampled magnitudes."""
+
+    name = "sage"
+    scope = SelectionScope.WHOLE
+    exchanges = (ExchangeKind.UNION_ALLREDUCE,)
+
+    def __init__(
+        self, layout: Layout, world_size: int, rank: int, density: float, sample_error: float = 0.05, **knobs
+    ) -> None:
+        super().__init__(layout, world_size, rank, density=density, **knobs)
+        self.check_knobs(world_size, sample_error=sample_error)
+        # 1. Sample size (once), at least one element.
+        self.sample_error = float(sample_error)
+        self.sample_size = max(1, int(self.numel / (1 + self.numel * self.sample_error * self.sample_error)))
+        self.threshold = initial_threshold(self.k)
+        self._previous_mean: float | None = None  # None until the first step has been sampled
+        self._generator = torch.Generator().manual_seed(sample_seed(self.seed, rank))
+        self._factors = {"alpha": 1.0, "beta": 1.0, "gamma": 1.0, "d_exam": math.nan}  # last step's, for metrics
+        self._scan = ThresholdScan()
+
+    @classmethod
+    def check_knobs(cls, world_size: int, sample_error: float = 0.05, **_: Any) -> None:
+        """Value checks that need no model, so they can also run before launch."""
+        valid = isinstance(sample_error, (int, float)) and not isinstance(sample_error, bool)
+        if not valid or not 0.0 < sample_error < 1.0:
+            raise ConfigError(f"sparsifier.sample_error must be in (0, 1), got {sample_error}: e.g. 0.05")
+
+    def _sample_mean(self, acc: torch.Tensor) -> float:
+        """Mean |acc| over s indices drawn uniformly (with replacement) from this rank's generator."""
+        positions = torch.randint(0, self.numel, (self.sample_size,), generator=self._generator)
+        magnitudes = acc[positions.to(acc.device)].abs().tolist()
+        return math.fsum(magnitudes) / self.sample_size
+
+    def select(self, acc: torch.Tensor, step: int, plan: torch.Tensor | None = None) -> torch.Tensor:
+        mean_now = self._sample_mean(acc)
+        self._scan.load(acc)
+        if self._previous_mean is not None:
+            # 3. Rescale lambda (t >= 1).
+            undefined = self._previous_mean == 0.0 or mean_now == 0.0
+            alpha = 1.0 if undefined else mean_now / self._previous_mean
+            d_exam = self._scan.count(self.threshold * alpha) / self.numel
+            beta = 2.0 / (1.0 + math.exp(self.density - d_exam))
+            ratio = d_exam / self.density
+            gamma = 0.95 if ratio < 0.1 else 1.05 if ratio > 10.0 else 1.0
+            self.threshold = self.threshold * alpha * beta * gamma
+            self._factors = {"alpha": alpha, "beta": beta, "gamma": gamma, "d_exam": d_exam}
+        # 2. (t = 0) or the next step's reference: the sample mean just taken.
+        self._previous_mean = mean_now
+        # 4. Selection over the whole vector.
+        self._scan.mark(self.threshold)
+        return self._scan.indices(0)
+
+    def metrics(self) -> dict[str, float | list[float]]:
+        return {"sparsifier/threshold": self.threshold, **{f"sparsifier/{k}": v for k, v in self._factors.items()}}
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "sample_size": self.sample_size, "initial_threshold": initial_threshold(self.k)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "threshold": self.threshold,
+            "previous_mean": self._previous_mean,
+            "generator": self._generator.get_state(),
+            "factors": dict(self._factors),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if set(state) != {"threshold", "previous_mean", "generator", "factors"}:
+            raise ValueError(f"sage state needs threshold, previous_mean, generator, factors; got {sorted(state)}")
+        self.threshold = float(state["threshold"])
+        previous = state["previous_mean"]
+        self._previous_mean = None if previous is None else float(previous)
+        self._generator.set_state(state["generator"])
+        self._factors = {key: float(value) for key, value in state["factors"].items()}

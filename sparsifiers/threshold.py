@@ -1,0 +1,56 @@
+"""Hard threshold (Sahu et al., NeurIPS 2021): a fixed lambda over the whole vector.
+
+    1. Threshold (once): lambda = `threshold`, by default 1 / (2 sqrt(k)), and never changed.
+    2. Selection (every step): every index with |acc| >= lambda, over the whole vector.
+    3. Exchange: union_allreduce. Nothing steers the count, so the density is uncontrolled, and
+       ranks select overlapping sets over the same vector: build-up occurs.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from sparsifiers.base import ConfigError, ExchangeKind, SelectionScope, Sparsifier
+from sparsifiers.layout import Layout
+from sparsifiers.threshold_control import ThresholdScan, initial_threshold
+
+
+class HardThreshold(Sparsifier):
+    """Fixed-threshold selection with error feedback; `density` only sets the default lambda."""
+
+    name = "threshold"
+    scope = SelectionScope.WHOLE
+    exchanges = (ExchangeKind.UNION_ALLREDUCE,)
+
+    def __init__(
+        self, layout: Layout, world_size: int, rank: int, density: float, threshold: float | None = None, **knobs
+    ) -> None:
+        super().__init__(layout, world_size, rank, density=density, **knobs)
+        self.check_knobs(world_size, threshold=threshold)
+        # 1. Threshold (once).
+        self.threshold = initial_threshold(self.k) if threshold is None else float(threshold)
+        self.threshold_source = "1/(2 sqrt(k))" if threshold is None else "sparsifier.threshold"
+        self._scan = ThresholdScan()
+
+    @classmethod
+    def check_knobs(cls, world_size: int, threshold: float | None = None, **_: Any) -> None:
+        """Value checks that need no model, so they can also run before launch."""
+        if threshold is None:
+            return
+        valid = isinstance(threshold, (int, float)) and not isinstance(threshold, bool)
+        if not valid or not math.isfinite(threshold) or threshold <= 0:
+            raise ConfigError(
+                f"sparsifier.threshold must be > 0, got {threshold}: set a positive lambda, or null for 1/(2 sqrt(k))"
+            )
+
+    def select(self, acc: torch.Tensor, step: int, plan: torch.Tensor | None = None) -> torch.Tensor:
+        # 2. Selection: one comparison pass over the whole vector.
+        return self._scan.select(acc, self.threshold, 0)
+
+    def metrics(self) -> dict[str, float | list[float]]:
+        return {"sparsifier/threshold": self.threshold}
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "threshold": self.threshold, "threshold_source": self.threshold_source}

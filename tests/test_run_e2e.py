@@ -1,0 +1,131 @@
+"""The real command line, end to end: run.py composes, launches torchrun ranks (gloo), and the
+run directory is read back and checked against the metric contract."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from experiments.store import read_metrics
+from tests.conftest import TINY_RUN, run_cli
+
+pytestmark = pytest.mark.slow
+
+CONTRACT = {
+    "time/select_ms_max", "time/select_ms_mean", "time/exchange_ms", "time/compute_ms_max", "time/compute_ms_mean",
+    "time/step_ms", "traffic/sent_bytes_max", "traffic/sent_bytes_mean", "traffic/recv_bytes_max",
+    "traffic/recv_bytes_mean", "traffic/dense_bytes", "traffic/ratio", "density/actual", "density/target",
+    "density/error", "buildup", "selection/overlap", "selection/k_max", "selection/k_mean",
+    "selection/load_imbalance", "ef/residual_norm", "ef/rel_residual", "train/loss",
+}
+
+
+def load_run(run_dir: Path) -> tuple[dict, list[dict], list[dict], dict]:
+    status = json.loads((run_dir / "status.json").read_text())
+    records = read_metrics(run_dir / "metrics.jsonl")
+    train = [r for r in records if r["kind"] == "train"]
+    evals = [r for r in records if r["kind"] == "eval"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return status, train, evals, summary
+
+
+def test_short_run_fills_the_results_store_and_wandb_offline(tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_cli(
+        [*TINY_RUN, "logger=wandb_offline", "logger.log_every=1", "workers=4", "epochs=2", "max_steps=14",
+         "sparsifier=topk", "sparsifier.density=0.01", f"hydra.run.dir={run_dir}"],
+        env={"WANDB_MODE": "offline", "WANDB_API_KEY": "secret-key-must-not-leak-0123456789"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    status, train, evals, summary = load_run(run_dir)
+    assert status["status"] == "done"
+
+    # config and environment
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["workers"] == 4 and config["sparsifier"]["name"] == "topk"
+    env = json.loads((run_dir / "env.json").read_text())
+    assert env["resolved"]["world"] == "distributed" and env["resolved"]["backend"] == "gloo"
+    assert env["versions"]["torch"] and "commit" in env["git"] and env["host"]
+
+    # metrics: every step logged, the whole contract present, values consistent with each other
+    assert [r["step"] for r in train] == list(range(14))
+    assert len(evals) == 2 and 0.0 <= evals[-1]["eval/accuracy"] <= 1.0
+    numel, k = summary["numel"], summary["k_target"]
+    for row in train:
+        assert CONTRACT <= row.keys()
+        assert row["selection/k_mean"] == k == row["selection/k_max"]
+        union = row["density/actual"] * numel
+        assert row["density/error"] == pytest.approx(union / k - 1)
+        assert row["buildup"] == pytest.approx(union / k)  # top-k: |U| / mean |S_r|
+        assert 1.0 < row["buildup"] <= 4.0  # four ranks rarely agree on every index
+        assert row["traffic/ratio"] == pytest.approx(row["traffic/sent_bytes_mean"] / row["traffic/dense_bytes"])
+        assert row["time/select_ms_max"] >= row["time/select_ms_mean"] > 0
+        assert 0.0 < row["ef/rel_residual"] < 1.0
+    assert summary["buildup"] == pytest.approx(sum(r["buildup"] for r in train) / len(train))
+
+    # what a person sees
+    assert "eval acc" in result.stdout and "summary (topk, 4 workers" in result.stdout
+    assert "build-up (mean)" in result.stdout and str(run_dir) in result.stdout
+
+    # W&B offline run in the run directory; no secret in any file written
+    offline = list((run_dir / "wandb").glob("offline-run-*"))
+    assert offline and list(offline[0].glob("*.wandb"))
+    for path in run_dir.rglob("*"):
+        if path.is_file() and path.stat().st_size < 5_000_000:
+            assert b"secret-key-must-not-leak" not in path.read_bytes(), path
+
+
+def test_sweep_gives_one_complete_run_directory_per_job(tmp_path):
+    result = run_cli(["-m", "sparsifier=dense,topk", "workers=2,4", *TINY_RUN, "max_steps=6",
+                      f"output_root={tmp_path}"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dirs = sorted(p.parent for p in tmp_path.glob("sweeps/*/*/status.json"))
+    assert len(run_dirs) == 4
+    by_job = {}
+    for run_dir in run_dirs:
+        status, train, evals, summary = load_run(run_dir)
+        assert status["status"] == "done" and len(train) == 6 and evals
+        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        by_job[(config["sparsifier"]["name"], config["workers"])] = summary
+        env = json.loads((run_dir / "env.json").read_text())
+        assert env["job"]["group"] == run_dirs[0].parent.name  # one W&B group per sweep
+    assert set(by_job) == {("dense", 2), ("dense", 4), ("topk", 2), ("topk", 4)}
+    for workers in (2, 4):
+        assert by_job[("dense", workers)]["traffic/ratio"] == pytest.approx(1.0)
+        assert by_job[("dense", workers)]["buildup"] == pytest.approx(1.0)
+    assert by_job[("topk", 4)]["buildup"] > by_job[("topk", 2)]["buildup"] > 1.0
+
+
+def test_a_crash_in_one_rank_ends_the_job_and_marks_the_run_failed(tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_cli([*TINY_RUN, "workers=4", "max_steps=20", "sparsifier._target_=tests.fault_injection.CrashingTopK",
+                      "+sparsifier.crash_rank=2", "+sparsifier.crash_step=3", f"hydra.run.dir={run_dir}"], timeout=180)
+    assert result.returncode == 1
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["status"] == "failed"
+    assert "rank2" in status["error"] and "injected fault on rank 2 at step 3" in status["error"]
+    records = read_metrics(run_dir / "metrics.jsonl")  # what was logged before the crash is intact
+    assert [r["step"] for r in records if r["kind"] == "train"] == [0, 1, 2]
+    assert (run_dir / "config.yaml").read_text().startswith("sparsifier:")
+    assert not (run_dir / "summary.json").exists()
+
+
+def test_an_existing_run_directory_is_never_overwritten(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "status.json").write_text('{"status": "done"}')
+    result = run_cli([*TINY_RUN, "max_steps=2", f"hydra.run.dir={run_dir}"], timeout=120)
+    assert result.returncode == 2 and "already holds a run" in result.stderr
+    assert (run_dir / "status.json").read_text() == '{"status": "done"}'
+
+
+def test_same_seed_same_config_gives_the_same_metrics(tmp_path):
+    runs = []
+    for name in ("a", "b"):
+        result = run_cli([*TINY_RUN, "workers=2", "processes=1", "max_steps=8", "seed=3", f"hydra.run.dir={tmp_path / name}"])
+        assert result.returncode == 0, result.stderr[-2000:]
+        records = read_metrics(tmp_path / name / "metrics.jsonl")
+        runs.append([{k: v for k, v in r.items() if not k.startswith("time/")} for r in records])
+    assert runs[0] == runs[1]
