@@ -73,6 +73,9 @@ class Sparsifier(ABC):
     # True for methods that apply momentum themselves (DGC's momentum correction): the runner
     # then sets the optimizer's momentum to 0 so that it is not applied twice.
     owns_momentum: ClassVar[bool] = False
+    # Metric keys of state that is identical on every rank by design (MiCRO's threshold, ExDyna's
+    # partitions): tests check it bit for bit across ranks. Other metrics are rank 0's own view.
+    shared_state: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
