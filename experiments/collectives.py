@@ -12,13 +12,16 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from experiments.network import NetworkModel
 from experiments.traffic import TrafficMeter
 
 
 class RankCollectives:
     """Rank-level all-gather, all-reduce and broadcast for the ranks this process hosts."""
 
-    def __init__(self, world_size: int, local_ranks: list[int], use_process_group: bool) -> None:
+    def __init__(
+        self, world_size: int, local_ranks: list[int], use_process_group: bool, network: NetworkModel | None = None
+    ) -> None:
         self.world_size = world_size
         self.local_ranks = local_ranks
         self.local_size = len(local_ranks)
@@ -26,7 +29,7 @@ class RankCollectives:
         self.processes = dist.get_world_size() if self.use_process_group else 1
         if self.local_size * self.processes != world_size:
             raise ValueError(f"{self.processes} processes x {self.local_size} ranks != {world_size} workers")
-        self.meter = TrafficMeter(world_size)
+        self.meter = TrafficMeter(world_size, network)
 
     def process_of(self, rank: int) -> int:
         return rank // self.local_size

@@ -91,13 +91,26 @@ def check_top_level_keys(cfg: DictConfig) -> None:
             raise ConfigError(f"unknown key '{key}': not in the config.{_suggest(key)} (python run.py --cfg job lists every key)")
 
 
+def _config_sweep(args: list[str]) -> list[str]:
+    """Sweep values an experiment file sets in hydra.sweeper.params, as overrides, for keys
+    the command line does not sweep itself (the basic sweeper's precedence)."""
+    cfg = compose_job([arg for arg in args if arg not in MULTIRUN_FLAGS])
+    params = cfg.hydra.sweeper.get("params") or {}
+    given = {arg.split("=")[0].lstrip("+~") for arg in args if "=" in arg}
+    return [f"{key}={value}" for key, value in params.items() if key not in given]
+
+
 def preflight(args: list[str]) -> int:
     """Composes and validates every job; returns how many there are. Raises ConfigError."""
     if any(arg.split("=")[0] in INFO_FLAGS | SOURCE_FLAGS for arg in args):
         return 0
-    jobs = job_overrides([arg for arg in args if not arg.startswith("--")] + [a for a in args if a in MULTIRUN_FLAGS])
-    for overrides in jobs:
-        cfg = compose_job(overrides)
+    overrides = [arg for arg in args if not arg.startswith("-")]
+    multirun = any(a in MULTIRUN_FLAGS for a in args)
+    if multirun:
+        overrides += _config_sweep(overrides)
+    jobs = job_overrides(overrides + (["-m"] if multirun else []))
+    for job in jobs:
+        cfg = compose_job(job)
         check_top_level_keys(cfg)
         validate(cfg)
     return len(jobs)

@@ -37,9 +37,12 @@ def prepare_run_dir(cfg: DictConfig, run_dir: Path, job: dict[str, Any]) -> tupl
     return store, environment
 
 
-def torchrun_command(cfg: DictConfig, resolved: dict[str, Any], run_dir: Path) -> list[str]:
-    """`python -m torch.distributed.run ... -m experiments.worker RUN_DIR`."""
+def rank_command(cfg: DictConfig, resolved: dict[str, Any], run_dir: Path) -> list[str]:
+    """One process hosting every rank runs the worker directly, without torch.distributed;
+    otherwise `python -m torch.distributed.run ... -m experiments.worker RUN_DIR`."""
     launcher = cfg.launcher
+    if resolved["processes"] == 1 and launcher.nnodes == 1:
+        return [sys.executable, "-m", "experiments.worker", str(run_dir)]
     rdzv_id = launcher.rdzv_id or hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:12]
     return [
         sys.executable, "-m", "torch.distributed.run",
@@ -97,13 +100,13 @@ def launch(cfg: DictConfig, run_dir: Path, job: dict[str, Any]) -> dict[str, Any
     store, environment = prepare_run_dir(cfg, run_dir, job)
     resolved = environment["resolved"]
     started = time.time()
-    returncode = run_ranks(torchrun_command(cfg, resolved, run_dir), rank_environment(resolved, run_dir))
+    returncode = run_ranks(rank_command(cfg, resolved, run_dir), rank_environment(resolved, run_dir))
     summary = store.read_json(SUMMARY)
     if returncode == 0 and summary is not None:
         store.set_status("done", ended=time.time(), elapsed_s=time.time() - started)
         print(format_summary(summary, str(run_dir)), flush=True)
         return {"status": "done", **summary}
-    error = rank_errors(run_dir) or f"torchrun exited with code {returncode}"
+    error = rank_errors(run_dir) or f"the ranks exited with code {returncode}"
     store.set_status("failed", ended=time.time(), returncode=returncode, error=error)
     print(f"run failed: {error}\n  details: {run_dir}/status.json and error.rank*.txt", file=sys.stderr, flush=True)
     return {"status": "failed", "error": error}

@@ -30,6 +30,7 @@ class MetricContext:
     scope: SelectionScope
     world_size: int
     dense_bytes: float  # per-rank bytes of the dense allreduce of the same model
+    dense_model_ms: float | None = None  # the network model's time for that dense allreduce
 
 
 def exchange_metrics(result: ExchangeResult, meter: TrafficMeter, context: MetricContext) -> dict[str, float]:
@@ -42,7 +43,11 @@ def exchange_metrics(result: ExchangeResult, meter: TrafficMeter, context: Metri
         buildup = union / mean_count if mean_count else float("nan")
     else:  # split: the distinct selectors' selections together should be exactly the union
         buildup = union / total if total else float("nan")
+    modelled = {}
+    if meter.network is not None:
+        modelled = {"time/exchange_model_ms": meter.model_s * 1e3, "time/dense_model_ms": context.dense_model_ms}
     return {
+        **modelled,
         "traffic/sent_bytes_max": float(meter.sent.max()),
         "traffic/sent_bytes_mean": float(meter.sent.mean()),
         "traffic/recv_bytes_max": float(meter.recv.max()),
@@ -85,6 +90,7 @@ MEAN_OVER_STEPS = (
     "traffic/sent_bytes_max", "traffic/sent_bytes_mean", "traffic/recv_bytes_max", "traffic/recv_bytes_mean",
     "traffic/dense_bytes", "traffic/ratio", "density/actual", "density/target", "density/error", "buildup",
     "selection/overlap", "selection/k_max", "selection/k_mean", "selection/load_imbalance",
+    "time/exchange_model_ms", "time/dense_model_ms",
 )
 MEDIAN_OVER_LOGGED = (
     "time/select_ms_max", "time/select_ms_mean", "time/compute_ms_max", "time/compute_ms_mean",
@@ -106,7 +112,8 @@ class SummaryAccumulator:
 
     def add_step(self, metrics: dict[str, float], sent_per_rank: np.ndarray) -> None:
         for key in MEAN_OVER_STEPS:
-            self.sums[key] = self.sums.get(key, 0.0) + metrics[key]
+            if key in metrics:
+                self.sums[key] = self.sums.get(key, 0.0) + metrics[key]
         self.abs_density_error += abs(metrics["density/error"])
         self.sent_total = sent_per_rank.copy() if self.sent_total is None else self.sent_total + sent_per_rank
         self.steps += 1

@@ -41,6 +41,15 @@ class LoggerConfig:
 
 
 @dataclass
+class NetworkConfig:
+    """The alpha-beta model that turns each step's traffic into time/exchange_model_ms."""
+
+    name: str = "10gbe"
+    latency_us: float = 25.0  # alpha, microseconds per message
+    bandwidth_gbit: float = 10.0  # beta, Gbit/s per link and direction
+
+
+@dataclass
 class RunConfig:
     """Top level: what to train, on how many workers, for how long."""
 
@@ -50,6 +59,7 @@ class RunConfig:
     optimizer: Any = MISSING
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
     workers: int = 4  # data-parallel workers W
     processes: Optional[int] = None  # torchrun processes; None: one per worker
     epochs: int = 1

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from experiments.network import NetworkModel
+
 
 def binomial_children(relative_rank: int, world_size: int) -> int:
     """How many ranks `relative_rank` (0 = root) forwards to in a binomial-tree broadcast."""
@@ -27,29 +29,39 @@ def binomial_children(relative_rank: int, world_size: int) -> int:
 
 
 class TrafficMeter:
-    """Accumulates bytes sent and received per logical rank since the last `reset`."""
+    """Accumulates bytes sent and received per logical rank since the last `reset`, and the
+    time the network model says those collectives take."""
 
-    def __init__(self, world_size: int) -> None:
+    def __init__(self, world_size: int, network: NetworkModel | None = None) -> None:
         self.world_size = world_size
+        self.network = network
         self.sent = np.zeros(world_size)
         self.recv = np.zeros(world_size)
+        self.model_s = 0.0
 
     def reset(self) -> None:
         self.sent[:] = 0.0
         self.recv[:] = 0.0
+        self.model_s = 0.0
 
     def all_gather(self, elements_per_rank: int, element_bytes: int) -> None:
         nbytes = (self.world_size - 1) * elements_per_rank * element_bytes
         self.sent += nbytes
         self.recv += nbytes
+        if self.network:
+            self.model_s += self.network.all_gather_s(self.world_size, elements_per_rank * element_bytes)
 
     def all_reduce(self, elements: int, element_bytes: int) -> None:
         nbytes = 2.0 * (self.world_size - 1) / self.world_size * elements * element_bytes
         self.sent += nbytes
         self.recv += nbytes
+        if self.network:
+            self.model_s += self.network.all_reduce_s(self.world_size, elements * element_bytes)
 
     def broadcast(self, elements: int, element_bytes: int, root: int) -> None:
         nbytes = elements * element_bytes
+        if self.network:
+            self.model_s += self.network.broadcast_s(self.world_size, nbytes)
         for rank in range(self.world_size):
             relative = (rank - root) % self.world_size
             self.sent[rank] += binomial_children(relative, self.world_size) * nbytes

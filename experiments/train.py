@@ -66,8 +66,14 @@ def build_session(cfg: DictConfig, world: World) -> Session:
         scope=method.scope,
         world_size=cfg.workers,
         dense_bytes=dense_allreduce_bytes(layout.numel, cfg.workers, flat.element_size()),
+        dense_model_ms=_dense_model_ms(world, layout.numel * flat.element_size()),
     )
     return Session(data, model, flat, layout, optimizer, torch.nn.CrossEntropyLoss(), replicas, context)
+
+
+def _dense_model_ms(world: World, nbytes: int) -> float | None:
+    network = world.comm.meter.network
+    return None if network is None else network.all_reduce_s(world.world_size, nbytes) * 1e3
 
 
 def train(cfg: DictConfig, world: World, sink, run_dir: Path) -> dict[str, Any] | None:

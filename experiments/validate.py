@@ -35,6 +35,7 @@ def validate(cfg: DictConfig) -> None:
     _check_dataset_available(cfg)
     _check_sparsifier_builds(cfg)
     _check_wandb(cfg)
+    _check_network(cfg)
 
 
 def _require(condition: bool, message: str) -> None:
@@ -167,6 +168,12 @@ def _check_sparsifier_builds(cfg: DictConfig) -> None:
             raise
         except (TypeError, ValueError) as error:
             raise ConfigError(f"sparsifier={cfg.sparsifier.get('name', '?')}: {error}") from None
+
+
+def _check_network(cfg: DictConfig) -> None:
+    from experiments.network import NetworkModel
+
+    NetworkModel(cfg.network.name, cfg.network.latency_us, cfg.network.bandwidth_gbit)  # raises ConfigError
 
 
 def _check_wandb(cfg: DictConfig) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
+from experiments.network import NetworkModel
 from experiments.sinks import JsonlSink, MultiSink, NullSink, WandbSink
 from experiments.store import CONFIG, ENV, SUMMARY, RunStore
 from experiments.train import train
@@ -52,7 +53,8 @@ def main(run_dir: str) -> None:
     torch.set_num_threads(resolved["threads_per_process"])
     sink, failed = NullSink(), True
     try:
-        world = init_world(cfg.workers, resolved["device"], resolved["backend"], cfg.launcher.timeout_s)
+        network = NetworkModel(cfg.network.name, cfg.network.latency_us, cfg.network.bandwidth_gbit)
+        world = init_world(cfg.workers, resolved["device"], resolved["backend"], cfg.launcher.timeout_s, network)
         sink = make_sink(cfg, world, store, env)
         summary = train(cfg, world, sink, store.dir)
         if summary is not None:

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from experiments.collectives import RankCollectives
+from experiments.network import NetworkModel
 
 
 @dataclass
@@ -41,7 +42,9 @@ class World:
             torch.cuda.synchronize(self.device)
 
 
-def init_world(workers: int, device_name: str, backend: str, timeout_s: int) -> World:
+def init_world(
+    workers: int, device_name: str, backend: str, timeout_s: int, network: NetworkModel | None = None
+) -> World:
     """Joins the process group if torchrun started us; otherwise hosts every rank here."""
     if "WORLD_SIZE" in os.environ:
         processes = int(os.environ["WORLD_SIZE"])
@@ -60,7 +63,7 @@ def init_world(workers: int, device_name: str, backend: str, timeout_s: int) -> 
         )
     per_process = workers // processes
     local_ranks = list(range(process_index * per_process, (process_index + 1) * per_process))
-    comm = RankCollectives(workers, local_ranks, use_process_group=processes > 1)
+    comm = RankCollectives(workers, local_ranks, use_process_group=processes > 1, network=network)
     return World(workers, processes, process_index, local_ranks, device, comm)
 
 

@@ -19,7 +19,7 @@ def options(group: str) -> list[str]:
     return sorted(path.stem for path in (CONF_DIR / group).glob("*.yaml"))
 
 
-GROUP_OPTIONS = [(group, option) for group in ("sparsifier", "model", "dataset", "optimizer", "launcher", "logger")
+GROUP_OPTIONS = [(group, option) for group in ("sparsifier", "model", "dataset", "optimizer", "launcher", "logger", "network")
                  for option in options(group) if not (group == "dataset" and option == "fashion_mnist")]
 
 
@@ -89,6 +89,8 @@ BAD_INPUTS = [
     (["workers=4", "processes=3"], "workers=4 is not a multiple of processes=3"),
     (["logger.wandb_mode=sometimes"], "logger.wandb_mode must be offline, online or disabled"),
     (["-m", "workers=2,0"], "workers must be >= 1, got 0"),
+    (["network.bandwidth_gbit=0"], "network.bandwidth_gbit must be > 0, got 0"),
+    (["network=carrier_pigeon"], "network=carrier_pigeon: no such option; choose one of: 100g_ib, 10gbe"),
 ]
 
 
