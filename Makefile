@@ -42,6 +42,10 @@ data:
 		echo "Fashion-MNIST not found: run.py will say how to get it (or use: make run ARGS=dataset=digits)"; \
 	fi
 
+# Selection time of every sparsifier at W = 1, 4, 16, 64 on a ResNet-18-sized vector.
+bench: $(STAMP)
+	$(PY) -m experiments.benchmarks.select $(ARGS)
+
 lock: $(STAMP)
 	{ echo "# Exact pins of the whole stack (pip freeze of a fresh .venv on x86_64, Python 3.11)."; \
 	  echo "# Regenerate with: make lock"; $(PY) -m pip freeze --exclude-editable; } > constraints.txt

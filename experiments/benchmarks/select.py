@@ -1,0 +1,114 @@
+"""Selection benchmark: per-rank `select` time of every sparsifier at W = 1, 4, 16, 64 on a
+vector shaped like CIFAR ResNet-18's gradients (N = 11,173,962), density 0.001, beside two
+baselines measured in the same run: copying N/W elements (the floor for any method that reads
+its share once) and torch.topk over all N.
+
+    python -m experiments.benchmarks.select [--repeats 7] [--workers 1,4,16,64] [--methods topk,micro]
+
+Times are medians of repeats, in milliseconds, for rank 0. Every method first runs a few steps
+so adaptive thresholds settle; feedback assumes every rank selected as many as rank 0 (one
+process cannot afford 64 full-size ranks). Leader plans (DEFT, CLT-k) are made by rank 0 and
+timed apart, in the `plan` column, as they cost the leader only.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from experiments.benchmarks.resnet18_layout import resnet18_cifar_layout
+from experiments.build import build_sparsifier
+from experiments.compose import CONF_DIR, compose_job
+from sparsifiers.base import Feedback
+
+SETTLE_STEPS = 8
+
+
+def median_ms(function, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def gradient_like(numel: int, seed: int = 0) -> torch.Tensor:
+    """Heavy-tailed, like real gradients: Student-t with 3 degrees of freedom, scaled."""
+    generator = torch.Generator().manual_seed(seed)
+    normal = torch.randn(numel, generator=generator)
+    chi = torch.randn(numel, 3, generator=generator).square().sum(1)
+    return normal / (chi / 3).sqrt() * 1e-3
+
+
+def time_method(name: str, workers: int, acc: torch.Tensor, layout, density: float, repeats: int) -> tuple[float, float | None]:
+    cfg = compose_job([f"sparsifier={name}", f"workers={workers}", f"sparsifier.density={density}",
+                       "dataset=synthetic", "model=mlp"])
+    sparsifier = build_sparsifier(cfg, layout, rank=0)
+    step = 0
+
+    def one_step() -> int:
+        nonlocal step
+        plan = sparsifier.make_plan(acc, step) if sparsifier.plan_leader(step) is not None else None
+        selection = sparsifier.select(acc, step, plan)
+        count = acc.numel() if selection is None else selection.numel()
+        counts = torch.full((workers,), count, dtype=torch.int64)
+        sparsifier.observe(Feedback(step, counts, min(acc.numel(), count * workers)))
+        step += 1
+        return count
+
+    for _ in range(SETTLE_STEPS):
+        one_step()
+    plan_ms = None
+    if sparsifier.plan_leader(step) is not None:
+        plan_ms = median_ms(lambda: sparsifier.make_plan(acc, step), repeats)
+    plan = sparsifier.make_plan(acc, step) if sparsifier.plan_leader(step) is not None else None
+    select_ms = median_ms(lambda: sparsifier.select(acc, step, plan), repeats)
+    return select_ms, plan_ms
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--workers", default="1,4,16,64")
+    parser.add_argument("--density", type=float, default=0.001)
+    parser.add_argument("--methods", default=None, help="comma-separated; default: every sparsifier but dense")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: one core per rank)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    methods = args.methods.split(",") if args.methods else sorted(
+        p.stem for p in Path(CONF_DIR, "sparsifier").glob("*.yaml") if p.stem != "dense")
+    workers = [int(w) for w in args.workers.split(",")]
+    layout = resnet18_cifar_layout()
+    acc = gradient_like(layout.numel)
+    k = int(args.density * layout.numel)
+    print(f"N = {layout.numel:,} (CIFAR ResNet-18), density {args.density} (k = {k:,}), "
+          f"{args.threads} thread(s), median of {args.repeats}, milliseconds per rank")
+
+    header = f"{'method':<28}" + "".join(f"{'W=' + str(w):>12}" for w in workers)
+    print(header)
+    print("-" * len(header))
+    copy_row, destination = [], torch.empty_like(acc)
+    for w in workers:
+        share = layout.numel // w
+        copy_row.append(median_ms(lambda: destination[:share].copy_(acc[:share]), args.repeats))
+    print(f"{'floor: copy N/W elements':<28}" + "".join(f"{t:>12.2f}" for t in copy_row))
+    magnitude = torch.empty_like(acc)
+    topk_ms = median_ms(lambda: torch.topk(torch.abs(acc, out=magnitude), k, sorted=False), args.repeats)
+    print(f"{'torch.topk over N':<28}" + "".join(f"{topk_ms:>12.2f}" for _ in workers))
+    for name in methods:
+        selects, plans = [], []
+        for w in workers:
+            select_ms, plan_ms = time_method(name, w, acc, layout, args.density, args.repeats)
+            selects.append(select_ms)
+            plans.append(plan_ms)
+        print(f"{name:<28}" + "".join(f"{t:>12.2f}" for t in selects))
+        if any(p is not None for p in plans):
+            print(f"{'  ' + name + ' plan (leader)':<28}" + "".join(f"{p:>12.2f}" if p is not None else f"{'-':>12}" for p in plans))
+
+
+if __name__ == "__main__":
+    main()
