@@ -10,6 +10,7 @@ import torch
 
 from sparsifiers.base import ExchangeKind, SelectionScope, Sparsifier
 from sparsifiers.layout import Layout
+from sparsifiers.workspace import scratch_like
 
 
 class TopK(Sparsifier):
@@ -21,16 +22,15 @@ class TopK(Sparsifier):
 
     def __init__(self, layout: Layout, world_size: int, rank: int, density: float, **knobs) -> None:
         super().__init__(layout, world_size, rank, density=density, **knobs)
-        # Preallocated once: the hot path allocates no full-size tensor per step.
-        self._magnitude = torch.empty(0)
+        # Preallocated once: the hot path allocates no tensor per step. |acc| lives in the
+        # process's shared scratch (workspace.py); the k-sized results are this rank's own.
         self._values = torch.empty(0)
         self._indices = torch.empty(0, dtype=torch.int64)
 
     def select(self, acc: torch.Tensor, step: int, plan: torch.Tensor | None = None) -> torch.Tensor:
-        if self._magnitude.shape != acc.shape or self._magnitude.device != acc.device:
-            self._magnitude = torch.empty_like(acc)
+        if self._indices.numel() != self.k or self._indices.device != acc.device:
             self._values = torch.empty(self.k, dtype=acc.dtype, device=acc.device)
             self._indices = torch.empty(self.k, dtype=torch.int64, device=acc.device)
-        torch.abs(acc, out=self._magnitude)
-        torch.topk(self._magnitude, self.k, sorted=False, out=(self._values, self._indices))
+        magnitude = torch.abs(acc, out=scratch_like("magnitude", acc))
+        torch.topk(magnitude, self.k, sorted=False, out=(self._values, self._indices))
         return self._indices
