@@ -91,12 +91,12 @@ def check_top_level_keys(cfg: DictConfig) -> None:
             raise ConfigError(f"unknown key '{key}': not in the config.{_suggest(key)} (python run.py --cfg job lists every key)")
 
 
-def _config_sweep(args: list[str]) -> list[str]:
+def _config_sweep(overrides: list[str]) -> list[str]:
     """Sweep values an experiment file sets in hydra.sweeper.params, as overrides, for keys
-    the command line does not sweep itself (the basic sweeper's precedence)."""
-    cfg = compose_job([arg for arg in args if arg not in MULTIRUN_FLAGS])
+    the command line does not set itself (the basic sweeper's precedence)."""
+    cfg = compose_job(job_overrides(overrides + ["-m"])[0])
     params = cfg.hydra.sweeper.get("params") or {}
-    given = {arg.split("=")[0].lstrip("+~") for arg in args if "=" in arg}
+    given = {arg.split("=")[0].lstrip("+~") for arg in overrides if "=" in arg}
     return [f"{key}={value}" for key, value in params.items() if key not in given]
 
 

@@ -8,7 +8,8 @@ vector into blocks and moves partition boundaries block by block toward equal co
        (`block_align`); the remainder goes to the last partition. Partition p owns a contiguous
        run of blocks, initially as even as possible (the first B mod W one block larger). The
        minimum partition is B / (4 W) blocks.
-    2. Dynamic allocation (after every step, identical on all ranks): the step's per-rank counts
+    2. Dynamic allocation (before every step t >= 1, from step t - 1's feedback, identical on all
+       ranks, so it runs in `observe`): the step's per-rank counts
        are mapped to the partitions they scanned; mean = floor(|U| / W). Sweeping the boundaries
        left to right: if partition i is above 1.05 x mean and i+1 below mean / 1.05, one block
        moves from i to i+1; in the mirror case from i+1 to i; never below the minimum. After a
@@ -45,6 +46,9 @@ class ExDyna(Sparsifier):
     name = "exdyna"
     scope = SelectionScope.SPLIT
     exchanges = (ExchangeKind.UNION_ALLREDUCE,)
+    shared_state = (
+        "sparsifier/threshold", "sparsifier/partition_boundaries", "sparsifier/blocks_moved", "sparsifier/block_size",
+    )
 
     def __init__(
         self,
@@ -58,13 +62,18 @@ class ExDyna(Sparsifier):
         **knobs,
     ) -> None:
         super().__init__(layout, world_size, rank, density=density, **knobs)
-        self.check_knobs(world_size, blocks=blocks, block_align=block_align, threshold_rule=threshold_rule)
+        self.threshold_rule = check_threshold_rule(threshold_rule)
+        if not isinstance(blocks, int) or blocks < world_size:
+            raise ConfigError(
+                f"sparsifier.blocks (B) must be >= workers (W = {world_size}), got {blocks}: raise sparsifier.blocks"
+            )
         if blocks > self.numel:
             raise ConfigError(
                 f"sparsifier.blocks (B) must be <= N = {self.numel} gradient elements, got {blocks}: "
                 f"lower sparsifier.blocks"
             )
-        self.threshold_rule = threshold_rule
+        if not isinstance(block_align, int) or block_align < 1:
+            raise ConfigError(f"sparsifier.block_align must be an integer >= 1, got {block_align}: e.g. 32")
         self.blocks = blocks
         # 1. Blocks (once).
         per_block = self.numel // blocks
@@ -77,20 +86,8 @@ class ExDyna(Sparsifier):
         self._moved = 0  # blocks that crossed a boundary in the last allocation
         # What the last select used, for metrics: threshold, block boundaries, elements, moves.
         self._used = {"threshold": math.nan, "boundaries": self.boundaries(), "scanned": 0, "moved": 0}
-        self._scan = ThresholdScan()
-
-    @classmethod
-    def check_knobs(
-        cls, world_size: int, blocks: int = 1024, block_align: int = 32, threshold_rule: str = "official", **_: Any
-    ) -> None:
-        """Value checks that need no model, so they can also run before launch."""
-        check_threshold_rule(threshold_rule)
-        if not isinstance(blocks, int) or blocks < world_size:
-            raise ConfigError(
-                f"sparsifier.blocks (B) must be >= workers (W = {world_size}), got {blocks}: raise sparsifier.blocks"
-            )
-        if not isinstance(block_align, int) or block_align < 1:
-            raise ConfigError(f"sparsifier.block_align must be an integer >= 1, got {block_align}: e.g. 32")
+        largest = max(end - start for start, end in map(self.element_range, range(world_size)))
+        self._scan = ThresholdScan(reserve=largest)  # grows by half when a partition outgrows it
 
     # -- partitions ----------------------------------------------------------------------------
     def boundaries(self) -> list[int]:
@@ -112,12 +109,14 @@ class ExDyna(Sparsifier):
     def select(self, acc: torch.Tensor, step: int, plan: torch.Tensor | None = None) -> torch.Tensor:
         # 3. Assignment: a permutation of the partitions at every step.
         start, end = self.element_range((step + self.rank) % self.world_size)
-        # One comparison pass over the partition; the scan's buffers grow with the largest one.
+        # One comparison pass over the partition.
         selected = self._scan.select(acc[start:end], self.threshold, start)
         if selected.numel() == 0:
             # As the released code does: one rotating index, so no rank ever sends an empty row.
             selected = torch.tensor([start + step % (end - start)], dtype=torch.int64, device=acc.device)
-        self._used = {"threshold": self.threshold, "boundaries": self.boundaries(), "scanned": end - start, "moved": self._moved}
+        self._used = {
+            "threshold": self.threshold, "boundaries": self.boundaries(), "scanned": end - start, "moved": self._moved,
+        }
         return selected
 
     # -- after the exchange --------------------------------------------------------------------

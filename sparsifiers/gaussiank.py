@@ -37,17 +37,12 @@ class GaussianK(Sparsifier):
 
     def __init__(self, layout: Layout, world_size: int, rank: int, density: float, max_scans: int = 3, **knobs) -> None:
         super().__init__(layout, world_size, rank, density=density, **knobs)
-        self.check_knobs(world_size, max_scans=max_scans)
+        if not isinstance(max_scans, int) or isinstance(max_scans, bool) or max_scans < 1:
+            raise ConfigError(f"sparsifier.max_scans must be an integer >= 1, got {max_scans}: e.g. 3")
         self.max_scans = max_scans
         self.quantile = NormalDist().inv_cdf(1.0 - self.density / 2.0)  # Phi^-1(1 - d/2)
         self._last = {"threshold": math.nan, "scans": 0}  # the last step's, for metrics
-        self._scan = ThresholdScan()
-
-    @classmethod
-    def check_knobs(cls, world_size: int, max_scans: int = 3, **_: Any) -> None:
-        """Value checks that need no model, so they can also run before launch."""
-        if not isinstance(max_scans, int) or isinstance(max_scans, bool) or max_scans < 1:
-            raise ConfigError(f"sparsifier.max_scans must be an integer >= 1, got {max_scans}: e.g. 3")
+        self._scan = ThresholdScan(reserve=self.numel)  # |acc| and a mask: shared scratch
 
     def select(self, acc: torch.Tensor, step: int, plan: torch.Tensor | None = None) -> torch.Tensor:
         # 1. Fit: one reduction pass, no full-size temporary.

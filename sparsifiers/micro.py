@@ -36,29 +36,25 @@ class Micro(Sparsifier):
     name = "micro"
     scope = SelectionScope.SPLIT
     exchanges = (ExchangeKind.UNION_ALLREDUCE,)
+    shared_state = ("sparsifier/threshold",)
 
     def __init__(
         self, layout: Layout, world_size: int, rank: int, density: float, threshold_rule: str = "official", **knobs
     ) -> None:
         super().__init__(layout, world_size, rank, density=density, **knobs)
-        self.check_knobs(world_size, threshold_rule=threshold_rule)
+        self.threshold_rule = check_threshold_rule(threshold_rule)
         if self.numel < world_size:
             raise ConfigError(
                 f"micro needs a gradient element per worker: N = {self.numel} < workers = {world_size}; lower workers"
             )
-        self.threshold_rule = threshold_rule
         # 1. Partitions (once).
         self.partitions = even_splits(self.numel, world_size)
         # 3. Threshold at t = 0.
         self.threshold = initial_threshold(self.k)  # what the next select uses
         self._used_threshold = math.nan  # what the last select used (metrics)
         self._scanned = 0
-        self._scan = ThresholdScan()
-
-    @classmethod
-    def check_knobs(cls, world_size: int, threshold_rule: str = "official", **_: Any) -> None:
-        """Value checks that need no model, so they can also run before launch."""
-        check_threshold_rule(threshold_rule)
+        # The first partition is the largest: reserving it keeps every step allocation-free.
+        self._scan = ThresholdScan(reserve=self.partitions[0][1])
 
     def partition_of(self, step: int) -> tuple[int, int]:
         """2. Assignment: the (start, end) this rank scans at `step`; a permutation over ranks."""
@@ -66,9 +62,6 @@ class Micro(Sparsifier):
 
     def select(self, acc: torch.Tensor, step: int, plan: torch.Tensor | None = None) -> torch.Tensor:
         start, end = self.partition_of(step)
-        # The first partition is the largest: reserving it once keeps later steps allocation-free.
-        first_start, first_end = self.partitions[0]
-        self._scan.reserve(first_end - first_start, acc)
         # 4. Selection: one comparison pass over this rank's N / W elements.
         selected = self._scan.select(acc[start:end], self.threshold, start)
         if selected.numel() == 0:
@@ -86,7 +79,8 @@ class Micro(Sparsifier):
         return {"sparsifier/threshold": self._used_threshold, "selection/scanned": float(self._scanned)}
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "threshold_rule": self.threshold_rule, "initial_threshold": initial_threshold(self.k)}
+        described = super().describe()
+        return {**described, "threshold_rule": self.threshold_rule, "initial_threshold": initial_threshold(self.k)}
 
     def state_dict(self) -> dict[str, Any]:
         return {"threshold": self.threshold, "used_threshold": self._used_threshold, "scanned": self._scanned}

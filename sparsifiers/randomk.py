@@ -50,7 +50,8 @@ class RandomK(Sparsifier):
         while distinct.numel() < self.k:
             missing = self.k - distinct.numel()
             # A little over what is missing: expected collisions are about missing * k / N.
-            draws = torch.randint(0, self.numel, (missing + missing * self.k // self.numel + 8,), generator=self._generator)
+            size = missing + missing * self.k // self.numel + 8
+            draws = torch.randint(0, self.numel, (size,), generator=self._generator)
             distinct = torch.unique(torch.cat((distinct, draws)))
         if distinct.numel() > self.k:
             keep = torch.randperm(distinct.numel(), generator=self._generator)[: self.k]

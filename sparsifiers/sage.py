@@ -49,7 +49,9 @@ class Sage(Sparsifier):
         self, layout: Layout, world_size: int, rank: int, density: float, sample_error: float = 0.05, **knobs
     ) -> None:
         super().__init__(layout, world_size, rank, density=density, **knobs)
-        self.check_knobs(world_size, sample_error=sample_error)
+        number = isinstance(sample_error, (int, float)) and not isinstance(sample_error, bool)
+        if not number or not 0.0 < sample_error < 1.0:
+            raise ConfigError(f"sparsifier.sample_error must be in (0, 1), got {sample_error}: e.g. 0.05")
         # 1. Sample size (once), at least one element.
         self.sample_error = float(sample_error)
         self.sample_size = max(1, int(self.numel / (1 + self.numel * self.sample_error * self.sample_error)))
@@ -57,14 +59,7 @@ class Sage(Sparsifier):
         self._previous_mean: float | None = None  # None until the first step has been sampled
         self._generator = torch.Generator().manual_seed(sample_seed(self.seed, rank))
         self._factors = {"alpha": 1.0, "beta": 1.0, "gamma": 1.0, "d_exam": math.nan}  # last step's, for metrics
-        self._scan = ThresholdScan()
-
-    @classmethod
-    def check_knobs(cls, world_size: int, sample_error: float = 0.05, **_: Any) -> None:
-        """Value checks that need no model, so they can also run before launch."""
-        valid = isinstance(sample_error, (int, float)) and not isinstance(sample_error, bool)
-        if not valid or not 0.0 < sample_error < 1.0:
-            raise ConfigError(f"sparsifier.sample_error must be in (0, 1), got {sample_error}: e.g. 0.05")
+        self._scan = ThresholdScan(reserve=self.numel)  # |acc| and a mask: shared scratch
 
     def _sample_mean(self, acc: torch.Tensor) -> float:
         """Mean |acc| over s indices drawn uniformly (with replacement) from this rank's generator."""
@@ -85,7 +80,7 @@ class Sage(Sparsifier):
             gamma = 0.95 if ratio < 0.1 else 1.05 if ratio > 10.0 else 1.0
             self.threshold = self.threshold * alpha * beta * gamma
             self._factors = {"alpha": alpha, "beta": beta, "gamma": gamma, "d_exam": d_exam}
-        # 2. (t = 0) or the next step's reference: the sample mean just taken.
+        # 2. At t = 0 lambda keeps its initial value; at every t the sample mean is the next alpha's base.
         self._previous_mean = mean_now
         # 4. Selection over the whole vector.
         self._scan.mark(self.threshold)

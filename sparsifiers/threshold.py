@@ -17,33 +17,32 @@ from sparsifiers.layout import Layout
 from sparsifiers.threshold_control import ThresholdScan, initial_threshold
 
 
+def _positive_number(value: Any) -> bool:
+    """A finite real number above 0 (a bool is not a number here)."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return number and math.isfinite(value) and value > 0
+
+
 class HardThreshold(Sparsifier):
     """Fixed-threshold selection with error feedback; `density` only sets the default lambda."""
 
     name = "threshold"
     scope = SelectionScope.WHOLE
     exchanges = (ExchangeKind.UNION_ALLREDUCE,)
+    shared_state = ("sparsifier/threshold",)
 
     def __init__(
         self, layout: Layout, world_size: int, rank: int, density: float, threshold: float | None = None, **knobs
     ) -> None:
         super().__init__(layout, world_size, rank, density=density, **knobs)
-        self.check_knobs(world_size, threshold=threshold)
-        # 1. Threshold (once).
-        self.threshold = initial_threshold(self.k) if threshold is None else float(threshold)
-        self.threshold_source = "1/(2 sqrt(k))" if threshold is None else "sparsifier.threshold"
-        self._scan = ThresholdScan()
-
-    @classmethod
-    def check_knobs(cls, world_size: int, threshold: float | None = None, **_: Any) -> None:
-        """Value checks that need no model, so they can also run before launch."""
-        if threshold is None:
-            return
-        valid = isinstance(threshold, (int, float)) and not isinstance(threshold, bool)
-        if not valid or not math.isfinite(threshold) or threshold <= 0:
+        if threshold is not None and not _positive_number(threshold):
             raise ConfigError(
                 f"sparsifier.threshold must be > 0, got {threshold}: set a positive lambda, or null for 1/(2 sqrt(k))"
             )
+        # 1. Threshold (once).
+        self.threshold = initial_threshold(self.k) if threshold is None else float(threshold)
+        self.threshold_source = "1/(2 sqrt(k))" if threshold is None else "sparsifier.threshold"
+        self._scan = ThresholdScan(reserve=self.numel)  # |acc| and a mask: shared scratch
 
     def select(self, acc: torch.Tensor, step: int, plan: torch.Tensor | None = None) -> torch.Tensor:
         # 2. Selection: one comparison pass over the whole vector.

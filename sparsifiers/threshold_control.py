@@ -6,13 +6,14 @@ Two pieces, so that no method file copies them:
   the previous step's aggregated count. Two variants (ALGORITHMS.md, MiCRO step 3):
     official   the released code: 1.005 if rho > 1.1; 1.00125 if rho > 0.909; else 0.995.
                Its middle band tests rho > 0 (always true) where 0.9987 was evidently meant,
-               so any rho in (0.909, 1.1] raises lambda and rho settles near 0.909.
+               so any rho in (0.909, 1.1] raises lambda: lambda falls only at rho <= 0.909, and
+               the density settles low (between 0.909 k and k, nearer k when counts are noisy).
     symmetric  the evident intent: 1.005 if rho > 1.1; 1.00125 if rho > 1;
                0.9987 if rho > 0.909; else 0.995.
   Thresholds are Python floats (float64) computed only from integers every rank knows, so they
   are bit-identical on every rank.
-- `ThresholdScan`: the selection |x| >= lambda over a slice of the flat buffer, with buffers
-  reused across steps (the hot path allocates nothing of the slice's size).
+- `ThresholdScan`: the selection |x| >= lambda over a slice of the flat buffer, with scratch
+  buffers reused across steps and hosted ranks (the hot path allocates nothing of the slice's size).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import math
 import torch
 
 from sparsifiers.base import ConfigError
+from sparsifiers.workspace import scratch
 
 THRESHOLD_RULES = ("official", "symmetric")
 
@@ -69,51 +71,41 @@ def exact_cutoff(threshold: float, dtype: torch.dtype) -> float:
 
 
 class ThresholdScan:
-    """|x| >= lambda over a contiguous slice, in one O(slice) pass, with reused buffers.
+    """|x| >= lambda over a contiguous slice in O(slice) work (|x| once, then one comparison per
+    threshold tried), allocating only the selection's indices.
 
-    The magnitude and mask buffers are allocated once for the largest slice a caller reserves;
-    a slice that outgrows them (ExDyna's moving partitions) grows them by half at least, so a run
-    reallocates a handful of times at most. A step allocates only its selection's indices."""
+    |x| and the mask live in the process's shared scratch (workspace.py): hosted ranks select one
+    after another, so one buffer serves all of them. The scan asks for `reserve` elements at least,
+    and a slice larger than that raises the request by half again, so moving partitions (ExDyna)
+    reallocate a handful of times per run, not at every step."""
 
-    def __init__(self) -> None:
+    def __init__(self, reserve: int = 0) -> None:
+        self.reserve = reserve  # elements requested from the scratch, at least
         self._magnitude = torch.empty(0)
         self._mask = torch.empty(0, dtype=torch.bool)
-        self._size = 0  # length of the slice held in the buffers
-
-    @property
-    def capacity(self) -> int:
-        return self._magnitude.numel()
-
-    def reserve(self, size: int, like: torch.Tensor) -> None:
-        """Makes room for slices of `size` elements of `like`'s dtype and device."""
-        fits = self._magnitude.dtype == like.dtype and self._magnitude.device == like.device
-        if fits and self.capacity >= size:
-            return
-        if fits and self.capacity > 0:
-            size = max(size, self.capacity * 3 // 2)
-        self._magnitude = torch.empty(size, dtype=like.dtype, device=like.device)
-        self._mask = torch.empty(size, dtype=torch.bool, device=like.device)
 
     def load(self, values: torch.Tensor) -> None:
-        """Computes |values| once; `count`, `mark` and `indices` then compare it with thresholds."""
-        self.reserve(values.numel(), values)
-        self._size = values.numel()
-        torch.abs(values, out=self._magnitude[: self._size])
+        """Computes |values| once; `mark`, `count` and `indices` then compare it with thresholds."""
+        size = values.numel()
+        if size > self.reserve:
+            self.reserve = max(size, self.reserve * 3 // 2)
+        self._magnitude = scratch("magnitude", self.reserve, values.dtype, values.device)[:size]
+        self._mask = scratch("mask", self.reserve, torch.bool, values.device)[:size]
+        torch.abs(values, out=self._magnitude)
 
     def mark(self, threshold: float) -> None:
         """Fills the mask with |x| >= threshold over the loaded slice (one comparison pass)."""
-        cutoff = exact_cutoff(threshold, self._magnitude.dtype)
-        torch.ge(self._magnitude[: self._size], cutoff, out=self._mask[: self._size])
+        torch.ge(self._magnitude, exact_cutoff(threshold, self._magnitude.dtype), out=self._mask)
 
     def count(self, threshold: float) -> int:
         """How many loaded |x| are >= threshold; the mask is left for `indices`."""
         self.mark(threshold)
-        return int(torch.count_nonzero(self._mask[: self._size]))
+        return int(torch.count_nonzero(self._mask))
 
     def indices(self, offset: int) -> torch.Tensor:
         """Global int64 indices of the marked positions: position in the slice + `offset`,
-        increasing. The only allocation of a scan, sized by the selection."""
-        return torch.nonzero(self._mask[: self._size]).view(-1).add_(offset)
+        increasing. Read them before another rank's scan reuses the scratch."""
+        return torch.nonzero(self._mask).view(-1).add_(offset)
 
     def select(self, values: torch.Tensor, threshold: float, offset: int) -> torch.Tensor:
         """Global indices offset + i of every |values[i]| >= threshold, increasing."""

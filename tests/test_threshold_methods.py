@@ -1,0 +1,300 @@
+"""The whole-vector threshold baselines (hard threshold, SAGE, Gaussian-k) and Random-k against
+plain reimplementations of ALGORITHMS.md, plus what all six methods of this family share: exact
+threshold comparisons, allocation-free selection, configuration through the real config."""
+from __future__ import annotations
+
+import copy
+import math
+from statistics import NormalDist
+
+import numpy as np
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from experiments.build import build_sparsifier
+from experiments.compose import compose_job
+from experiments.validate import validate
+from sparsifiers.base import ConfigError, ExchangeKind
+from sparsifiers.exdyna import ExDyna
+from sparsifiers.gaussiank import GaussianK
+from sparsifiers.layout import Layout
+from sparsifiers.micro import Micro
+from sparsifiers.randomk import RandomK
+from sparsifiers.sage import Sage, sample_seed
+from sparsifiers.threshold import HardThreshold
+from sparsifiers.threshold_control import ThresholdScan, exact_cutoff
+from tests.threshold_world import ThresholdWorld, noise
+
+SMALL = ["dataset=synthetic", "dataset.num_train=64", "dataset.num_test=16", "model=mlp", "model.hidden=16"]
+LAYOUT = Layout.from_shapes([("a", (40, 50)), ("b", (1000,)), ("c", (3,))])  # N = 3003
+
+
+def drifting_stream(numel: int, world_size: int, seed: int):
+    """Gradients whose scale drifts over a factor of 2.25, so adaptive thresholds keep moving."""
+    for t, grads in enumerate(noise(numel, world_size, seed)):
+        scale = 0.01 * 1.5 ** math.sin(t / 5)
+        yield [grad * scale for grad in grads]
+
+
+def zero_union(accs: list[np.ndarray], selections: list[list[int]]) -> list[np.ndarray]:
+    """union_allreduce's residual rule: every rank zeroes every aggregated coordinate."""
+    union = sorted(set().union(*selections))
+    for acc in accs:
+        acc[union] = 0
+    return accs
+
+
+# -- hard threshold -------------------------------------------------------------------------------
+@pytest.mark.parametrize("world_size,threshold", [(4, None), (2, 0.02)])
+def test_hard_threshold_matches_the_reference_for_60_steps(world_size, threshold):
+    numel, density = LAYOUT.numel, 0.01
+    world = ThresholdWorld([HardThreshold(LAYOUT, world_size, r, density, threshold=threshold)
+                            for r in range(world_size)])
+    # Reference: lambda fixed, by default 1 / (2 sqrt(k)); select |acc| >= lambda everywhere.
+    lam = threshold if threshold is not None else 1 / (2 * math.sqrt(math.floor(density * numel)))
+    residuals = [np.zeros(numel, dtype=np.float32) for _ in range(world_size)]
+    stream = drifting_stream(numel, world_size, seed=1)
+    overlaps = 0
+    for t in range(60):
+        grads = next(stream)
+        accs = [residual + grad.numpy() for residual, grad in zip(residuals, grads)]
+        expected = [[i for i, v in enumerate(acc.tolist()) if abs(v) >= lam] for acc in accs]
+        residuals = zero_union(accs, expected)
+        step = world.step(grads, t)
+        assert [s.tolist() for s in step.selections] == expected, f"step {t}"
+        assert all(s.metrics()["sparsifier/threshold"] == lam for s in world.sparsifiers)
+        assert all(np.array_equal(a.numpy(), b) for a, b in zip(step.residuals, residuals))
+        overlaps += sum(map(len, expected)) - step.aggregated
+    assert overlaps > 0 or world_size == 1  # ranks select over the same vector: build-up
+
+
+# -- SAGE -----------------------------------------------------------------------------------------
+class ReferenceSage:
+    """One rank of SAGE as ALGORITHMS.md states it. The random sample's indices come from the same
+    generator and draw as the implementation's (its documented contract); the rest is plain."""
+
+    def __init__(self, numel: int, density: float, rank: int, seed: int) -> None:
+        self.numel, self.density = numel, density
+        self.samples = int(numel / (1 + numel * 0.05 ** 2))  # Slovin's formula
+        self.threshold = 1 / (2 * math.sqrt(math.floor(density * numel)))
+        self.generator = torch.Generator().manual_seed(sample_seed(seed, rank))
+        self.previous_mean: float | None = None
+
+    def select(self, acc: list[float]) -> list[int]:
+        sample = torch.randint(0, self.numel, (self.samples,), generator=self.generator).tolist()
+        mean = math.fsum(abs(acc[i]) for i in sample) / self.samples
+        if self.previous_mean is not None:
+            alpha = mean / self.previous_mean
+            d_exam = sum(1 for v in acc if abs(v) >= self.threshold * alpha) / self.numel
+            beta = 2 / (1 + math.exp(self.density - d_exam))
+            gamma = 0.95 if d_exam / self.density < 0.1 else 1.05 if d_exam / self.density > 10 else 1.0
+            self.threshold = self.threshold * alpha * beta * gamma
+        self.previous_mean = mean
+        return [i for i, v in enumerate(acc) if abs(v) >= self.threshold]
+
+
+@pytest.mark.parametrize("world_size,seed", [(4, 0), (2, 11)])
+def test_sage_matches_the_reference_for_60_steps(world_size, seed):
+    numel, density = LAYOUT.numel, 0.01
+    world = ThresholdWorld([Sage(LAYOUT, world_size, r, density, seed=seed) for r in range(world_size)])
+    references = [ReferenceSage(numel, density, r, seed) for r in range(world_size)]
+    residuals = [np.zeros(numel, dtype=np.float32) for _ in range(world_size)]
+    stream = drifting_stream(numel, world_size, seed=2)
+    gammas = set()
+    for t in range(60):
+        grads = next(stream)
+        accs = [residual + grad.numpy() for residual, grad in zip(residuals, grads)]
+        expected = [ref.select(acc.tolist()) for ref, acc in zip(references, accs)]
+        residuals = zero_union(accs, expected)
+        step = world.step(grads, t)
+        assert [s.tolist() for s in step.selections] == expected, f"step {t}"
+        for sparsifier, ref in zip(world.sparsifiers, references):
+            assert sparsifier.threshold == ref.threshold  # exactly: per rank, by definition
+            gammas.add(sparsifier.metrics()["sparsifier/gamma"])
+        assert all(np.array_equal(a.numpy(), b) for a, b in zip(step.residuals, residuals))
+    assert len({s.threshold for s in world.sparsifiers}) == world_size  # each rank its own lambda
+    assert len(gammas) >= 2  # the stream moved d_exam across a gamma band
+
+
+def test_sage_state_round_trip_resumes_exactly():
+    stream = drifting_stream(LAYOUT.numel, 1, seed=4)
+    sage = Sage(LAYOUT, 2, 1, 0.01, seed=5)
+    for t in range(5):
+        sage.select(next(stream)[0], t)
+    state = copy.deepcopy(sage.state_dict())
+    later = [next(stream)[0] for _ in range(5)]
+    expected = [sage.select(acc, 5 + i).tolist() for i, acc in enumerate(later)]
+    resumed = Sage(LAYOUT, 2, 1, 0.01, seed=5)
+    resumed.load_state_dict(state)
+    assert resumed.state_dict()["threshold"] == state["threshold"]
+    assert torch.equal(resumed.state_dict()["generator"], state["generator"])
+    assert [resumed.select(acc, 5 + i).tolist() for i, acc in enumerate(later)] == expected
+
+
+# -- Gaussian-k ---------------------------------------------------------------------------------
+def reference_gaussiank(acc: np.ndarray, density: float, max_scans: int) -> tuple[float, int]:
+    """lambda = mean + std * Phi^-1(1 - d/2), in float64; halve below 2k/3, x1.5 above 4k/3."""
+    k = math.floor(density * acc.size)
+    values = acc.astype(np.float64)
+    lam = float(values.mean()) + float(values.std(ddof=1)) * NormalDist().inv_cdf(1 - density / 2)
+    magnitudes = np.abs(values)
+    for scan in range(1, max_scans + 1):
+        count = int((magnitudes >= lam).sum())
+        if 2 * k / 3 <= count <= 4 * k / 3 or scan == max_scans:
+            return lam, scan
+        lam *= 0.5 if count < 2 * k / 3 else 1.5
+    raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize("world_size,max_scans", [(4, 3), (2, 5)])
+def test_gaussiank_matches_the_reference_for_60_steps(world_size, max_scans):
+    # The implementation fits in float32 (torch.std_mean, one pass, no copy) and the reference in
+    # float64, so lambda agrees to 1e-5 and the selections agree except for elements within that
+    # distance of lambda. The reference therefore reads the accumulators the real world produced.
+    density = 0.01
+    world = ThresholdWorld([GaussianK(LAYOUT, world_size, r, density, max_scans=max_scans) for r in range(world_size)])
+    stream = drifting_stream(LAYOUT.numel, world_size, seed=3)
+    scans_seen = set()
+    for t in range(60):
+        step = world.step(next(stream), t)
+        for sparsifier, acc, selection in zip(world.sparsifiers, step.accs, step.selections):
+            lam, scans = reference_gaussiank(acc.numpy(), density, max_scans)
+            metrics = sparsifier.metrics()
+            assert metrics["sparsifier/threshold"] == pytest.approx(lam, rel=1e-5)
+            assert metrics["sparsifier/scans"] == scans
+            scans_seen.add(scans)
+            magnitudes = acc.abs().double()
+            expected = set(torch.nonzero(magnitudes >= lam).view(-1).tolist())
+            for index in expected.symmetric_difference(selection.tolist()):
+                assert abs(float(magnitudes[index]) - lam) <= 1e-5 * abs(lam)
+    assert len(scans_seen) >= 2  # the refinement both stopped early and ran on
+
+
+# -- Random-k -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("density", [0.01, 0.7, 1.0])  # sparse draw, permutation draw, everything
+def test_randomk_draws_k_distinct_indices_identical_on_every_rank(density):
+    world = ThresholdWorld([RandomK(LAYOUT, 4, r, density, seed=9) for r in range(4)])
+    assert world.sparsifiers[0].exchange is ExchangeKind.SHARED_ALLREDUCE
+    k = math.floor(density * LAYOUT.numel)
+    stream = noise(LAYOUT.numel, 4, seed=0)
+    draws = []
+    for t in range(8):
+        step = world.step(next(stream), t)
+        first = step.selections[0]
+        assert all(torch.equal(first, other) for other in step.selections[1:])
+        assert first.numel() == k == step.aggregated and torch.unique(first).numel() == k
+        assert 0 <= int(first[0]) and int(first[-1]) < LAYOUT.numel
+        assert step.counts == [k] * 4
+        for acc, residual, zeroed in zip(step.accs, step.residuals, step.zeroed):
+            transmitted = torch.zeros_like(acc)
+            transmitted[zeroed] = acc[zeroed]
+            assert torch.equal(transmitted + residual, acc)
+        draws.append(first.tolist())
+    assert len({tuple(d) for d in draws}) == (1 if density == 1.0 else 8)
+
+
+@pytest.mark.parametrize("numel,density", [(200, 0.1), (30, 0.8)])
+def test_randomk_every_coordinate_is_equally_likely(numel, density):
+    # Reference: a uniform k-subset contains each coordinate with probability k / N, so over T
+    # draws each count is Binomial(T, k/N). Pearson's statistic over N cells is then about
+    # chi-square with N - 1 degrees of freedom; the bound is 5 standard deviations above its mean.
+    draws = 400
+    layout = Layout.from_shapes([("w", (numel,))])
+    sparsifier = RandomK(layout, 2, 0, density, seed=1)
+    counts = torch.zeros(numel)
+    for t in range(draws):
+        counts[sparsifier.select(torch.zeros(numel), t)] += 1
+    expected = draws * sparsifier.k / numel
+    pearson = float(((counts - expected) ** 2 / expected).sum())
+    assert pearson < (numel - 1) + 5 * math.sqrt(2 * (numel - 1))
+
+
+def test_randomk_leaves_the_training_rng_alone_and_resumes_exactly():
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    sparsifier = RandomK(LAYOUT, 4, 2, 0.01, seed=3)
+    for t in range(3):
+        sparsifier.select(torch.zeros(LAYOUT.numel), t)
+    assert torch.equal(torch.get_rng_state(), before)
+    state = copy.deepcopy(sparsifier.state_dict())
+    expected = [sparsifier.select(torch.zeros(LAYOUT.numel), 3 + t).tolist() for t in range(3)]
+    resumed = RandomK(LAYOUT, 4, 0, 0.01, seed=3)
+    resumed.load_state_dict(state)
+    assert [resumed.select(torch.zeros(LAYOUT.numel), 3 + t).tolist() for t in range(3)] == expected
+    other_seed = RandomK(LAYOUT, 4, 0, 0.01, seed=4)
+    assert other_seed.select(torch.zeros(LAYOUT.numel), 0).tolist() != RandomK(LAYOUT, 4, 0, 0.01, seed=3).select(
+        torch.zeros(LAYOUT.numel), 0).tolist()
+
+
+# -- shared by the family -------------------------------------------------------------------------
+def test_threshold_comparison_is_exact_in_real_numbers():
+    below = torch.tensor(0.1, dtype=torch.float32)  # the float32 nearest to 0.1
+    lam = float(below) + 2.0 ** -30  # above it, but rounds back to it in float32
+    assert bool(torch.ge(below, lam))  # torch rounds lambda to float32: a false positive
+    assert exact_cutoff(lam, torch.float32) > lam and exact_cutoff(float(below), torch.float32) == float(below)
+    values = torch.tensor([float(below), -float(below), 0.2, -0.05])
+    assert ThresholdScan().select(values, lam, 10).tolist() == [12]
+    assert ThresholdScan().select(values, float(below), 0).tolist() == [0, 1, 2]
+
+
+SIX = [
+    lambda layout: Micro(layout, 4, 1, 1e-4),
+    lambda layout: ExDyna(layout, 4, 1, 1e-4),
+    lambda layout: HardThreshold(layout, 4, 1, 1e-4),
+    lambda layout: Sage(layout, 4, 1, 1e-4),
+    lambda layout: GaussianK(layout, 4, 1, 1e-4),
+    lambda layout: RandomK(layout, 4, 1, 1e-4),
+]
+
+
+@pytest.mark.parametrize("make", SIX, ids=["micro", "exdyna", "threshold", "sage", "gaussiank", "randomk"])
+def test_select_allocates_nothing_of_the_vector_size(make):
+    numel = 1_000_000
+    sparsifier = make(Layout.from_shapes([("w", (numel,))]))  # k = 100
+    generator = torch.Generator().manual_seed(0)
+    accs = [torch.randn(numel, generator=generator) * 0.003 for _ in range(6)]  # few |acc| >= lambda
+    for t in range(4):  # warm-up: the buffers are allocated here
+        sparsifier.select(accs[t], t)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        selected = [sparsifier.select(accs[t], t).numel() for t in (4, 5)]
+    allocated = sum(max(event.self_cpu_memory_usage, 0) for event in prof.key_averages())
+    # A full-size tensor is >= 1 MB (a bool mask). Allowed per select: 32 KiB of small tensors and
+    # 128 bytes per selected index or unit of k (Random-k's draw makes a few k-sized temporaries).
+    assert allocated < sum(32 * 1024 + 128 * (count + sparsifier.k) for count in selected), allocated
+
+
+@pytest.mark.parametrize("method,cls,knobs", [
+    ("threshold", HardThreshold, {"threshold": None}),
+    ("sage", Sage, {"sample_error": 0.05}),
+    ("gaussiank", GaussianK, {"max_scans": 3}),
+    ("randomk", RandomK, {}),
+])
+def test_builds_from_the_real_config(method, cls, knobs):
+    cfg = compose_job([f"sparsifier={method}", "dataset=synthetic", "model=mlp"])
+    sparsifier = build_sparsifier(cfg, LAYOUT, rank=2)
+    assert type(sparsifier) is cls and sparsifier.name == method and sparsifier.rank == 2
+    assert sparsifier.density == cfg.sparsifier.density and sparsifier.seed == cfg.seed
+    assert all(cfg.sparsifier[key] == value for key, value in knobs.items())
+    assert sparsifier.exchange is cls.exchanges[0]
+
+
+@pytest.mark.parametrize("cls,knobs,message", [
+    (HardThreshold, {"density": 0.0}, r"sparsifier.density must be in \(0, 1\], got 0.0"),
+    (HardThreshold, {"density": 0.1, "threshold": -1.0}, "sparsifier.threshold must be > 0, got -1.0"),
+    (HardThreshold, {"density": 0.1, "threshold": 0}, "sparsifier.threshold must be > 0, got 0"),
+    (Sage, {"density": 0.0}, r"sparsifier.density must be in \(0, 1\]"),
+    (Sage, {"density": 0.1, "sample_error": 0.0}, r"sparsifier.sample_error must be in \(0, 1\), got 0.0"),
+    (GaussianK, {"density": 0.0}, r"sparsifier.density must be in \(0, 1\]"),
+    (GaussianK, {"density": 0.1, "max_scans": 0}, "sparsifier.max_scans must be an integer >= 1, got 0"),
+    (RandomK, {"density": 0.0}, r"sparsifier.density must be in \(0, 1\]"),
+    (RandomK, {"density": 0.1, "exchange": "union_allreduce"}, "sparsifier.exchange=union_allreduce is not supported"),
+])
+def test_bad_knobs_name_the_key(cls, knobs, message):
+    with pytest.raises(ConfigError, match=message):
+        cls(LAYOUT, 4, 0, **knobs)
+
+
+def test_bad_threshold_fails_validation_before_launch():
+    with pytest.raises(ConfigError, match="sparsifier.threshold must be > 0, got -1"):
+        validate(compose_job(["sparsifier=threshold", "sparsifier.threshold=-1", *SMALL]))
