@@ -55,7 +55,7 @@ def exchange(
 
 def dense_allreduce(accs: list[torch.Tensor], out: torch.Tensor, comm: RankCollectives) -> ExchangeResult:
     """agg = mean_r acc_r over the whole vector."""
-    _sum_in_rank_order(out, accs)
+    sum_in_rank_order(out, accs)
     comm.all_reduce_sum(out)
     out.div_(comm.world_size)
     numel = out.numel()
@@ -71,7 +71,7 @@ def union_allreduce(
     counts = _all_gather_counts(selections, comm, out.device)
     all_indices = comm.all_gather(_padded_rows(selections, int(counts.max()), out.device))
     union = _union(all_indices, counts)
-    values = _sum_in_rank_order(None, [acc[union] for acc in accs])
+    values = sum_in_rank_order(None, [acc[union] for acc in accs])
     comm.all_reduce_sum(values)
     out.zero_()
     out[union] = values.div_(comm.world_size)
@@ -106,7 +106,7 @@ def leader_allreduce(
     """CLT-k's pattern: every rank holds the leader's broadcast indices; allreduce values there.
     Only the leader selected, so the counts are |S| at the leader and 0 elsewhere."""
     selection = selections[0].long()
-    values = _sum_in_rank_order(None, [acc[selection] for acc in accs])
+    values = sum_in_rank_order(None, [acc[selection] for acc in accs])
     comm.all_reduce_sum(values)
     out.zero_()
     out[selection] = values.div_(comm.world_size)
@@ -121,7 +121,7 @@ def shared_allreduce(
     """Selections identical on every rank by construction (a shared seed): no index traffic,
     allreduce the values there. Every rank selected |S|; the union is S."""
     selection = selections[0].long()
-    values = _sum_in_rank_order(None, [acc[selection] for acc in accs])
+    values = sum_in_rank_order(None, [acc[selection] for acc in accs])
     comm.all_reduce_sum(values)
     out.zero_()
     out[selection] = values.div_(comm.world_size)
@@ -149,7 +149,7 @@ def _union(all_indices: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     return torch.unique(torch.cat(valid).long())
 
 
-def _sum_in_rank_order(out: torch.Tensor | None, parts: list[torch.Tensor]) -> torch.Tensor:
+def sum_in_rank_order(out: torch.Tensor | None, parts: list[torch.Tensor]) -> torch.Tensor:
     """Sums hosted ranks' tensors in rank order (a fixed order keeps runs repeatable)."""
     total = parts[0].clone() if out is None else out.copy_(parts[0])
     for part in parts[1:]:

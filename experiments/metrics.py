@@ -33,8 +33,14 @@ class MetricContext:
     dense_model_ms: float | None = None  # the network model's time for that dense allreduce
 
 
-def exchange_metrics(result: ExchangeResult, meter: TrafficMeter, context: MetricContext) -> dict[str, float]:
-    """Traffic, density, build-up and selection shape of one exchange."""
+def exchange_metrics(
+    result: ExchangeResult, meter: TrafficMeter, context: MetricContext, k_now: int | None = None,
+    density_now: float | None = None,
+) -> dict[str, float]:
+    """Traffic, density, build-up and selection shape of one exchange. `k_now`/`density_now`:
+    the method's current target when it changes during the run (DGC's warm-up stages)."""
+    k_target = k_now or context.k_target
+    density_target = density_now or context.density
     counts = result.counts.double()
     union = float(result.aggregated)
     total = float(counts.sum())
@@ -55,8 +61,8 @@ def exchange_metrics(result: ExchangeResult, meter: TrafficMeter, context: Metri
         "traffic/dense_bytes": context.dense_bytes,
         "traffic/ratio": float(meter.sent.mean()) / context.dense_bytes if context.dense_bytes else float("nan"),
         "density/actual": union / context.numel,
-        "density/target": context.density,
-        "density/error": union / context.k_target - 1.0,
+        "density/target": density_target,
+        "density/error": union / k_target - 1.0,
         "buildup": buildup,
         "selection/overlap": total / union if union else float("nan"),
         "selection/k_max": float(counts.max()),

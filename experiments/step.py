@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from experiments.exchange import INDEX_DTYPE, ExchangeResult, exchange
+from experiments.exchange import INDEX_DTYPE, ExchangeResult, exchange, sum_in_rank_order
 from experiments.replica import Replica
 from experiments.world import World
 from sparsifiers.base import Feedback
@@ -65,7 +65,13 @@ def train_step(
     accs = [replica.residual for replica in replicas]
     sparsifier = replicas[0].sparsifier  # every rank runs the same method
 
-    # 2. plan: served by the world before anyone selects.
+    # 2. plan: served by the world before anyone selects. First what every rank contributes to an
+    # average (DEFT's global norms): one small allreduce, then the leader's plan, broadcast.
+    inputs = [replica.sparsifier.averaged_inputs(replica.residual, step) for replica in replicas]
+    if inputs[0] is not None:
+        mean = world.comm.all_reduce_sum(sum_in_rank_order(None, inputs)).div_(world.world_size)
+        for replica in replicas:
+            replica.sparsifier.receive_average(mean, step)
     leader, plan, plan_ms = sparsifier.plan_leader(step), None, 0.0
     if leader is not None:
         local_leader = next((r for r in replicas if r.rank == leader), None)

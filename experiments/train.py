@@ -108,7 +108,7 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path) -> dict[str, Any] 
             logging_step = step % log_every == 0 or step == total_steps - 1
             world.comm.meter.reset()
             outcome = train_step(world, model, loss_fn, flat, optimizer, replicas, list(batches), step, logging_step)
-            metrics = exchange_metrics(outcome.result, world.comm.meter, context)
+            metrics = exchange_metrics(outcome.result, world.comm.meter, context, method.current_k, method.current_density)
             accumulator.add_step(metrics, world.comm.meter.sent)
             if logging_step:
                 metrics.update(rank_metrics(_gather_rank_stats(world, outcome)))

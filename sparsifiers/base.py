@@ -125,6 +125,15 @@ class Sparsifier(ABC):
         Returns a tensor the caller only reads; the default is the gradient itself."""
         return grad
 
+    def averaged_inputs(self, acc: torch.Tensor, step: int) -> torch.Tensor | None:
+        """A small 1-D float tensor this rank contributes before the plan; the world averages it
+        over ranks (one metered allreduce) and hands the mean to `receive_average` on every rank.
+        None (the default): nothing to average. DEFT's `norms=global` averages unit norms here."""
+        return None
+
+    def receive_average(self, mean: torch.Tensor, step: int) -> None:
+        """The mean over ranks of `averaged_inputs`, identical on every rank, before the plan."""
+
     def plan_leader(self, step: int) -> int | None:
         """The rank whose plan every rank needs before selecting at `step`, or None."""
         return None
@@ -152,6 +161,16 @@ class Sparsifier(ABC):
         from rank 0's sparsifier. Lists (per-unit k, partition boundaries) go to metrics.jsonl;
         W&B receives the scalars."""
         return {}
+
+    @property
+    def current_density(self) -> float:
+        """The density this step aims at (DGC's warm-up stages change it; others: `density`)."""
+        return self.density
+
+    @property
+    def current_k(self) -> int:
+        """k of the current density: what density/error is measured against."""
+        return self.k
 
     def describe(self) -> dict[str, Any]:
         """What this run used (resolved defaults, variants), recorded in summary.json."""

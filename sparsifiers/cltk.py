@@ -5,16 +5,22 @@
     3. Its indices are broadcast; every rank's selection is the leader's.
     4. Exchange: leader_broadcast: every rank allreduces its values at those indices.
 
-Exactly k coordinates are aggregated and only the leader pays for a selection (the released
-code selects on every rank and throws all but the leader's away). Scope `split`: one selector,
-so build-up is 1.
+Exactly k coordinates are aggregated and only the leader pays for a selection. The released
+code selects on every rank and throws all but the leader's away: `select_on: all` reproduces
+that cost (selections and results are unchanged), for selection-time figures that compare with
+the papers' harness. Scope `split`: one selector, so build-up is 1.
 """
 from __future__ import annotations
 
 import torch
 
-from sparsifiers.base import ExchangeKind, SelectionScope, Sparsifier
+from typing import Any
+
+from sparsifiers.base import ConfigError, ExchangeKind, SelectionScope, Sparsifier
 from sparsifiers.layout import Layout
+from sparsifiers.workspace import scratch_like
+
+SELECT_ON = ("leader", "all")
 
 
 class CLTK(Sparsifier):
@@ -24,10 +30,15 @@ class CLTK(Sparsifier):
     scope = SelectionScope.SPLIT
     exchanges = (ExchangeKind.LEADER_BROADCAST,)
 
-    def __init__(self, layout: Layout, world_size: int, rank: int, density: float, **knobs) -> None:
+    def __init__(
+        self, layout: Layout, world_size: int, rank: int, density: float, select_on: str = "leader", **knobs
+    ) -> None:
         super().__init__(layout, world_size, rank, density=density, **knobs)
-        # Preallocated once: the hot path allocates no full-size tensor per step.
-        self._magnitude = torch.empty(0)
+        if select_on not in SELECT_ON:
+            raise ConfigError(f"sparsifier.select_on must be leader or all, got {select_on}")
+        self.select_on = select_on
+        # Preallocated once: the hot path allocates no tensor per step. |acc| lives in the
+        # process's shared scratch (workspace.py); the k-sized results are this rank's own.
         self._values = torch.empty(0)
         self._indices = torch.empty(0, dtype=torch.int64)
 
@@ -35,18 +46,25 @@ class CLTK(Sparsifier):
     def plan_leader(self, step: int) -> int:
         return step % self.world_size
 
-    # 2. only the leader selects.
+    # 2. the leader selects.
     def make_plan(self, acc: torch.Tensor, step: int) -> torch.Tensor:
-        if self._magnitude.shape != acc.shape or self._magnitude.device != acc.device:
-            self._magnitude = torch.empty_like(acc)
+        return self._top_k(acc)
+
+    def _top_k(self, acc: torch.Tensor) -> torch.Tensor:
+        if self._indices.numel() != self.k or self._indices.device != acc.device:
             self._values = torch.empty(self.k, dtype=acc.dtype, device=acc.device)
             self._indices = torch.empty(self.k, dtype=torch.int64, device=acc.device)
-        torch.abs(acc, out=self._magnitude)
-        torch.topk(self._magnitude, self.k, sorted=False, out=(self._values, self._indices))
+        magnitude = torch.abs(acc, out=scratch_like("magnitude", acc))
+        torch.topk(magnitude, self.k, sorted=False, out=(self._values, self._indices))
         return self._indices
 
     # 3. every rank takes the broadcast indices as its selection.
     def select(self, acc: torch.Tensor, step: int, plan: torch.Tensor | None = None) -> torch.Tensor:
         if plan is None:
             raise ValueError("cltk selects the leader's indices: the world must serve make_plan")
+        if self.select_on == "all" and self.rank != self.plan_leader(step):
+            self._top_k(acc)  # the released code's wasted selection: its cost, not its result
         return plan
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "select_on": self.select_on}

@@ -12,9 +12,8 @@ the ranks' selections stay disjoint and |U| = sum_r |S_r|.
 
 `norms`: `local` (the released code: each rank's k_l from its own acc; the leader's k_l decides
 the bins and the common units) or `global` (norms averaged over ranks first, so every rank uses
-the same k_l). Averaging needs one small allreduce before the plan, which the protocol does not
-offer yet: `averaged_inputs`/`receive_average` below are the proposed hooks, and a world that
-does not call them makes a `global` run fail at its first step rather than silently run `local`.
+the same k_l). Averaging is one small allreduce before the plan, through the protocol's
+`averaged_inputs`/`receive_average` hooks; a world that never calls them fails at the first step.
 """
 from __future__ import annotations
 
@@ -34,6 +33,7 @@ from sparsifiers.deft_allocation import (
     unit_k,
 )
 from sparsifiers.layout import Layout
+from sparsifiers.workspace import scratch_like
 
 NORM_MODES = ("local", "global")
 
@@ -77,12 +77,12 @@ class DEFT(Sparsifier):
         self._mean_norms: list[float] | None = None  # norms=global: the world's average
         self._mean_step = -1
         self._k_key: tuple[int, int, int] | None = None  # which acc self._k was computed from
-        # Preallocated: the hot path allocates no full-size tensor per step.
-        self._magnitude = torch.empty(0)
+        # Preallocated: the hot path allocates no full-size tensor per step. |acc| lives in the
+        # process's shared scratch (workspace.py); the selection buffers are this rank's own.
         self._values = torch.empty(0)
         self._indices = torch.empty(0, dtype=torch.int64)
 
-    # -- proposed protocol hooks (norms=global) -----------------------------------------------
+    # -- norms=global: the world averages unit norms before the plan ----------------------------
     def averaged_inputs(self, acc: torch.Tensor, step: int) -> torch.Tensor | None:
         """This rank's unit norms, for the world to average over ranks before the plan."""
         return self._local_norms(acc) if self.norms == "global" else None
@@ -105,9 +105,8 @@ class DEFT(Sparsifier):
         if self.norms == "global":
             if self._mean_step != step:
                 raise RuntimeError(
-                    "sparsifier.norms=global needs the world to average unit norms before the plan "
-                    "(hooks averaged_inputs/receive_average, not in this protocol yet); "
-                    "use sparsifier.norms=local"
+                    "sparsifier.norms=global: the world did not average the unit norms before the plan "
+                    "(averaged_inputs/receive_average were not called)"
                 )
             norms = self._mean_norms
         else:
@@ -139,12 +138,13 @@ class DEFT(Sparsifier):
         whole = self._common if self.rank == self.plan_leader(step) else []
         count = sum(ks[unit] for unit in mine) + sum(self.sizes[unit] for unit in whole)
         self._ensure_buffers(acc, count)
+        magnitude = scratch_like("magnitude", acc)
         position = 0
         for unit in mine:
             start, end = self.units[unit]
             k_unit, out = ks[unit], slice(position, position + ks[unit])
-            torch.abs(acc[start:end], out=self._magnitude[start:end])
-            torch.topk(self._magnitude[start:end], k_unit, sorted=False, out=(self._values[out], self._indices[out]))
+            torch.abs(acc[start:end], out=magnitude[start:end])
+            torch.topk(magnitude[start:end], k_unit, sorted=False, out=(self._values[out], self._indices[out]))
             self._indices[out].add_(start)
             position += k_unit
         for unit in whole:
@@ -155,8 +155,7 @@ class DEFT(Sparsifier):
         return self._indices[:count]
 
     def _ensure_buffers(self, acc: torch.Tensor, count: int) -> None:
-        if self._magnitude.shape != acc.shape or self._magnitude.device != acc.device:
-            self._magnitude = torch.empty_like(acc)
+        if self._indices.device != acc.device or self._values.dtype != acc.dtype:
             self._values = torch.empty(0, dtype=acc.dtype, device=acc.device)
             self._indices = torch.empty(0, dtype=torch.int64, device=acc.device)
         if self._indices.numel() < count:

@@ -34,9 +34,10 @@ def unit_k(norms: list[float], sizes: list[int], k: int) -> list[int]:
     and the remaining norm sum; k_l = floor(remaining_k * norm_l / remaining_norm) (0 once the
     remaining norm is 0), capped at the unit size, raised to at least 1, then subtracted.
 
-    Float arithmetic is the released code's: the remaining norm is a running difference, so
-    at the last unit it can sit an ulp below norm_l and floor() gives remaining_k - 1 (the
-    paper's 11,172 of 11,173)."""
+    So sum(k_l) = k, except that raising to 1 adds at most one per unit, a cap at the last
+    units visited can lose what no later unit absorbs, and the running float difference of the
+    remaining norm can leave the last floor() one short. The arithmetic is in Python floats
+    (double); the paper's 11,172 of 11,173 on ResNet-18 suggests the released code's is float32."""
     order = sorted(range(len(norms)), key=lambda unit: (-norms[unit], unit))
     remaining_k, remaining_norm = k, sum(norms)
     ks = [0] * len(norms)
@@ -63,7 +64,7 @@ def allocate(costs: list[float], excluded: list[int], bins: int) -> list[list[in
     bin, and among equal costs the lower unit goes first). `excluded` units (common) get no bin.
     Within 4/3 - 1/(3 * bins) of the optimal largest load (Graham's LPT bound)."""
     skip = set(excluded)
-    order = sorted((unit for unit in range(len(costs)) if unit not in skip), key=lambda unit: (costs[unit], unit))
+    order = sorted((unit for unit in range(len(costs)) if unit not in skip), key=lambda unit: (-costs[unit], unit))
     loads = [(0.0, b) for b in range(bins)]  # a heap of (load, bin): pops the least, lowest bin first
     assignment: list[list[int]] = [[] for _ in range(bins)]
     for unit in order:

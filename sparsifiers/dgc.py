@@ -7,7 +7,8 @@ In the order a step applies them:
        residual, so acc = v + u is the paper's accumulation v. The optimizer runs without
        momentum (`owns_momentum`).
     3. Warm-up (start_epoch): density 25%, 6.25%, 1.5625%, 0.4%, then the target, one stage per
-       epoch. A stage sparser than the target runs at the target: warm-up only ever adds density.
+       epoch. A stage sparser than the target runs at the target (as the released code's
+       geometric schedule does): warm-up only ever adds density.
     4. Threshold by sampling (select): the top of a strided sample with a random start gives the
        threshold; |v| >= threshold are the candidates; while there are fewer than
        lower_bound * k_t, lower the threshold by lower_bound (at most max_retries times); if
@@ -29,6 +30,7 @@ import torch
 
 from sparsifiers.base import ConfigError, ExchangeKind, SelectionScope, Sparsifier, target_count
 from sparsifiers.layout import Layout
+from sparsifiers.workspace import scratch, scratch_like
 
 DEFAULT_WARMUP = (0.25, 0.0625, 0.015625, 0.004)
 CLIP_EPS = 1e-6  # as torch.nn.utils.clip_grad_norm_: no division by zero for a zero gradient
@@ -46,6 +48,7 @@ class DGC(Sparsifier):
     scope = SelectionScope.WHOLE
     exchanges = (ExchangeKind.SPARSE_ALLGATHER,)
     owns_momentum = True
+    shared_state = ("dgc/density",)  # the warm-up stage: identical on every rank by design
 
     def __init__(
         self,
@@ -65,7 +68,10 @@ class DGC(Sparsifier):
     ) -> None:
         super().__init__(layout, world_size, rank, density=density, **knobs)
         _require(0.0 <= momentum < 1.0, f"sparsifier.momentum must be in [0, 1), got {momentum}")
-        _require(clip_norm is None or clip_norm > 0, f"sparsifier.clip_norm must be > 0 or null (no clipping), got {clip_norm}")
+        _require(
+            clip_norm is None or clip_norm > 0,
+            f"sparsifier.clip_norm must be > 0 or null (no clipping), got {clip_norm}",
+        )
         _require(isinstance(warmup, bool), f"sparsifier.warmup must be true or false, got {warmup}")
         _require(
             isinstance(warmup_densities, (list, tuple))
@@ -94,9 +100,6 @@ class DGC(Sparsifier):
         self._clip_coef = 1.0
         self._threshold = float("nan")
         self._retries = 0
-        # Preallocated: the hot path allocates no full-size tensor per step.
-        self._magnitude = torch.empty(0)
-        self._mask = torch.empty(0, dtype=torch.bool)
 
     # -- 3. warm-up ---------------------------------------------------------------------------
     def start_epoch(self, epoch: int, steps_per_epoch: int) -> None:
@@ -123,8 +126,8 @@ class DGC(Sparsifier):
         return self._velocity.mul_(self.momentum).add_(grad, alpha=self._clip_coef)
 
     def _clip_coefficient(self, grad: torch.Tensor) -> float:
-        """min(1, c W^-1/2 / ||g||): the W local clips together bound the summed gradient by
-        about c, as one clip of the summed gradient would (the paper's N^-1/2 scaling)."""
+        """min(1, c W^-1/2 / ||g||): for uncorrelated rank gradients the sum of W clipped ones
+        has norm about c, as one clip of the summed gradient would give (the paper's N^-1/2)."""
         if self.clip_norm is None:
             return 1.0
         max_norm = self.clip_norm / math.sqrt(self.world_size)
@@ -132,31 +135,31 @@ class DGC(Sparsifier):
 
     # -- 4. threshold by sampling -------------------------------------------------------------
     def select(self, acc: torch.Tensor, step: int, plan: torch.Tensor | None = None) -> torch.Tensor:
-        if self._magnitude.shape != acc.shape or self._magnitude.device != acc.device:
-            self._magnitude = torch.empty_like(acc)
-            self._mask = torch.empty(acc.shape, dtype=torch.bool, device=acc.device)
         k_now, density_now = self.current_k, self.current_density
-        torch.abs(acc, out=self._magnitude)
-        threshold = self._sampled_threshold(density_now)
+        # Full-size temporaries live in the process's shared scratch (workspace.py): the hot
+        # path allocates nothing full-size, and hosted ranks share one buffer of each.
+        magnitude = torch.abs(acc, out=scratch_like("magnitude", acc))
+        mask = scratch("mask", acc.numel(), torch.bool, acc.device)
+        threshold = self._sampled_threshold(magnitude, density_now)
         for attempt in range(self.max_retries + 1):
-            torch.ge(self._magnitude, threshold, out=self._mask)
-            count = int(self._mask.sum())  # host sync: the retry decision needs the count
+            torch.ge(magnitude, threshold, out=mask)
+            count = int(mask.sum())  # host sync: the retry decision needs the count
             if count >= self.lower_bound * k_now or attempt == self.max_retries:
                 break
             threshold = threshold * self.lower_bound
-        candidates = self._mask.nonzero().view(-1)
+        candidates = mask.nonzero().view(-1)
         if count > self.upper_bound * k_now:
-            candidates = candidates[torch.topk(self._magnitude[candidates], k_now, sorted=False).indices]
+            candidates = candidates[torch.topk(magnitude[candidates], k_now, sorted=False).indices]
         self._threshold, self._retries = float(threshold), attempt
         return candidates
 
-    def _sampled_threshold(self, density_now: float) -> torch.Tensor:
+    def _sampled_threshold(self, magnitude: torch.Tensor, density_now: float) -> torch.Tensor:
         """The smallest of the top ceil(s * density) of s strided samples. The sample holds at
         least 2 / density elements (the released code's floor), so its top holds at least two."""
         numel = self.numel
         wanted = min(numel, max(math.ceil(numel * self.sample_fraction), math.ceil(2 / density_now)))
         stride = numel // wanted
-        samples = self._magnitude[self._rng.randrange(stride) :: stride]
+        samples = magnitude[self._rng.randrange(stride) :: stride]
         top = math.ceil(samples.numel() * density_now)
         return torch.topk(samples, top, sorted=False).values.min()
 

@@ -48,7 +48,8 @@ def run_method(spec: str, workers: int, steps: int, extra: list[str], world) -> 
         record["counts"].append(outcome.result.counts.clone())
         record["aggregated"].append(outcome.result.aggregated)
         record["metrics"].append(session.method.metrics())
-        record["exchange"].append(exchange_metrics(outcome.result, world.comm.meter, session.context))
+        record["exchange"].append(exchange_metrics(outcome.result, world.comm.meter, session.context,
+                                                   session.method.current_k, session.method.current_density))
     record["params"] = torch.cat([p.detach().cpu().flatten() for p in session.model.parameters()])
     record["local_ranks"] = list(world.local_ranks)
     return record

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from experiments.build import build_sparsifier
 from experiments.compose import compose_job
-from tests.simulated_ranks import SimulatedRanks, gradients
+from tests.stepped_ranks import SteppedRanks, gradients
 from sparsifiers.base import ConfigError
 from sparsifiers.deft import DEFT
 from sparsifiers.deft_allocation import allocate, bin_loads, decode_plan
@@ -25,9 +25,13 @@ def layout_of(sizes: list[int]) -> Layout:
     return Layout.from_shapes((f"p{i}", (size,)) for i, size in enumerate(sizes))
 
 
-def make_world(sizes: list[int], world_size: int, density: float, **knobs) -> SimulatedRanks:
+def make_deft(layout: Layout, world_size: int, rank: int, density: float, **knobs) -> DEFT:
+    return DEFT(layout, world_size, rank, density, **knobs)
+
+
+def make_world(sizes: list[int], world_size: int, density: float, **knobs) -> SteppedRanks:
     layout = layout_of(sizes)
-    return SimulatedRanks([DEFT(layout, world_size, r, density, **knobs) for r in range(world_size)])
+    return SteppedRanks([make_deft(layout, world_size, r, density, **knobs) for r in range(world_size)])
 
 
 # -- the reference: ALGORITHMS.md, DEFT steps 1 to 5, written plainly ---------------------------
@@ -247,10 +251,12 @@ def test_common_units_sent_once_by_the_leader() -> None:
         assert holders == [t % 4]
 
 
-# -- norms=global needs the proposed hook ---------------------------------------------------------
-def test_global_norms_without_world_support_fails_clearly() -> None:
-    sparsifier = DEFT(layout_of(SIZES), 2, 0, 0.02, norms="global")
-    with pytest.raises(RuntimeError, match="sparsifier.norms=local"):
+# -- norms=global through the world's averaging hooks -----------------------------------------------
+def test_global_norms_builds_and_fails_clearly_without_the_averaging_call() -> None:
+    build_sparsifier(compose("sparsifier.norms=global"), layout_of(SIZES), 0)
+    # A world that never calls averaged_inputs/receive_average: a clear error at the first step.
+    sparsifier = make_deft(layout_of(SIZES), 2, 0, 0.02, norms="global")
+    with pytest.raises(RuntimeError, match="were not called"):
         sparsifier.make_plan(torch.randn(sum(SIZES)), 0)
 
 
@@ -305,7 +311,7 @@ def test_state_round_trip(norms: str) -> None:
         world.step(gradients(SIZES, 3, t), t)
     for r, sparsifier in enumerate(world.sparsifiers):
         state = sparsifier.state_dict()
-        fresh = DEFT(layout_of(SIZES), 3, r, 0.02, norms=norms)
+        fresh = make_deft(layout_of(SIZES), 3, r, 0.02, norms=norms)
         fresh.load_state_dict(state)
         assert fresh.state_dict() == state
         assert fresh.metrics() == sparsifier.metrics()

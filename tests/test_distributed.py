@@ -20,7 +20,7 @@ from tests.harness import result_name
 pytestmark = pytest.mark.slow
 
 STEPS = 6
-METHODS = sorted(p.stem for p in (CONF_DIR / "sparsifier").glob("*.yaml")) + ["topk:exchange=sparse_allgather"]
+METHODS = sorted(p.stem for p in (CONF_DIR / "sparsifier").glob("*.yaml")) + ["topk:exchange=sparse_allgather", "deft:norms=global"]
 
 
 def run_harness(out, workers: int, processes: int) -> None:
