@@ -168,11 +168,11 @@ def _gather_rank_stats(world: World, outcome) -> torch.Tensor:
         rows.append([
             outcome.losses[i],
             outcome.compute_ms[i],
-            outcome.select_ms[i],
-            outcome.exchange_ms,
+            outcome.sparsified.select_ms[i],
+            outcome.sparsified.exchange_ms,
             outcome.step_ms,
-            outcome.acc_norms[i] if outcome.acc_norms else nan,
-            outcome.residual_norms[i] if outcome.residual_norms else nan,
+            outcome.sparsified.acc_norms[i] if outcome.sparsified.acc_norms else nan,
+            outcome.sparsified.residual_norms[i] if outcome.sparsified.residual_norms else nan,
         ])
     local = torch.tensor(rows, dtype=torch.float64, device=world.device)
     assert local.shape[1] == len(RANK_STATS)

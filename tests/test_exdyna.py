@@ -20,7 +20,7 @@ from sparsifiers.base import ConfigError
 from sparsifiers.exdyna import ExDyna
 from sparsifiers.layout import Layout
 from sparsifiers.micro import Micro
-from tests.threshold_world import ThresholdWorld, noise
+from tests.stepped_ranks import SteppedRanks, noise
 
 SMALL = ["dataset=synthetic", "dataset.num_train=64", "dataset.num_test=16", "model=mlp", "model.hidden=16"]
 
@@ -122,7 +122,7 @@ CASES = [  # world size, rule, N, blocks, alignment: alignment kept, dropped, an
 def test_exdyna_matches_the_reference_for_60_steps(world_size, rule, numel, blocks, align):
     density, steps = 0.02, 60
     layout = Layout.from_shapes([("a", (numel - 300,)), ("b", (30, 10))])
-    world = ThresholdWorld([
+    world = SteppedRanks([
         ExDyna(layout, world_size, r, density, blocks=blocks, block_align=align, threshold_rule=rule)
         for r in range(world_size)
     ])
@@ -161,7 +161,7 @@ def test_exdyna_invariants(sizes, world_size, density, data, seed):
     blocks = data.draw(st.integers(world_size, min(numel, 200)), label="blocks")
     align = data.draw(st.sampled_from([1, 4, 32]), label="align")
     layout = Layout.from_shapes((f"p{i}", (size,)) for i, size in enumerate(sizes))
-    world = ThresholdWorld([ExDyna(layout, world_size, r, density, blocks=blocks, block_align=align)
+    world = SteppedRanks([ExDyna(layout, world_size, r, density, blocks=blocks, block_align=align)
                             for r in range(world_size)])
     sparsifier = world.sparsifiers[0]
     generator = torch.Generator().manual_seed(seed)
@@ -206,7 +206,7 @@ def run_stream(cls, world_size: int, steps: int, scale: torch.Tensor | float, **
     """Per step: |U| / k - 1 and the load imbalance W * max count / sum - 1."""
     numel, density = 20000, 0.01
     layout = Layout.from_shapes([("w", (numel,))])
-    world = ThresholdWorld([cls(layout, world_size, r, density, **knobs) for r in range(world_size)])
+    world = SteppedRanks([cls(layout, world_size, r, density, **knobs) for r in range(world_size)])
     stream = noise(numel, world_size, seed=7, scale=scale)
     k = world.sparsifiers[0].k
     errors, imbalance = [], []
@@ -248,7 +248,7 @@ def test_exdyna_state_round_trip_resumes_exactly():
     scale = torch.full((3000,), 0.05)
     scale[:400] = 0.2  # partitions move
     make = lambda r: ExDyna(layout, 4, r, 0.02, blocks=60)  # noqa: E731
-    world = ThresholdWorld([make(r) for r in range(4)])
+    world = SteppedRanks([make(r) for r in range(4)])
     stream = noise(3000, 4, seed=3, scale=scale)
     for t in range(20):
         world.step(next(stream), t)
@@ -258,7 +258,7 @@ def test_exdyna_state_round_trip_resumes_exactly():
     later_grads = [next(stream) for _ in range(10)]
     expected = [world.step(grads, 20 + i).selections for i, grads in enumerate(later_grads)]
 
-    resumed = ThresholdWorld([make(r) for r in range(4)])
+    resumed = SteppedRanks([make(r) for r in range(4)])
     for sparsifier, state, residual, mine in zip(resumed.sparsifiers, states, residuals, resumed.residuals):
         sparsifier.load_state_dict(state)
         assert sparsifier.state_dict() == state

@@ -18,7 +18,7 @@ from experiments.validate import validate
 from sparsifiers.base import ConfigError
 from sparsifiers.layout import Layout
 from sparsifiers.micro import Micro
-from tests.threshold_world import ThresholdWorld, noise
+from tests.stepped_ranks import SteppedRanks, noise
 
 SMALL = ["dataset=synthetic", "dataset.num_train=64", "dataset.num_test=16", "model=mlp", "model.hidden=16"]
 
@@ -101,7 +101,7 @@ def test_micro_matches_the_reference_for_60_steps(world_size, rule):
     numel, density, steps = 4001, 0.02, 60
     layout = Layout.from_shapes([("a", (37, 41)), ("b", (2484,))])
     assert layout.numel == numel
-    world = ThresholdWorld([Micro(layout, world_size, r, density, threshold_rule=rule) for r in range(world_size)])
+    world = SteppedRanks([Micro(layout, world_size, r, density, threshold_rule=rule) for r in range(world_size)])
     reference = ReferenceMicro(numel, world_size, density, rule)
     stream = swinging_stream(numel, world_size, seed=world_size)
     for t in range(steps):
@@ -148,7 +148,7 @@ def test_micro_invariants(sizes, world_size, density, rule, seed):
     if math.floor(density * numel) < 1:
         density = min(1.0, 1.5 / numel)
     layout = Layout.from_shapes((f"p{i}", (size,)) for i, size in enumerate(sizes))
-    world = ThresholdWorld([Micro(layout, world_size, r, density, threshold_rule=rule) for r in range(world_size)])
+    world = SteppedRanks([Micro(layout, world_size, r, density, threshold_rule=rule) for r in range(world_size)])
     generator = torch.Generator().manual_seed(seed)
     profile = torch.rand(numel, generator=generator) ** 4 * 3  # uneven magnitudes along the vector
     stream = noise(numel, world_size, seed, profile)
@@ -179,7 +179,7 @@ def test_micro_invariants(sizes, world_size, density, rule, seed):
 def density_errors(world_size: int, rule: str, steps: int, numel: int = 20000, density: float = 0.01) -> list[float]:
     """|U| / k - 1 per step, on iid N(0, 0.01^2) gradients with error feedback through the exchange."""
     layout = Layout.from_shapes([("w", (numel,))])
-    world = ThresholdWorld([Micro(layout, world_size, r, density, threshold_rule=rule) for r in range(world_size)])
+    world = SteppedRanks([Micro(layout, world_size, r, density, threshold_rule=rule) for r in range(world_size)])
     stream = noise(numel, world_size, seed=7, scale=0.01)
     k = world.sparsifiers[0].k
     return [world.step(next(stream), t).aggregated / k - 1 for t in range(steps)]
@@ -207,7 +207,7 @@ def test_micro_density_settles_on_a_stationary_stream(world_size, rule, measured
 # -- state, reporting, configuration ------------------------------------------------------------
 def test_micro_state_round_trip_resumes_exactly():
     layout = Layout.from_shapes([("w", (3000,))])
-    world = ThresholdWorld([Micro(layout, 4, r, 0.02) for r in range(4)])
+    world = SteppedRanks([Micro(layout, 4, r, 0.02) for r in range(4)])
     stream = noise(3000, 4, seed=3, scale=0.05)
     for t in range(20):
         world.step(next(stream), t)
@@ -216,7 +216,7 @@ def test_micro_state_round_trip_resumes_exactly():
     later_grads = [next(stream) for _ in range(10)]
     expected = [world.step(grads, 20 + i).selections for i, grads in enumerate(later_grads)]
 
-    resumed = ThresholdWorld([Micro(layout, 4, r, 0.02) for r in range(4)])
+    resumed = SteppedRanks([Micro(layout, 4, r, 0.02) for r in range(4)])
     for sparsifier, state, residual, mine in zip(resumed.sparsifiers, states, residuals, resumed.residuals):
         sparsifier.load_state_dict(state)
         assert sparsifier.state_dict() == state

@@ -24,7 +24,7 @@ from sparsifiers.randomk import RandomK
 from sparsifiers.sage import Sage, sample_seed
 from sparsifiers.threshold import HardThreshold
 from sparsifiers.threshold_control import ThresholdScan, exact_cutoff
-from tests.threshold_world import ThresholdWorld, noise
+from tests.stepped_ranks import SteppedRanks, noise
 
 SMALL = ["dataset=synthetic", "dataset.num_train=64", "dataset.num_test=16", "model=mlp", "model.hidden=16"]
 LAYOUT = Layout.from_shapes([("a", (40, 50)), ("b", (1000,)), ("c", (3,))])  # N = 3003
@@ -49,7 +49,7 @@ def zero_union(accs: list[np.ndarray], selections: list[list[int]]) -> list[np.n
 @pytest.mark.parametrize("world_size,threshold", [(4, None), (2, 0.02)])
 def test_hard_threshold_matches_the_reference_for_60_steps(world_size, threshold):
     numel, density = LAYOUT.numel, 0.01
-    world = ThresholdWorld([HardThreshold(LAYOUT, world_size, r, density, threshold=threshold)
+    world = SteppedRanks([HardThreshold(LAYOUT, world_size, r, density, threshold=threshold)
                             for r in range(world_size)])
     # Reference: lambda fixed, by default 1 / (2 sqrt(k)); select |acc| >= lambda everywhere.
     lam = threshold if threshold is not None else 1 / (2 * math.sqrt(math.floor(density * numel)))
@@ -97,7 +97,7 @@ class ReferenceSage:
 @pytest.mark.parametrize("world_size,seed", [(4, 0), (2, 11)])
 def test_sage_matches_the_reference_for_60_steps(world_size, seed):
     numel, density = LAYOUT.numel, 0.01
-    world = ThresholdWorld([Sage(LAYOUT, world_size, r, density, seed=seed) for r in range(world_size)])
+    world = SteppedRanks([Sage(LAYOUT, world_size, r, density, seed=seed) for r in range(world_size)])
     references = [ReferenceSage(numel, density, r, seed) for r in range(world_size)]
     residuals = [np.zeros(numel, dtype=np.float32) for _ in range(world_size)]
     stream = drifting_stream(numel, world_size, seed=2)
@@ -153,7 +153,7 @@ def test_gaussiank_matches_the_reference_for_60_steps(world_size, max_scans):
     # float64, so lambda agrees to 1e-5 and the selections agree except for elements within that
     # distance of lambda. The reference therefore reads the accumulators the real world produced.
     density = 0.01
-    world = ThresholdWorld([GaussianK(LAYOUT, world_size, r, density, max_scans=max_scans) for r in range(world_size)])
+    world = SteppedRanks([GaussianK(LAYOUT, world_size, r, density, max_scans=max_scans) for r in range(world_size)])
     stream = drifting_stream(LAYOUT.numel, world_size, seed=3)
     scans_seen = set()
     for t in range(60):
@@ -174,7 +174,7 @@ def test_gaussiank_matches_the_reference_for_60_steps(world_size, max_scans):
 # -- Random-k -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("density", [0.01, 0.7, 1.0])  # sparse draw, permutation draw, everything
 def test_randomk_draws_k_distinct_indices_identical_on_every_rank(density):
-    world = ThresholdWorld([RandomK(LAYOUT, 4, r, density, seed=9) for r in range(4)])
+    world = SteppedRanks([RandomK(LAYOUT, 4, r, density, seed=9) for r in range(4)])
     assert world.sparsifiers[0].exchange is ExchangeKind.SHARED_ALLREDUCE
     k = math.floor(density * LAYOUT.numel)
     stream = noise(LAYOUT.numel, 4, seed=0)
