@@ -91,14 +91,15 @@ def test_exactly_k_from_the_leader(sizes: list[int], world_size: int, density: f
 
 
 def test_non_leaders_do_not_select() -> None:
-    leader, follower = CLTK(layout_of(SIZES), 3, 0, 0.03), CLTK(layout_of(SIZES), 3, 1, 0.03)
+    leader = CLTK(layout_of(SIZES), 3, 0, 0.03, select_on="leader")
+    follower = CLTK(layout_of(SIZES), 3, 1, 0.03, select_on="leader")
     plan = leader.make_plan(torch.randn(sum(SIZES)), 0)
     assert follower.select(torch.randn(sum(SIZES)), 0, plan) is plan
     assert follower._indices.numel() == 0  # it never ran a top-k
     with pytest.raises(ValueError, match="plan"):
         follower.select(torch.randn(sum(SIZES)), 0, None)
-    # select_on=all: the released code's wasted selection on every rank, same result.
-    wasteful = CLTK(layout_of(SIZES), 3, 1, 0.03, select_on="all")
+    # select_on=all (the default): the released code's wasted selection on every rank, same result.
+    wasteful = CLTK(layout_of(SIZES), 3, 1, 0.03)
     assert wasteful.select(torch.randn(sum(SIZES)), 0, plan) is plan and wasteful._indices.numel() == wasteful.k
 
 
@@ -110,7 +111,7 @@ def test_builds_from_config() -> None:
     sparsifier = build_sparsifier(compose(), layout_of(SIZES), 2)
     assert isinstance(sparsifier, CLTK) and sparsifier.plan_leader(6) == 6 % 4
     assert sparsifier.describe()["exchange"] == "leader_broadcast"
-    assert sparsifier.describe()["select_on"] == "leader"
+    assert sparsifier.describe()["select_on"] == "all"  # the released code's behaviour
 
 
 @pytest.mark.parametrize(
