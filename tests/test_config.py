@@ -57,6 +57,13 @@ def test_every_experiment_file_composes():
         validate(compose_job([f"experiment={option}", *SMALL]))
 
 
+def test_experiment_values_win_over_the_defaults_and_the_command_line_wins_over_both():
+    cfg = compose_job(["experiment=scaling"])
+    assert cfg.processes == 1 and cfg.epochs == 1 and cfg.tag == "scaling_vs_workers"
+    assert compose_job(["experiment=scaling", "epochs=3"]).epochs == 3
+    assert compose_job(["experiment=quickstart"]).epochs == 1
+
+
 def test_sweep_expands_to_the_product_of_its_values():
     jobs = job_overrides(["-m", "sparsifier=dense,topk", "workers=2,4", "seed=1"])
     assert len(jobs) == 4 and ["sparsifier=topk", "workers=2", "seed=1"] in jobs
