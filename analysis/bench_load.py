@@ -3,14 +3,15 @@
 Writes synthetic run directories (analysis.synthetic) into a temporary folder, then times
 load_runs three ways, each the median of --repeats:
   parse   no cache at all (metrics.jsonl parsed every time)
-  cold    no cache yet: parse, then write the Parquet cache
-  cached  the Parquet cache is present and current
+  cold    no cache yet: parse, then write the cache
+  cached  the cache (.analysis_cache/, Arrow IPC) is present and current
 The files stay in the OS page cache between repeats, as they would on a second look at a sweep;
 "cold" means without our cache, not without the operating system's.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import tempfile
@@ -40,21 +41,26 @@ def generate(root: Path, runs: int, steps: int) -> None:
 
 
 def clear_caches(root: Path) -> None:
+    """Removes every run's cached metrics, so the next load parses the JSON again."""
     for cache in root.rglob(CACHE_DIR):
         shutil.rmtree(cache)
 
 
-def timed(repeats: int, action: Callable[[], object], before: Callable[[], None] = lambda: None) -> list[float]:
-    seconds = []
+def timed(repeats: int, action: Callable[[], object], before: Callable[[], None] = lambda: None) -> tuple[list[float], list[float]]:
+    """Wall and CPU seconds (all threads) taken by `action`, `repeats` times, with `before` run
+    untimed ahead of each. CPU time shows the cost when other jobs share the machine."""
+    wall, cpu = [], []
     for _ in range(repeats):
         before()
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         action()
-        seconds.append(time.perf_counter() - started)
-    return seconds
+        wall.append(time.perf_counter() - started)
+        cpu.append(time.process_time() - started_cpu)
+    return wall, cpu
 
 
 def main() -> None:
+    """Generates (or reuses) the runs and prints the three timings."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--steps", type=int, default=1000, help="logged train steps per run")
@@ -76,10 +82,12 @@ def main() -> None:
         results = {
             "parse (no cache)": timed(args.repeats, lambda: load_runs(root, cache=False)),
             "cold (parse + write cache)": timed(args.repeats, lambda: load_runs(root), lambda: clear_caches(root)),
-            "cached (Parquet)": timed(args.repeats, lambda: load_runs(root)),
+            "cached (Arrow IPC)": timed(args.repeats, lambda: load_runs(root)),
         }
-        for name, seconds in results.items():
-            print(f"{name:<28} median {statistics.median(seconds):6.2f} s   ({', '.join(f'{s:.2f}' for s in seconds)})")
+        print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; medians of {args.repeats}:")
+        for name, (wall, cpu) in results.items():
+            print(f"{name:<28} wall {statistics.median(wall):6.2f} s   cpu {statistics.median(cpu):6.2f} s"
+                  f"   (wall: {', '.join(f'{s:.2f}' for s in wall)})")
     finally:
         if args.dir is None:
             shutil.rmtree(root, ignore_errors=True)

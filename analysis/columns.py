@@ -16,6 +16,7 @@ KEYS = (
     "run_id", "method", "sparsifier", "density", "workers", "processes", "world",
     "model", "dataset", "seed", "group", "status", "run_dir",
 )
+NUMERIC_KEYS = ("density", "workers", "processes", "seed")
 
 # Train-row metrics.
 SELECT_MAX = "time/select_ms_max"

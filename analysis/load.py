@@ -14,8 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterable
 
+import pyarrow as pa
+
 from analysis.discover import find_run_dirs
-from analysis.metrics_io import MetricsFile, read_metrics_file
+from analysis.metrics_io import read_metrics_file
 from analysis.runinfo import read_run_info
 from analysis.tables import RunTables, assemble
 
@@ -38,8 +40,8 @@ def default_run_paths() -> list[Path]:
 def load_runs(paths: Iterable[str | os.PathLike] | str | os.PathLike, cache: bool = True, threads: int | None = None) -> RunTables:
     """Every run at or below `paths` as runs/steps/epochs tables.
 
-    cache: keep a Parquet copy of each metrics.jsonl next to it (in .analysis_cache/), reused
-    while the file's size and modification time are unchanged.
+    cache: keep a columnar copy of each metrics.jsonl next to it (in .analysis_cache/), reused
+    while the file's size and modification time are unchanged (analysis.metrics_io).
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -47,12 +49,15 @@ def load_runs(paths: Iterable[str | os.PathLike] | str | os.PathLike, cache: boo
     threads = threads or min(32, 2 * (os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=threads) as pool:
         loaded = list(pool.map(lambda run_dir: _load_one(run_dir, cache), run_dirs))
-    return assemble([info for info, _ in loaded], [file.table if file else None for _, file in loaded])
+    return assemble(*(list(part) for part in zip(*loaded))) if loaded else assemble([], [], [])
 
 
-def _load_one(run_dir: Path, cache: bool) -> tuple[dict[str, Any], MetricsFile | None]:
+def _load_one(run_dir: Path, cache: bool) -> tuple[dict[str, Any], pa.Table | None, pa.Table | None]:
+    """One run's description, train rows and eval rows."""
     info = read_run_info(run_dir)
     metrics = read_metrics_file(run_dir / "metrics.jsonl", cache=cache)
     info["metrics_cut"] = bool(metrics and metrics.cut)
     info["bad_lines"] = metrics.bad_lines if metrics else 0
-    return info, metrics
+    if metrics is None:
+        return info, None, None
+    return info, metrics.train, metrics.evals

@@ -1,4 +1,5 @@
-"""metrics.jsonl -> one Arrow table per run, fast, with a columnar cache beside the file.
+"""metrics.jsonl -> a run's train rows and eval rows as Arrow tables, fast, with a columnar
+cache beside the file.
 
 Parsing is Arrow's C++ JSON reader (about 10x faster than json.loads per line); files it cannot
 read (a value changing type between rows, a corrupt line in the middle) go through a line-by-line
@@ -19,28 +20,32 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.json as pa_json
+import pyarrow.compute as pc
 import pyarrow.feather as feather
+import pyarrow.json as pa_json
 
 CACHE_DIR = ".analysis_cache"
-CACHE_VERSION = 1  # bump when the parsed table's shape changes, so old caches are ignored
+CACHE_VERSION = 2  # bump when the parsed table's shape changes, so old caches are ignored
 _META_CUT = b"sparsebench.cut"
 _META_BAD = b"sparsebench.bad_lines"
+_META_TRAIN = b"sparsebench.train_rows"  # the cache holds train rows first, then eval rows
 
 
 @dataclass
 class MetricsFile:
-    """The complete lines of one metrics.jsonl, and what had to be left out."""
+    """The complete lines of one metrics.jsonl, split by kind, and what had to be left out."""
 
-    table: pa.Table
+    train: pa.Table
+    evals: pa.Table
     cut: bool  # the last line was cut mid-write (a killed run)
     bad_lines: int  # complete lines that were not valid JSON
 
 
 def cache_path(path: Path) -> Path | None:
-    """Where the Parquet copy of `path` in its current state lives (None if `path` is absent)."""
+    """Where the cached copy of `path` in its current state lives (None if `path` is absent)."""
     try:
         stat = path.stat()
     except FileNotFoundError:
@@ -57,9 +62,11 @@ def read_metrics_file(path: Path, cache: bool = True) -> MetricsFile | None:
         try:
             table = feather.read_table(cached, use_threads=False)
             meta = table.schema.metadata or {}
-            return MetricsFile(table, meta.get(_META_CUT) == b"1", int(meta.get(_META_BAD, b"0")))
-        except (OSError, pa.ArrowException, ValueError):
-            pass  # a damaged cache is rebuilt below
+            train_rows = int(meta[_META_TRAIN])
+            return MetricsFile(table.slice(0, train_rows), table.slice(train_rows), meta.get(_META_CUT) == b"1",
+                               int(meta.get(_META_BAD, b"0")))
+        except (OSError, KeyError, pa.ArrowException, ValueError):
+            pass  # a damaged or older cache is rebuilt below
     parsed = parse_jsonl(path.read_bytes())
     if cache:
         _write_cache(cached, parsed)
@@ -67,23 +74,41 @@ def read_metrics_file(path: Path, cache: bool = True) -> MetricsFile | None:
 
 
 def parse_jsonl(data: bytes) -> MetricsFile:
-    """Every complete line of a JSON-lines byte string as one table."""
+    """Every complete line of a JSON-lines byte string, split into train and eval rows."""
     end = data.rfind(b"\n") + 1
     cut = bool(data[end:].strip())
     body = data[:end]
+    bad = 0
     if not body.strip():
-        return MetricsFile(pa.table({}), cut, 0)
-    try:
-        # use_threads=False: callers parallelise over files, which scales better than within one.
-        options = pa_json.ReadOptions(use_threads=False, block_size=1 << 24)
-        return MetricsFile(pa_json.read_json(io.BytesIO(body), read_options=options), cut, 0)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        table, bad = _parse_lines(body)
-        return MetricsFile(table, cut, bad)
+        table = pa.table({})
+    else:
+        try:
+            # use_threads=False: callers parallelise over files, which scales better than within one.
+            options = pa_json.ReadOptions(use_threads=False, block_size=1 << 24)
+            table = pa_json.read_json(io.BytesIO(body), read_options=options)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            table, bad = _parse_lines(body)
+    is_eval = eval_mask(table)
+    return MetricsFile(table.filter(pa.array(~is_eval)), table.filter(pa.array(is_eval)), cut, bad)
+
+
+def eval_mask(rows: pa.Table) -> np.ndarray:
+    """Eval rows say so in `kind`; rows without a kind are eval rows when they hold eval/*."""
+    if "kind" in rows.column_names:
+        kind = rows.column("kind")
+        mask = pc.fill_null(pc.equal(kind, "eval"), False).to_numpy(zero_copy_only=False)
+        unknown = pc.is_null(kind).to_numpy(zero_copy_only=False)
+    else:
+        mask, unknown = np.zeros(rows.num_rows, dtype=bool), np.ones(rows.num_rows, dtype=bool)
+    if unknown.any():
+        for name in rows.column_names:
+            if name.startswith("eval/"):
+                mask = mask | (unknown & pc.is_valid(rows.column(name)).to_numpy(zero_copy_only=False))
+    return np.asarray(mask, dtype=bool)
 
 
 def _parse_lines(body: bytes) -> tuple[pa.Table, int]:
-    """The slow, forgiving path: json.loads per line; a column Arrow cannot type becomes text."""
+    """The slow, forgiving path: json.loads per line, skipping lines that do not parse."""
     records, bad = [], 0
     for line in body.splitlines():
         if not line.strip():
@@ -97,6 +122,12 @@ def _parse_lines(body: bytes) -> tuple[pa.Table, int]:
             records.append(record)
         else:
             bad += 1
+    return records_to_table(records), bad
+
+
+def records_to_table(records: list[dict]) -> pa.Table:
+    """Rows as dicts -> a table with every key as a column; a column Arrow cannot type (a value
+    changing type between rows) becomes JSON text instead of failing the run."""
     frame = pd.DataFrame.from_records(records)
     columns = {}
     for name in frame.columns:
@@ -104,7 +135,7 @@ def _parse_lines(body: bytes) -> tuple[pa.Table, int]:
             columns[name] = pa.array(frame[name], from_pandas=True)
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             columns[name] = pa.array([None if _missing(v) else json.dumps(v) for v in frame[name]], pa.string())
-    return pa.table(columns), bad
+    return pa.table(columns)
 
 
 def _missing(value: object) -> bool:
@@ -113,8 +144,9 @@ def _missing(value: object) -> bool:
 
 def _write_cache(target: Path, parsed: MetricsFile) -> None:
     """Writes the cached copy atomically and removes copies of older states of the file."""
-    meta = {_META_CUT: b"1" if parsed.cut else b"0", _META_BAD: str(parsed.bad_lines).encode()}
-    table = parsed.table.replace_schema_metadata(meta)
+    meta = {_META_CUT: b"1" if parsed.cut else b"0", _META_BAD: str(parsed.bad_lines).encode(),
+            _META_TRAIN: str(parsed.train.num_rows).encode()}
+    table = pa.concat_tables([parsed.train, parsed.evals]).replace_schema_metadata(meta)
     try:
         target.parent.mkdir(exist_ok=True)
         temp = target.with_name(f".{target.name}.tmp{os.getpid()}")

@@ -1,5 +1,5 @@
-"""One run's description as a flat row: key config columns, the whole config flattened with
-dotted names, status, and the scalar numbers of summary.json.
+"""One run's description as a flat row: key config columns, the whole config flattened as
+`cfg.<dotted.key>`, status, and the scalar numbers of summary.json.
 
 The same function describes a local run directory and a W&B run, so both load into one table.
 """
@@ -80,6 +80,7 @@ def describe_run(
     row: dict[str, Any] = {
         "run_id": run_id,
         "run_dir": run_dir,
+        "name": (env.get("job") or {}).get("name") or Path(run_dir).name,
         "sparsifier": sparsifier.get("name") or (summary.get("sparsifier") or {}).get("name"),
         "density": sparsifier.get("density"),
         "workers": workers,

@@ -18,17 +18,22 @@ on run_id.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from analysis.columns import KEYS
+from analysis.columns import KEYS, NUMERIC_KEYS
 from analysis.labels import method_labels
 
 _RUN = "__run"  # row -> run position, while assembling
+# The runs table's own columns, present even when no run was found.
+RUN_COLUMNS = (*[key for key in KEYS if key != "method"], "name", "error", "warmup_steps", "log_every", "scope",
+               "metrics_cut", "bad_lines")
 
 
 @dataclass
@@ -39,81 +44,100 @@ class RunTables:
     steps: pd.DataFrame
     epochs: pd.DataFrame
 
+    def select(self, **conditions: Any) -> "RunTables":
+        """The runs whose runs-table columns match, with their rows:
+        select(status="done"), select(sparsifier=["micro", "exdyna"], workers=8)."""
+        mask = pd.Series(True, index=self.runs.index)
+        for column, wanted in conditions.items():
+            values = list(wanted) if isinstance(wanted, (list, tuple, set, frozenset)) else [wanted]
+            mask &= self.runs[column].isin(values)
+        ids = set(self.runs.loc[mask, "run_id"])
+        return RunTables(
+            runs=self.runs[mask].reset_index(drop=True),
+            steps=self.steps[self.steps["run_id"].isin(ids)].reset_index(drop=True),
+            epochs=self.epochs[self.epochs["run_id"].isin(ids)].reset_index(drop=True),
+        )
 
-def assemble(infos: list[dict[str, Any]], metrics: list[pa.Table | None]) -> RunTables:
-    """Builds the tables from each run's description and metrics table (None: no metrics yet)."""
-    runs = pd.DataFrame(infos) if infos else pd.DataFrame(columns=[k for k in KEYS if k != "method"])
+
+def assemble(infos: list[dict[str, Any]], train: list[pa.Table | None], evals: list[pa.Table | None]) -> RunTables:
+    """Builds the tables from each run's description and its train and eval rows.
+
+    Rows are keyed in Arrow and converted to pandas once per table: with a million rows,
+    every pandas-level copy would cost about a second.
+    """
+    runs = pd.DataFrame(infos) if infos else pd.DataFrame(columns=list(RUN_COLUMNS))
     runs.insert(1, "method", method_labels(runs) if len(runs) else pd.Series(dtype=str))
-    rows = _concat_metrics(metrics)
-    run_index = rows.pop(_RUN).to_numpy() if _RUN in rows.columns else np.zeros(0, dtype=np.int64)
-    is_eval = _eval_mask(rows)
-    counts = len(runs)
-    runs["train_rows"] = np.bincount(run_index[~is_eval], minlength=counts)[:counts]
-    runs["eval_rows"] = np.bincount(run_index[is_eval], minlength=counts)[:counts]
-    runs["last_step"] = _last_step(rows, run_index, counts)
-    steps = _with_keys(_drop_empty(rows[~is_eval]), runs, run_index[~is_eval])
-    epochs = _with_keys(_drop_empty(rows[is_eval]), runs, run_index[is_eval])
-    if "step" in steps.columns:
-        warmup = runs["warmup_steps"].fillna(0).to_numpy()[run_index[~is_eval]]
-        steps.insert(steps.columns.get_loc("step") + 1, "after_warmup", steps["step"].to_numpy() >= warmup)
-    return RunTables(runs=runs, steps=steps.drop(columns="kind", errors="ignore"),
-                     epochs=epochs.drop(columns="kind", errors="ignore"))
+    for key in NUMERIC_KEYS:
+        runs[key] = pd.to_numeric(runs[key], errors="coerce")
+    runs["train_rows"] = [t.num_rows if t is not None else 0 for t in train]
+    runs["eval_rows"] = [t.num_rows if t is not None else 0 for t in evals]
+    runs["last_step"] = [_last_step(t, e) for t, e in zip(train, evals)]
+    steps = _to_frame(_concat_metrics(train), runs)
+    epochs = _to_frame(_concat_metrics(evals), runs)
+    if "step" in steps.columns and len(steps):
+        warmup = runs.set_index("run_id")["warmup_steps"].fillna(0)
+        threshold = steps["run_id"].map(warmup).to_numpy(dtype=float)
+        steps.insert(steps.columns.get_loc("step") + 1, "after_warmup", steps["step"].to_numpy() >= threshold)
+    return RunTables(runs=runs, steps=steps, epochs=epochs)
 
 
-def _concat_metrics(metrics: list[pa.Table | None]) -> pd.DataFrame:
-    """All runs' rows in one frame, with the run's position in the `_RUN` column."""
+def _last_step(*tables: pa.Table | None) -> float:
+    steps = [pc.max(t.column("step")).as_py() for t in tables if t is not None and "step" in t.column_names and t.num_rows]
+    steps = [s for s in steps if s is not None]
+    return float(max(steps)) if steps else float("nan")
+
+
+def _concat_metrics(metrics: list[pa.Table | None]) -> pa.Table:
+    """All runs' rows in one table, with the run's position in the `_RUN` column."""
     tables = []
     for position, table in enumerate(metrics):
         if table is None or table.num_rows == 0:
             continue
         tables.append(table.append_column(_RUN, pa.array(np.full(table.num_rows, position, dtype=np.int64))))
     if not tables:
-        return pd.DataFrame({_RUN: np.zeros(0, dtype=np.int64), "step": np.zeros(0, dtype=np.int64)})
+        return pa.table({_RUN: pa.array([], pa.int64()), "step": pa.array([], pa.int64())})
     try:
-        return pa.concat_tables(tables, promote_options="permissive").to_pandas()
+        return pa.concat_tables(tables, promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-        # a column whose type differs between runs (one run logged text): pandas keeps objects
-        return pd.concat([table.to_pandas() for table in tables], ignore_index=True)
+        # A column whose type differs between runs (one run logged text): fall back to JSON text
+        # for the columns that disagree, so the rest stays numeric.
+        return pa.concat_tables(_as_text_where_types_differ(tables), promote_options="permissive")
 
 
-def _eval_mask(rows: pd.DataFrame) -> np.ndarray:
-    """Eval rows say so in `kind`; rows without a kind are eval rows when they hold eval/*."""
-    if "kind" in rows.columns:
-        kind = rows["kind"].to_numpy(dtype=object)
-        mask = kind == "eval"
-        unknown = pd.isna(rows["kind"]).to_numpy()
-    else:
-        mask, unknown = np.zeros(len(rows), dtype=bool), np.ones(len(rows), dtype=bool)
-    if unknown.any():
-        eval_columns = [c for c in rows.columns if str(c).startswith("eval/")]
-        has_eval = rows[eval_columns].notna().any(axis=1).to_numpy() if eval_columns else False
-        mask = mask | (unknown & has_eval)
-    return np.asarray(mask, dtype=bool)
+def _as_text_where_types_differ(tables: list[pa.Table]) -> list[pa.Table]:
+    types: dict[str, set] = {}
+    for table in tables:
+        for field in table.schema:
+            if not pa.types.is_null(field.type):
+                types.setdefault(field.name, set()).add(field.type)
+    clashing = {name for name, seen in types.items() if len(seen) > 1}
+    fixed = []
+    for table in tables:
+        for name in clashing & set(table.column_names):
+            values = [None if v is None else json.dumps(v) for v in table.column(name).to_pylist()]
+            table = table.set_column(table.column_names.index(name), name, pa.array(values, pa.string()))
+        fixed.append(table)
+    return fixed
 
 
-def _last_step(rows: pd.DataFrame, run_index: np.ndarray, counts: int) -> np.ndarray:
-    last = np.full(counts, np.nan)
-    if "step" in rows.columns and len(rows):
-        np.fmax.at(last, run_index, rows["step"].to_numpy(dtype=float))
-    return last
-
-
-def _drop_empty(frame: pd.DataFrame) -> pd.DataFrame:
-    """Columns with no value in this kind of row (eval columns in train rows, and vice versa)."""
-    empty = [c for c in frame.columns if c != "step" and not frame[c].notna().any()]
-    return frame.drop(columns=empty).reset_index(drop=True)
-
-
-def _with_keys(frame: pd.DataFrame, runs: pd.DataFrame, run_index: np.ndarray) -> pd.DataFrame:
-    """Prepends the key columns; text keys are categoricals so a million rows stay small."""
-    keys = {}
+def _to_frame(rows: pa.Table, runs: pd.DataFrame) -> pd.DataFrame:
+    """Key columns first (text keys as categoricals, so a million rows stay small), then the
+    metrics; columns with no value in these rows (eval columns in train rows) are left out."""
+    run_index = rows.column(_RUN).to_numpy()
+    keys: dict[str, pa.Array] = {}
     for key in KEYS:
         if key not in runs.columns:
             continue
         column = runs[key]
-        if column.dtype == object or pd.api.types.is_string_dtype(column):
-            codes, uniques = pd.factorize(column, use_na_sentinel=True)
-            keys[key] = pd.Categorical.from_codes(codes[run_index], categories=uniques)
+        if key not in NUMERIC_KEYS:
+            codes, uniques = pd.factorize(column.astype(object), use_na_sentinel=True)
+            indices = pa.array(codes[run_index], mask=codes[run_index] < 0)
+            keys[key] = pa.DictionaryArray.from_arrays(indices, pa.array([str(u) for u in uniques], pa.string()))
         else:
-            keys[key] = column.to_numpy()[run_index]
-    return pd.concat([pd.DataFrame(keys), frame.drop(columns=list(keys), errors="ignore")], axis=1)
+            keys[key] = pa.array(column.to_numpy()[run_index])
+    metrics = [
+        name for name in rows.column_names
+        if name not in (_RUN, "kind") and name not in keys and (name == "step" or rows.column(name).null_count < rows.num_rows)
+    ]
+    table = pa.table({**keys, **{name: rows.column(name) for name in metrics}})
+    return table.to_pandas(split_blocks=True)

@@ -1,0 +1,118 @@
+"""`python -m analysis.report DIR... [--out REPORT_DIR]`: from run directories to report.md.
+
+Writes into REPORT_DIR (default: <first DIR>/report):
+  report.md     the per-method summary at each worker count (mean ± std over seeds), the runs
+                that failed or did not finish, and the figures;
+  <figure>.png  one per figure type that has data (analysis.figures.FIGURES);
+  summary.csv   the summary's numbers, unformatted (means, stds, run and seed counts);
+  runs.csv      one row per run: status, error and the per-run numbers the summary averages.
+and prints the summary table. The summary and figures use finished runs (status done) unless
+--include-unfinished; failed and unfinished runs are always listed.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from pathlib import Path
+
+import matplotlib
+
+from analysis import markdown
+from analysis.figures import FIGURES
+from analysis.load import load_runs
+from analysis.report_tables import problem_runs, summary_cells
+from analysis.stats import run_stats, summarize
+from analysis.tables import RunTables
+
+RULES = (
+    "Per run, from its logged train rows: timings are medians over steps at or after the run's "
+    "warmup_steps (max = slowest rank, mean = mean over ranks); traffic, density, build-up and load "
+    "imbalance are means over logged steps; MB sent is the busiest rank's bytes per step; accuracy "
+    "is the last evaluation. Across runs with the same method, density, W and world: mean ± std over seeds."
+)
+
+
+def save_figures(tables: RunTables, out: Path) -> list[tuple[str, str, Path | None]]:
+    """(name, caption, PNG path or None for no data) for every figure type."""
+    saved = []
+    for name, (draw, caption) in FIGURES.items():
+        figure = draw(tables)
+        path = None
+        if figure is not None:
+            path = out / f"{name}.png"
+            figure.savefig(path, dpi=100)
+        saved.append((name, caption, path))
+    return saved
+
+
+def write_report(paths: list[Path], out: Path, include_unfinished: bool = False, cache: bool = True) -> str:
+    """Writes report.md, the figures and the CSVs into `out`; returns the summary as text.
+    Raises FileNotFoundError when a path is missing or holds no run."""
+    tables = load_runs(paths, cache=cache)
+    if tables.runs.empty:
+        raise FileNotFoundError(f"no run directories below {', '.join(map(str, paths))}")
+    out.mkdir(parents=True, exist_ok=True)
+    used = tables if include_unfinished else tables.select(status="done")
+    stats = run_stats(tables)
+    summary = summarize(stats[stats["run_id"].isin(set(used.runs["run_id"]))])
+    cells = summary_cells(summary)
+    problems = problem_runs(tables.runs)
+    summary.to_csv(out / "summary.csv", index=False)
+    stats.merge(tables.runs[["run_id", "name", "error", "metrics_cut", "train_rows", "last_step"]], on="run_id").to_csv(
+        out / "runs.csv", index=False)
+    figures = save_figures(used, out)
+
+    counts = tables.runs["status"].value_counts()
+    lines = [
+        "# sparsebench report",
+        "",
+        f"Generated {datetime.datetime.now().isoformat(timespec='seconds')} from: " + ", ".join(f"`{p}`" for p in paths),
+        "",
+        f"{len(tables.runs)} runs: " + ", ".join(f"{count} {status}" for status, count in counts.items()) + ".",
+        "",
+        "## Summary per method and worker count",
+        "",
+        RULES,
+        "",
+        markdown.table(cells) if len(cells) else "No finished runs.",
+        "",
+        "## Failed and unfinished runs",
+        "",
+        markdown.table(problems) if len(problems) else "None: every run finished.",
+        "",
+        "## Figures",
+        "",
+    ]
+    for name, caption, path in figures:
+        lines += [f"### {caption}", "", f"![{caption}]({path.name})" if path else "no data", ""]
+    (out / "report.md").write_text("\n".join(lines))
+    text = cells.to_string(index=False) if len(cells) else "No finished runs."
+    if len(problems):
+        text += "\n\nFailed or unfinished:\n" + problems.to_string(index=False)
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line; returns the exit status (2: no runs found)."""
+    parser = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dirs", nargs="+", type=Path, help="run or sweep directories (searched recursively)")
+    parser.add_argument("--out", type=Path, default=None, help="report folder (default: <first DIR>/report)")
+    parser.add_argument("--include-unfinished", action="store_true", help="also summarize runs not marked done")
+    parser.add_argument("--no-cache", action="store_true", help="do not read or write the metrics cache")
+    args = parser.parse_args(argv)
+    matplotlib.use("Agg")  # files only: never open a window, even where a display exists
+    out = args.out or args.dirs[0] / "report"
+    try:
+        text = write_report(args.dirs, out, args.include_unfinished, cache=not args.no_cache)
+    except FileNotFoundError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(text)
+    print(f"\nreport: {out / 'report.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

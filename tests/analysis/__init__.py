@@ -1,0 +1,1 @@
+"""Tests of analysis/: loading, statistics, report, figures, notebooks."""

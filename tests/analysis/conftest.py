@@ -1,0 +1,78 @@
+"""Fixtures of the analysis tests: one tiny real sweep (shared by the whole session), copies of
+its runs made to look failed or killed, and synthetic studies that exercise every figure."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from analysis.synthetic import SyntheticRun, write_run, write_sweep
+
+# matplotlib fixes its config and cache folder at import: keep it out of $HOME (make test sets it too).
+os.environ.setdefault("MPLCONFIGDIR", tempfile.mkdtemp(prefix="sparsebench-mpl-"))
+
+REPO = Path(__file__).resolve().parents[2]
+SWEEP = ["-m", "sparsifier=dense,topk", "workers=2,4", "processes=1", "dataset=digits", "max_steps=12",
+         "logger=local", "logger.log_every=2", "logger.progress=false"]
+
+
+@pytest.fixture(scope="session")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real 2 x 2 sweep (dense, topk at W=2, 4; 12 steps each) made by run.py: its folder."""
+    root = tmp_path_factory.mktemp("sweep")
+    env = {**os.environ, "WANDB_MODE": "disabled", "MPLCONFIGDIR": str(root / ".mpl")}
+    result = subprocess.run(
+        [sys.executable, "run.py", *SWEEP, f"output_root={root}"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    (sweep_dir,) = (root / "sweeps").iterdir()
+    assert len(list(sweep_dir.glob("*/status.json"))) == 4
+    return sweep_dir
+
+
+@pytest.fixture(scope="session")
+def damaged(sweep: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two copies of sweep runs: `failed_topk` marked failed (no summary), and `killed_dense`
+    still `running` with its metrics.jsonl cut in the middle of its last line."""
+    root = tmp_path_factory.mktemp("damaged")
+    (source_topk,) = sweep.glob("*_topk_w2")
+    (source_dense,) = sweep.glob("*_dense_w2")
+    failed = shutil.copytree(source_topk, root / "failed_topk")
+    (failed / "summary.json").unlink()
+    (failed / "status.json").write_text(json.dumps({"status": "failed", "error": "rank1: RuntimeError: injected"}))
+    killed = shutil.copytree(source_dense, root / "killed_dense")
+    (killed / "summary.json").unlink()
+    (killed / "status.json").write_text(json.dumps({"status": "running"}))
+    lines = (killed / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (killed / "metrics.jsonl").write_text("".join(lines[:5]) + lines[5][: len(lines[5]) // 2])
+    for run, name in ((failed, "failed_topk"), (killed, "killed_dense")):
+        env = json.loads((run / "env.json").read_text())
+        env["job"].update(name=name, group="damaged")
+        (run / "env.json").write_text(json.dumps(env))
+    return root
+
+
+@pytest.fixture(scope="session")
+def synthetic(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every method whose figures need method state (thresholds, partitions, DEFT's lists),
+    two seeds, three worker counts, plus one failed and one killed run."""
+    root = tmp_path_factory.mktemp("synthetic")
+    write_sweep(root / "sweep", ["dense", "topk", "micro", "exdyna", "deft", "dgc"], [2, 4, 8], seeds=2, steps=30, epochs=3)
+    write_run(root / "failed", SyntheticRun("micro", 4, status="failed", steps=10))
+    write_run(root / "killed", SyntheticRun("topk", 4, status="running", cut=True, steps=10))
+    return root
+
+
+@pytest.fixture
+def jupyter_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Keeps Jupyter, IPython and matplotlib out of $HOME."""
+    for variable in ("JUPYTER_RUNTIME_DIR", "JUPYTER_DATA_DIR", "JUPYTER_CONFIG_DIR", "IPYTHONDIR", "MPLCONFIGDIR"):
+        monkeypatch.setenv(variable, str(tmp_path / variable.lower()))
+    return tmp_path

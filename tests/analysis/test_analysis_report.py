@@ -1,0 +1,111 @@
+"""`python -m analysis.report` on the tiny real sweep plus a failed and a killed copy: its numbers
+against the metrics files recomputed here with json and statistics, and its run listing."""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from analysis.figures import FIGURES
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+
+
+def recompute(run_dir: Path) -> dict[str, float]:
+    """The report's per-run numbers, straight from metrics.jsonl and config.yaml."""
+    warmup = yaml.safe_load((run_dir / "config.yaml").read_text())["warmup_steps"]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines(keepends=True) if line.endswith("\n")]
+    train = [row for row in rows if row["kind"] == "train"]
+    evals = [row for row in rows if row["kind"] == "eval"]
+    timed = [row for row in train if row["step"] >= warmup] or train
+
+    def mean(key: str) -> float:
+        return statistics.fmean(row[key] for row in train)
+
+    return {
+        "accuracy": max(evals, key=lambda row: (row["step"], row["epoch"]))["eval/accuracy"],
+        "select_ms_max": statistics.median(row["time/select_ms_max"] for row in timed),
+        "select_ms_mean": statistics.median(row["time/select_ms_mean"] for row in timed),
+        "mb_sent": mean("traffic/sent_bytes_max") / 1e6,
+        "traffic_ratio": mean("traffic/ratio"),
+        "density_error": mean("density/error"),
+        "abs_density_error": statistics.fmean(abs(row["density/error"]) for row in train),
+        "buildup": mean("buildup"),
+        "load_imbalance": mean("selection/load_imbalance"),
+    }
+
+
+def markdown_rows(text: str, section: str) -> list[dict[str, str]]:
+    """The table under the `## section` heading of report.md, as dicts."""
+    body = text.split(f"## {section}")[1].split("\n## ")[0]
+    lines = [line for line in body.splitlines() if line.startswith("|")]
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    return [dict(zip(header, (cell.strip() for cell in line.strip("|").split("|")))) for line in lines[2:]]
+
+
+@pytest.fixture(scope="module")
+def report(sweep: Path, damaged: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("report")
+    env = {**os.environ, "MPLCONFIGDIR": str(out / ".mpl")}
+    result = subprocess.run(
+        [sys.executable, "-m", "analysis.report", str(sweep), str(damaged), "--out", str(out)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return out, result.stdout
+
+
+def test_summary_numbers_match_the_metrics_files(report: tuple[Path, str], sweep: Path) -> None:
+    out, _ = report
+    summary = pd.read_csv(out / "summary.csv")
+    shown = markdown_rows((out / "report.md").read_text(), "Summary per method and worker count")
+    assert len(summary) == len(shown) == 4  # the failed and killed copies are not averaged in
+    for run_dir in sorted(path for path in sweep.iterdir() if (path / "status.json").exists()):
+        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        method, workers = config["sparsifier"]["name"], config["workers"]
+        row = summary[(summary["method"] == method) & (summary["workers"] == workers)]
+        assert len(row) == 1 and row["runs"].item() == 1
+        expected = recompute(run_dir)
+        for key, value in expected.items():
+            assert row[key].item() == pytest.approx(value, rel=1e-9, abs=1e-12), (method, workers, key)
+        (cells,) = [r for r in shown if r["method"] == method and r["W"] == str(workers)]
+        assert cells["accuracy"] == f"{expected['accuracy']:.2%}"
+        assert cells["build-up"] == f"{expected['buildup']:.3f}"
+        assert cells["MB sent/rank/step"] == f"{expected['mb_sent']:.4f}"
+        assert cells["density error"] == f"{expected['density_error']:+.3f}"
+
+
+def test_failed_and_killed_runs_are_listed(report: tuple[Path, str]) -> None:
+    out, stdout = report
+    listed = {row["run"]: row for row in markdown_rows((out / "report.md").read_text(), "Failed and unfinished runs")}
+    assert listed["failed_topk"]["status"] == "failed" and "injected" in listed["failed_topk"]["note"]
+    assert listed["killed_dense"]["status"] == "running" and "cut mid-write" in listed["killed_dense"]["note"]
+    assert listed["killed_dense"]["train rows"] == "5"
+    runs = pd.read_csv(out / "runs.csv")
+    assert sorted(runs["status"]) == ["done"] * 4 + ["failed", "running"]
+    assert "failed_topk" in stdout and "killed_dense" in stdout
+
+
+def test_report_prints_the_summary_and_links_every_figure(report: tuple[Path, str]) -> None:
+    out, stdout = report
+    assert "accuracy" in stdout.splitlines()[0] and "topk" in stdout
+    text = (out / "report.md").read_text()
+    for name, (_, caption) in FIGURES.items():
+        png = out / f"{name}.png"
+        section = text.split(f"### {caption}")[1].split("###")[0]
+        if png.exists():
+            assert f"]({name}.png)" in section
+            assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+        else:
+            assert "no data" in section
+    for name in ("selection_time_vs_workers", "accuracy_curves", "step_time_breakdown"):
+        assert (out / f"{name}.png").exists()
+    assert not (out / "deft_units.png").exists()  # no DEFT run in this sweep
