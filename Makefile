@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 run: $(STAMP) data
-	$(PY) run.py $(ARGS)
+	$(PY) run.py -m experiment=quickstart $(ARGS)
 
 test: $(STAMP)
 	WANDB_MODE=disabled $(PY) -m pytest $(ARGS)

@@ -14,7 +14,11 @@ import torch
 
 from experiments.exchange import ExchangeResult
 from experiments.traffic import TrafficMeter
-from sparsifiers.base import SelectionScope
+from sparsifiers.base import ExchangeKind, SelectionScope
+
+# Exchanges whose index all-gather pads every rank to the largest count: load imbalance is the
+# padding they pay. The others send one index set (or none), so imbalance is 0 by construction.
+PADDED_EXCHANGES = (ExchangeKind.UNION_ALLREDUCE, ExchangeKind.SPARSE_ALLGATHER)
 
 # Columns of the per-rank rows gathered on logging steps.
 RANK_STATS = ("loss", "compute_ms", "select_ms", "exchange_ms", "step_ms", "acc_norm", "residual_norm")
@@ -31,6 +35,7 @@ class MetricContext:
     world_size: int
     dense_bytes: float  # per-rank bytes of the dense allreduce of the same model
     dense_model_ms: float | None = None  # the network model's time for that dense allreduce
+    exchange: ExchangeKind = ExchangeKind.UNION_ALLREDUCE
 
 
 def exchange_metrics(
@@ -67,7 +72,9 @@ def exchange_metrics(
         "selection/overlap": total / union if union else float("nan"),
         "selection/k_max": float(counts.max()),
         "selection/k_mean": mean_count,
-        "selection/load_imbalance": context.world_size * float(counts.max()) / total - 1.0 if total else 0.0,
+        "selection/load_imbalance": (
+            context.world_size * float(counts.max()) / total - 1.0 if total and context.exchange in PADDED_EXCHANGES else 0.0
+        ),
     }
 
 

@@ -67,6 +67,7 @@ def build_session(cfg: DictConfig, world: World) -> Session:
         world_size=cfg.workers,
         dense_bytes=dense_allreduce_bytes(layout.numel, cfg.workers, flat.element_size()),
         dense_model_ms=_dense_model_ms(world, layout.numel * flat.element_size()),
+        exchange=method.exchange,
     )
     return Session(data, model, flat, layout, optimizer, torch.nn.CrossEntropyLoss(), replicas, context)
 
@@ -114,6 +115,7 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path) -> dict[str, Any] 
                 metrics.update(rank_metrics(_gather_rank_stats(world, outcome)))
                 metrics.update(method.metrics())
                 metrics["epoch"] = epoch
+                metrics["time/elapsed_s"] = time.perf_counter() - started
                 accumulator.add_logged(step, metrics)
                 sink.log({"kind": "train", **metrics}, step)
                 if progress is not None:
@@ -129,6 +131,7 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path) -> dict[str, Any] 
         if world.hosts_rank_zero:
             evaluation = _evaluate(model, replicas[0], data, loss_fn, world.device)
             evaluation["epoch"] = epoch
+            evaluation["time/elapsed_s"] = time.perf_counter() - started
             accumulator.add_logged(step - 1, evaluation)
             sink.log({"kind": "eval", **evaluation}, step - 1)
             table.row(epoch, accumulator.last)
@@ -147,6 +150,7 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path) -> dict[str, Any] 
         numel=layout.numel,
         k_target=context.k_target,
         sparsifier=method.describe(),
+        **{"density/target": method.density},  # the configured target (steps may log a warm-up stage)
         optimizer={"name": cfg.optimizer.name, "momentum": optimizer.param_groups[0].get("momentum")},
     )
     return summary

@@ -96,6 +96,11 @@ def test_sweep_gives_one_complete_run_directory_per_job(tmp_path):
         assert by_job[("dense", workers)]["traffic/ratio"] == pytest.approx(1.0)
         assert by_job[("dense", workers)]["buildup"] == pytest.approx(1.0)
     assert by_job[("topk", 4)]["buildup"] > by_job[("topk", 2)]["buildup"] > 1.0
+    # the sweep ends with its comparison: printed, and saved with its figure
+    report = run_dirs[0].parent / "report"
+    assert "comparison of" in result.stdout and "build-up" in result.stdout
+    assert (report / "report.md").is_file()
+    assert (report / "method_comparison.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_a_crash_in_one_rank_ends_the_job_and_marks_the_run_failed(tmp_path):

@@ -9,6 +9,7 @@ from typing import Callable
 
 from matplotlib.figure import Figure
 
+from analysis.figures.comparison import method_comparison
 from analysis.figures.convergence import accuracy_curves, residual_norm
 from analysis.figures.deft import deft_units
 from analysis.figures.scaling import buildup_density_vs_workers, compression_error, selection_time_vs_workers
@@ -18,6 +19,7 @@ from analysis.tables import RunTables
 
 # name (the PNG's file name) -> (function, caption); the report's order.
 FIGURES: dict[str, tuple[Callable[[RunTables], Figure | None], str]] = {
+    "method_comparison": (method_comparison, "Method comparison"),
     "selection_time_vs_workers": (selection_time_vs_workers, "Selection time vs workers"),
     "buildup_density_vs_workers": (buildup_density_vs_workers, "Build-up and actual density vs workers"),
     "compression_error": (compression_error, "Compression ratio error per method"),
@@ -31,6 +33,6 @@ FIGURES: dict[str, tuple[Callable[[RunTables], Figure | None], str]] = {
 }
 
 __all__ = [
-    "FIGURES", "accuracy_curves", "buildup_density_vs_workers", "compression_error", "deft_units", "density_vs_step",
+    "FIGURES", "accuracy_curves", "method_comparison", "buildup_density_vs_workers", "compression_error", "deft_units", "density_vs_step",
     "load_imbalance_vs_step", "partition_boundaries", "residual_norm", "selection_time_vs_workers", "step_time_breakdown",
 ]
