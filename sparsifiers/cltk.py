@@ -13,13 +13,13 @@ the same either way. Scope `split`: one selector, so build-up is 1.
 """
 from __future__ import annotations
 
-import torch
-
 from typing import Any
+
+import torch
 
 from sparsifiers.base import ConfigError, ExchangeKind, SelectionScope, Sparsifier
 from sparsifiers.layout import Layout
-from sparsifiers.workspace import scratch_like
+from sparsifiers.topk import ExactTopK
 
 SELECT_ON = ("leader", "all")
 
@@ -38,10 +38,7 @@ class CLTK(Sparsifier):
         if select_on not in SELECT_ON:
             raise ConfigError(f"sparsifier.select_on must be leader or all, got {select_on}")
         self.select_on = select_on
-        # Preallocated once: the hot path allocates no tensor per step. |acc| lives in the
-        # process's shared scratch (workspace.py); the k-sized results are this rank's own.
-        self._values = torch.empty(0)
-        self._indices = torch.empty(0, dtype=torch.int64)
+        self._top_k = ExactTopK(self.k)
 
     # 1. the leader rotates.
     def plan_leader(self, step: int) -> int:
@@ -50,14 +47,6 @@ class CLTK(Sparsifier):
     # 2. the leader selects.
     def make_plan(self, acc: torch.Tensor, step: int) -> torch.Tensor:
         return self._top_k(acc)
-
-    def _top_k(self, acc: torch.Tensor) -> torch.Tensor:
-        if self._indices.numel() != self.k or self._indices.device != acc.device:
-            self._values = torch.empty(self.k, dtype=acc.dtype, device=acc.device)
-            self._indices = torch.empty(self.k, dtype=torch.int64, device=acc.device)
-        magnitude = torch.abs(acc, out=scratch_like("magnitude", acc))
-        torch.topk(magnitude, self.k, sorted=False, out=(self._values, self._indices))
-        return self._indices
 
     # 3. every rank takes the broadcast indices as its selection.
     def select(self, acc: torch.Tensor, step: int, plan: torch.Tensor | None = None) -> torch.Tensor:

@@ -13,6 +13,25 @@ from sparsifiers.layout import Layout
 from sparsifiers.workspace import scratch_like
 
 
+class ExactTopK:
+    """The k largest |acc|, into k-sized buffers allocated once: the hot path allocates nothing.
+    |acc| lives in the process's shared scratch (workspace.py); the results are the owner's own
+    and stay valid until the next call."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.values = torch.empty(0)
+        self.indices = torch.empty(0, dtype=torch.int64)
+
+    def __call__(self, acc: torch.Tensor) -> torch.Tensor:
+        if self.indices.numel() != self.k or self.indices.device != acc.device:
+            self.values = torch.empty(self.k, dtype=acc.dtype, device=acc.device)
+            self.indices = torch.empty(self.k, dtype=torch.int64, device=acc.device)
+        magnitude = torch.abs(acc, out=scratch_like("magnitude", acc))
+        torch.topk(magnitude, self.k, sorted=False, out=(self.values, self.indices))
+        return self.indices
+
+
 class TopK(Sparsifier):
     """Local top-k with error feedback."""
 
@@ -22,15 +41,7 @@ class TopK(Sparsifier):
 
     def __init__(self, layout: Layout, world_size: int, rank: int, density: float, **knobs) -> None:
         super().__init__(layout, world_size, rank, density=density, **knobs)
-        # Preallocated once: the hot path allocates no tensor per step. |acc| lives in the
-        # process's shared scratch (workspace.py); the k-sized results are this rank's own.
-        self._values = torch.empty(0)
-        self._indices = torch.empty(0, dtype=torch.int64)
+        self._top_k = ExactTopK(self.k)
 
     def select(self, acc: torch.Tensor, step: int, plan: torch.Tensor | None = None) -> torch.Tensor:
-        if self._indices.numel() != self.k or self._indices.device != acc.device:
-            self._values = torch.empty(self.k, dtype=acc.dtype, device=acc.device)
-            self._indices = torch.empty(self.k, dtype=torch.int64, device=acc.device)
-        magnitude = torch.abs(acc, out=scratch_like("magnitude", acc))
-        torch.topk(magnitude, self.k, sorted=False, out=(self._values, self._indices))
-        return self._indices
+        return self._top_k(acc)

@@ -95,12 +95,12 @@ def test_non_leaders_do_not_select() -> None:
     follower = CLTK(layout_of(SIZES), 3, 1, 0.03, select_on="leader")
     plan = leader.make_plan(torch.randn(sum(SIZES)), 0)
     assert follower.select(torch.randn(sum(SIZES)), 0, plan) is plan
-    assert follower._indices.numel() == 0  # it never ran a top-k
+    assert follower._top_k.indices.numel() == 0  # it never ran a top-k
     with pytest.raises(ValueError, match="plan"):
         follower.select(torch.randn(sum(SIZES)), 0, None)
     # select_on=all (the default): the released code's wasted selection on every rank, same result.
     wasteful = CLTK(layout_of(SIZES), 3, 1, 0.03)
-    assert wasteful.select(torch.randn(sum(SIZES)), 0, plan) is plan and wasteful._indices.numel() == wasteful.k
+    assert wasteful.select(torch.randn(sum(SIZES)), 0, plan) is plan and wasteful._top_k.indices.numel() == wasteful.k
 
 
 def compose(*overrides: str):

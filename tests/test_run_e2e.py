@@ -134,3 +134,21 @@ def test_same_seed_same_config_gives_the_same_metrics(tmp_path):
         records = read_metrics(tmp_path / name / "metrics.jsonl")
         runs.append([{k: v for k, v in r.items() if not k.startswith("time/")} for r in records])
     assert runs[0] == runs[1]
+
+
+def test_64_hosted_micro_ranks_train_one_epoch_of_the_default_dataset(tmp_path):
+    """Issue 4's laptop claim: one process hosts 64 MiCRO ranks through a whole epoch of
+    Fashion-MNIST (29 steps of 64 x 32 images), and their selections never overlap."""
+    from datasets.fashion_mnist import locate
+
+    if locate(None) is None:
+        pytest.skip("Fashion-MNIST is not installed (make run installs Debian's dataset-fashion-mnist)")
+    run_dir = tmp_path / "run"
+    result = run_cli(["sparsifier=micro", "workers=64", "processes=1", "epochs=1", "logger=local",
+                      "logger.progress=false", f"hydra.run.dir={run_dir}"], timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    status, train, evals, summary = load_run(run_dir)
+    assert status["status"] == "done" and summary["world"] == "hosted" and summary["workers"] == 64
+    assert summary["steps"] == 60000 // 64 // 32 and len(evals) == 1
+    assert summary["selection/overlap"] == pytest.approx(1.0) and summary["buildup"] == pytest.approx(1.0)
+    assert all(row["selection/overlap"] == pytest.approx(1.0) for row in train)
