@@ -67,7 +67,11 @@ def init_world(
     return World(workers, processes, process_index, local_ranks, device, comm)
 
 
-def close_world() -> None:
-    """Always called at exit: leaves the process group cleanly."""
+def close_world(wait_for_peers: bool = False) -> None:
+    """Always called at exit: leaves the process group cleanly. After a successful run, first a
+    barrier, so that no process tears down its connections while a peer still uses them (after
+    a failure there is no barrier: the peers may be gone, and torchrun stops them anyway)."""
     if dist.is_available() and dist.is_initialized():
+        if wait_for_peers:
+            dist.barrier()
         dist.destroy_process_group()

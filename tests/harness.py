@@ -22,6 +22,7 @@ from experiments.compose import compose_job  # noqa: E402
 from experiments.metrics import exchange_metrics  # noqa: E402
 from experiments.step import train_step  # noqa: E402
 from experiments.train import build_session  # noqa: E402
+from experiments.worker import exit_now  # noqa: E402
 from experiments.world import close_world, init_world  # noqa: E402
 
 TINY = ["dataset=synthetic", "dataset.num_train=512", "dataset.num_test=64", "model=mlp", "model.hidden=32", "batch_size=8"]
@@ -69,12 +70,15 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     world = init_world(args.workers, "cpu", "gloo", timeout_s=120)
+    finished = False
     try:
         for spec in args.methods.split(","):
             record = run_method(spec, args.workers, args.steps, args.overrides, world)
             torch.save(record, Path(args.out) / f"{result_name(spec)}.process{world.process_index}.pt")
+        finished = True
     finally:
-        close_world()
+        close_world(wait_for_peers=finished)
+    exit_now()  # as the real worker does: no interpreter finalization after gloo (worker.py)
 
 
 if __name__ == "__main__":

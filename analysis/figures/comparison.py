@@ -9,14 +9,14 @@ from analysis.figures.style import base_method, finish, method_color, new_figure
 from analysis.stats import run_stats
 from analysis.tables import RunTables
 
-# (stat of analysis.stats.run_stats, panel title)
+# (stat of analysis.stats.run_stats, panel title, y-axis label with units)
 PANELS = (
-    ("accuracy", "final accuracy"),
-    ("select_ms_max", "selection ms (slowest rank)"),
-    ("mb_sent", "MB sent per rank per step"),
-    ("abs_density_error", "|density error| (mean)"),
-    ("buildup", "build-up |U| / selection"),
-    ("load_imbalance", "load imbalance"),
+    ("accuracy", "final accuracy", "accuracy (fraction)"),
+    ("select_ms_max", "selection time (slowest rank)", "ms per step"),
+    ("mb_sent", "traffic (busiest rank)", "MB sent per step"),
+    ("abs_density_error", "compression ratio error", "mean |density error|"),
+    ("buildup", "build-up", "|U| / selection size"),
+    ("load_imbalance", "load imbalance", "W max|S_r| / sum|S_r| - 1"),
 )
 
 
@@ -31,7 +31,7 @@ def method_comparison(tables: RunTables) -> Figure | None:
     grouped = stats.groupby("label", sort=False)
     order = sorted(grouped.groups, key=lambda label: (base_method(label) != "dense", label))
     figure, axes = new_figure(2, 3, width=4.2, height=3.2)
-    for axis, (stat, title) in zip(axes.flat, PANELS):
+    for axis, (stat, title, ylabel) in zip(axes.flat, PANELS):
         means = [grouped.get_group(label)[stat].mean() for label in order]
         stds = [grouped.get_group(label)[stat].std() for label in order]
         positions = np.arange(len(order))
@@ -39,6 +39,8 @@ def method_comparison(tables: RunTables) -> Figure | None:
         axis.bar(positions, np.nan_to_num(means), yerr=np.nan_to_num(stds), color=colors, capsize=3)
         axis.set_xticks(positions, order, rotation=45, ha="right", fontsize="small")
         axis.set_title(title, fontsize="medium")
+        axis.set_xlabel("method")
+        axis.set_ylabel(ylabel)
         if stat == "select_ms_max" and np.nanmax(means) > 20 * max(np.nanmin(means), 1e-9):
             axis.set_yscale("log")
     workers = ", ".join(str(w) for w in sorted(stats["workers"].unique()))

@@ -13,7 +13,7 @@ from analysis.tables import RunTables
 
 PNG = b"\x89PNG\r\n\x1a\n"
 # What the dense/topk sweep can draw; the rest need threshold, partition or DEFT methods.
-REAL = {"selection_time_vs_workers", "buildup_density_vs_workers", "compression_error", "step_time_breakdown",
+REAL = {"method_comparison", "selection_time_vs_workers", "buildup_density_vs_workers", "compression_error", "step_time_breakdown",
         "accuracy_curves", "residual_norm"}
 
 
