@@ -7,8 +7,9 @@ observe) over a one-process `RankCollectives`, which simulates W ranks exactly.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 
@@ -90,3 +91,28 @@ def noise(numel: int, world_size: int, seed: int, scale: torch.Tensor | float = 
     generator = torch.Generator().manual_seed(seed)
     while True:
         yield [torch.randn(numel, generator=generator) * scale for _ in range(world_size)]
+
+
+def assert_resume_is_exact(make: Callable[[int], Sparsifier], world_size: int,
+                           stream: Iterator[list[torch.Tensor]], warm_steps: int = 20, later_steps: int = 10) -> list[dict]:
+    """Runs `warm_steps`, saves every rank's state_dict and residual, runs `later_steps` more;
+    a fresh world loaded from the saved state must select the same indices and end in the same
+    state. Returns the saved states (for method-specific checks)."""
+    world = SteppedRanks([make(r) for r in range(world_size)])
+    for t in range(warm_steps):
+        world.step(next(stream), t)
+    states = [copy.deepcopy(s.state_dict()) for s in world.sparsifiers]
+    residuals = [r.clone() for r in world.residuals]
+    later = [next(stream) for _ in range(later_steps)]
+    expected = [world.step(grads, warm_steps + i).selections for i, grads in enumerate(later)]
+
+    resumed = SteppedRanks([make(r) for r in range(world_size)])
+    for sparsifier, state, residual, mine in zip(resumed.sparsifiers, states, residuals, resumed.residuals):
+        sparsifier.load_state_dict(state)
+        assert sparsifier.state_dict() == state
+        mine.copy_(residual)
+    for i, grads in enumerate(later):
+        got = resumed.step(grads, warm_steps + i).selections
+        assert [s.tolist() for s in got] == [s.tolist() for s in expected[i]]
+    assert [s.state_dict() for s in resumed.sparsifiers] == [s.state_dict() for s in world.sparsifiers]
+    return states

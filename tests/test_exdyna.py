@@ -2,7 +2,6 @@
 density control and load balance on stationary streams, and its configuration."""
 from __future__ import annotations
 
-import copy
 import math
 import statistics
 from fractions import Fraction
@@ -20,7 +19,7 @@ from sparsifiers.base import ConfigError
 from sparsifiers.exdyna import ExDyna
 from sparsifiers.layout import Layout
 from sparsifiers.micro import Micro
-from tests.stepped_ranks import SteppedRanks, noise
+from tests.stepped_ranks import SteppedRanks, assert_resume_is_exact, noise
 
 SMALL = ["dataset=synthetic", "dataset.num_train=64", "dataset.num_test=16", "model=mlp", "model.hidden=16"]
 
@@ -247,25 +246,8 @@ def test_exdyna_state_round_trip_resumes_exactly():
     layout = Layout.from_shapes([("w", (3000,))])
     scale = torch.full((3000,), 0.05)
     scale[:400] = 0.2  # partitions move
-    make = lambda r: ExDyna(layout, 4, r, 0.02, blocks=60)  # noqa: E731
-    world = SteppedRanks([make(r) for r in range(4)])
-    stream = noise(3000, 4, seed=3, scale=scale)
-    for t in range(20):
-        world.step(next(stream), t)
-    states = [copy.deepcopy(s.state_dict()) for s in world.sparsifiers]
+    states = assert_resume_is_exact(lambda r: ExDyna(layout, 4, r, 0.02, blocks=60), 4, noise(3000, 4, seed=3, scale=scale))
     assert states[0]["partition_blocks"] != [15, 15, 15, 15]
-    residuals = [r.clone() for r in world.residuals]
-    later_grads = [next(stream) for _ in range(10)]
-    expected = [world.step(grads, 20 + i).selections for i, grads in enumerate(later_grads)]
-
-    resumed = SteppedRanks([make(r) for r in range(4)])
-    for sparsifier, state, residual, mine in zip(resumed.sparsifiers, states, residuals, resumed.residuals):
-        sparsifier.load_state_dict(state)
-        assert sparsifier.state_dict() == state
-        mine.copy_(residual)
-    for i, grads in enumerate(later_grads):
-        assert [s.tolist() for s in resumed.step(grads, 20 + i).selections] == [s.tolist() for s in expected[i]]
-    assert [s.state_dict() for s in resumed.sparsifiers] == [s.state_dict() for s in world.sparsifiers]
 
 
 def test_exdyna_metrics_and_description():

@@ -2,7 +2,6 @@
 density control on a stationary stream, and its configuration."""
 from __future__ import annotations
 
-import copy
 import math
 import statistics
 
@@ -18,7 +17,7 @@ from experiments.validate import validate
 from sparsifiers.base import ConfigError
 from sparsifiers.layout import Layout
 from sparsifiers.micro import Micro
-from tests.stepped_ranks import SteppedRanks, noise
+from tests.stepped_ranks import SteppedRanks, assert_resume_is_exact, noise
 
 SMALL = ["dataset=synthetic", "dataset.num_train=64", "dataset.num_test=16", "model=mlp", "model.hidden=16"]
 
@@ -207,23 +206,7 @@ def test_micro_density_settles_on_a_stationary_stream(world_size, rule, measured
 # -- state, reporting, configuration ------------------------------------------------------------
 def test_micro_state_round_trip_resumes_exactly():
     layout = Layout.from_shapes([("w", (3000,))])
-    world = SteppedRanks([Micro(layout, 4, r, 0.02) for r in range(4)])
-    stream = noise(3000, 4, seed=3, scale=0.05)
-    for t in range(20):
-        world.step(next(stream), t)
-    states = [copy.deepcopy(s.state_dict()) for s in world.sparsifiers]
-    residuals = [r.clone() for r in world.residuals]
-    later_grads = [next(stream) for _ in range(10)]
-    expected = [world.step(grads, 20 + i).selections for i, grads in enumerate(later_grads)]
-
-    resumed = SteppedRanks([Micro(layout, 4, r, 0.02) for r in range(4)])
-    for sparsifier, state, residual, mine in zip(resumed.sparsifiers, states, residuals, resumed.residuals):
-        sparsifier.load_state_dict(state)
-        assert sparsifier.state_dict() == state
-        mine.copy_(residual)
-    for i, grads in enumerate(later_grads):
-        assert [s.tolist() for s in resumed.step(grads, 20 + i).selections] == [s.tolist() for s in expected[i]]
-    assert [s.state_dict() for s in resumed.sparsifiers] == [s.state_dict() for s in world.sparsifiers]
+    assert_resume_is_exact(lambda r: Micro(layout, 4, r, 0.02), 4, noise(3000, 4, seed=3, scale=0.05))
 
 
 def test_micro_metrics_and_description():
