@@ -7,8 +7,8 @@ its share once) and torch.topk over all N.
 
 Times are medians of repeats, in milliseconds, for rank 0. Every method first runs a few steps
 so adaptive thresholds settle; feedback assumes every rank selected as many as rank 0 (one
-process cannot afford 64 full-size ranks). Leader plans (DEFT, CLT-k) are made by rank 0 and
-timed apart, in the `plan` column, as they cost the leader only.
+process cannot afford 64 full-size ranks). For methods with a leader (DEFT, CLT-k), `select` is
+rank 0's cost as a follower (W > 1) and the plan line is the leader's extra cost.
 """
 from __future__ import annotations
 
@@ -62,6 +62,8 @@ def time_method(name: str, workers: int, acc: torch.Tensor, layout, density: flo
 
     for _ in range(SETTLE_STEPS):
         one_step()
+    while workers > 1 and sparsifier.plan_leader(step) == 0:
+        step += 1  # time rank 0 as a follower: the leader's cost is the plan line
     plan_ms = None
     if sparsifier.plan_leader(step) is not None:
         plan_ms = median_ms(lambda: sparsifier.make_plan(acc, step), repeats)
