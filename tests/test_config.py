@@ -126,3 +126,21 @@ def test_cfg_job_prints_the_composed_config():
     result = run_cli(["--cfg", "job", "sparsifier=topk", "sparsifier.density=0.05"], timeout=120)
     assert result.returncode == 0, result.stderr
     assert "density: 0.05" in result.stdout and "workers: 4" in result.stdout and "_target_: sparsifiers.topk.TopK" in result.stdout
+
+
+def test_slurm_and_multi_node_settings_compose():
+    """Slurm through Hydra's submitit launcher; several nodes through torchrun's rendezvous."""
+    from experiments.environment import resolve_runtime
+    from experiments.launch import rank_command
+
+    cfg = compose_job(["hydra/launcher=submitit_slurm", "hydra.launcher.partition=gpu", *SMALL])
+    assert cfg.hydra.launcher._target_.endswith("SlurmLauncher") and cfg.hydra.launcher.partition == "gpu"
+    cfg = compose_job(["workers=8", "launcher.nnodes=2", "launcher.rdzv_endpoint=node0:29400", *SMALL])
+    validate(cfg)
+    resolved = resolve_runtime(cfg)
+    assert resolved["processes_per_node"] == 4
+    from pathlib import Path
+
+    command = rank_command(cfg, resolved, Path("/tmp/run"))
+    assert "--nnodes=2" in command and "--nproc-per-node=4" in command and "--rdzv-endpoint=node0:29400" in command
+    assert "--max-restarts=0" in command and "--rdzv-backend=c10d" in command

@@ -106,3 +106,13 @@ def test_hosted_ranks_compute_what_real_processes_compute(worlds, spec, processe
         assert hosted[0]["aggregated"][step] == real[0]["aggregated"][step]
     scale = real[0]["params"].abs().max()
     assert (hosted[0]["params"] - real[0]["params"]).abs().max() <= 1e-6 * scale
+
+
+def test_the_parameter_checksum_fails_loudly_when_replicas_diverge(tmp_path):
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--max-restarts=0",
+               "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:0", str(REPO / "tests" / "divergence_check.py"), str(tmp_path)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for process in (0, 1):
+        assert "parameters differ across processes at step 7" in (tmp_path / f"diverged.{process}").read_text()

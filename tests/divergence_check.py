@@ -1,0 +1,38 @@
+"""Two gloo processes whose parameters differ: the cross-rank checksum must raise on both.
+
+    torchrun --nproc-per-node=2 tests/divergence_check.py OUT
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from experiments.train import ReplicasDiverged, _check_replicas_agree  # noqa: E402
+from experiments.worker import exit_now  # noqa: E402
+from experiments.world import close_world, init_world  # noqa: E402
+
+
+def main(out: Path) -> None:
+    world = init_world(2, "cpu", "gloo", timeout_s=60)
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 3)
+        _check_replicas_agree(world, model, step=0)  # identical replicas: silent
+        if world.process_index == 1:
+            with torch.no_grad():
+                model.bias[0] += 1e-6  # one replica drifts by one tiny update
+        try:
+            _check_replicas_agree(world, model, step=7)
+        except ReplicasDiverged as error:
+            (out / f"diverged.{world.process_index}").write_text(str(error))
+    finally:
+        close_world(wait_for_peers=True)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
+    exit_now()  # as the real worker does: no interpreter finalization after gloo
