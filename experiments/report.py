@@ -44,34 +44,29 @@ class EpochTable:
         tqdm.write("  ".join(_cell(values.get(key), fmt, max(len(title), 5)) for title, key, fmt in COLUMNS))
 
 
+# (label, [(summary key, format, scale), ...]): several keys print as "a / b".
 SUMMARY_LINES = (
-    ("accuracy", "eval/accuracy", "{:.2%}"),
-    ("select ms (max / mean over ranks, median step)", None, None),
-    ("MB sent per rank per step (max)", "traffic/sent_bytes_max", "{:.4f}"),
-    ("traffic vs dense allreduce", "traffic/ratio", "{:.4f}"),
-    ("density actual / target", None, None),
-    ("density error (mean)", "density/error", "{:+.4f}"),
-    ("build-up (mean)", "buildup", "{:.3f}"),
-    ("load imbalance (mean)", "selection/load_imbalance", "{:.3f}"),
+    ("accuracy", [("eval/accuracy", "{:.2%}", 1.0)]),
+    ("select ms (max / mean over ranks, median step)", [("time/select_ms_max", "{:.3f}", 1.0),
+                                                        ("time/select_ms_mean", "{:.3f}", 1.0)]),
+    ("MB sent per rank per step (max)", [("traffic/sent_bytes_max", "{:.4f}", 1e-6)]),
+    ("traffic vs dense allreduce", [("traffic/ratio", "{:.4f}", 1.0)]),
+    ("density actual / target", [("density/actual", "{:.5f}", 1.0), ("density/target", "{:.5f}", 1.0)]),
+    ("density error (mean)", [("density/error", "{:+.4f}", 1.0)]),
+    ("build-up (mean)", [("buildup", "{:.3f}", 1.0)]),
+    ("load imbalance (mean)", [("selection/load_imbalance", "{:.3f}", 1.0)]),
 )
 
 
 def format_summary(summary: dict[str, Any], run_dir: str) -> str:
     """The final block run.py prints after the ranks exit."""
-    def get(key: str, fmt: str) -> str:
+    def cell(key: str, fmt: str, scale: float) -> str:
         value = summary.get(key)
-        return "-" if value is None else fmt.format(value)
+        return "-" if value is None else fmt.format(value * scale)
 
     lines = [f"summary ({summary.get('sparsifier', {}).get('name', '?')}, {summary.get('workers')} workers, "
              f"{summary.get('world')}, {summary.get('steps')} steps, {summary.get('wall_s', 0):.1f} s)"]
-    for label, key, fmt in SUMMARY_LINES:
-        if key is not None:
-            value = get(key, fmt) if key != "traffic/sent_bytes_max" else (
-                "-" if summary.get(key) is None else fmt.format(summary[key] / 1e6))
-        elif label.startswith("select"):
-            value = f"{get('time/select_ms_max', '{:.3f}')} / {get('time/select_ms_mean', '{:.3f}')}"
-        else:
-            value = f"{get('density/actual', '{:.5f}')} / {get('density/target', '{:.5f}')}"
-        lines.append(f"  {label:<48} {value}")
+    for label, keys in SUMMARY_LINES:
+        lines.append(f"  {label:<48} " + " / ".join(cell(*key) for key in keys))
     lines.append(f"  results: {run_dir}")
     return "\n".join(lines)

@@ -82,12 +82,11 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path) -> dict[str, Any] 
     session = build_session(cfg, world)
     data, model, flat, layout, optimizer = session.data, session.model, session.flat, session.layout, session.optimizer
     loss_fn, replicas, context, method = session.loss_fn, session.replicas, session.context, session.method
-    shards = [replica.batches for replica in replicas]
-    steps_per_epoch = shards[0].steps_per_epoch
+    steps_per_epoch = replicas[0].batches.steps_per_epoch
     if steps_per_epoch == 0:
         raise ValueError(
             f"batch_size={cfg.batch_size} is larger than each worker's shard "
-            f"({len(shards[0].sampler)} examples): lower batch_size or workers"
+            f"({len(replicas[0].batches.sampler)} examples): lower batch_size or workers"
         )
     total_steps = cfg.epochs * steps_per_epoch if cfg.max_steps is None else min(cfg.max_steps, cfg.epochs * steps_per_epoch)
     accumulator = SummaryAccumulator(cfg.warmup_steps)

@@ -31,7 +31,6 @@ def validate(cfg: DictConfig) -> None:
     _check_choices(cfg)
     for group in GROUPS:
         _check_knobs(cfg, group)
-    _check_density(cfg)
     _check_dataset_available(cfg)
     _check_sparsifier_builds(cfg)
     _check_wandb(cfg)
@@ -118,15 +117,6 @@ def _check_knobs(cfg: DictConfig, group: str) -> None:
         _require(
             key in accepted,
             f"{group}.{key} is not a knob of {group}={node.get('name', '?')}; its knobs: {', '.join(accepted)}",
-        )
-
-
-def _check_density(cfg: DictConfig) -> None:
-    density = cfg.sparsifier.get("density")
-    if density is not None:
-        _require(
-            isinstance(density, (int, float)) and 0.0 < density <= 1.0,
-            f"sparsifier.density must be in (0, 1], got {density}: set e.g. sparsifier.density=0.01",
         )
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf

@@ -88,7 +88,7 @@ class Sparsifier(ABC):
         seed: int = 0,
     ) -> None:
         if not 0.0 < density <= 1.0:
-            raise ConfigError(f"sparsifier.density must be in (0, 1], got {density}")
+            raise ConfigError(f"sparsifier.density must be in (0, 1], got {density}: set e.g. sparsifier.density=0.01")
         self.layout = layout
         self.numel = layout.numel
         self.world_size = world_size

@@ -10,7 +10,6 @@ exchange counts and |U|, rank 0's sparsifier metrics, and at the end the paramet
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 

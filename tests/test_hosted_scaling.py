@@ -3,7 +3,6 @@ partition methods stay at 1, and each MiCRO rank scans N / W elements."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 from experiments.compose import compose_job
 from experiments.metrics import exchange_metrics
