@@ -20,7 +20,7 @@ from sparsifiers.exdyna import ExDyna
 from sparsifiers.gaussiank import GaussianK
 from sparsifiers.layout import Layout
 from sparsifiers.micro import Micro
-from sparsifiers.randomk import RandomK
+from sparsifiers.randomk import RandomK, shared_seed
 from sparsifiers.sage import Sage, sample_seed
 from sparsifiers.threshold import HardThreshold
 from sparsifiers.threshold_control import ThresholdScan, exact_cutoff
@@ -192,6 +192,38 @@ def test_randomk_draws_k_distinct_indices_identical_on_every_rank(density):
             assert torch.equal(transmitted + residual, acc)
         draws.append(first.tolist())
     assert len({tuple(d) for d in draws}) == (1 if density == 1.0 else 8)
+
+
+def reference_randomk(seed: int, numel: int, k: int, steps: int) -> list[list[int]]:
+    """Random-k from ALGORITHMS.md, plainly, drawing from the same shared stream: iid uniform
+    draws until k distinct values exist, then a uniform k-subset of them (k <= N/2), or the first
+    k of a permutation (k > N/2); sorted."""
+    generator = torch.Generator().manual_seed(shared_seed(seed))
+    chosen_per_step = []
+    for _ in range(steps):
+        if 2 * k <= numel:
+            distinct: list[int] = []
+            while len(distinct) < k:
+                missing = k - len(distinct)
+                draws = torch.randint(0, numel, (missing + missing * k // numel + 8,), generator=generator).tolist()
+                distinct = sorted(set(distinct) | set(draws))
+            if len(distinct) > k:
+                keep = torch.randperm(len(distinct), generator=generator)[:k].tolist()
+                distinct = sorted(distinct[i] for i in keep)
+            chosen_per_step.append(distinct)
+        else:
+            chosen_per_step.append(sorted(torch.randperm(numel, generator=generator)[:k].tolist()))
+    return chosen_per_step
+
+
+@pytest.mark.parametrize("density", [0.01, 0.2, 0.7])
+def test_randomk_replays_the_reference_draws_on_every_rank(density):
+    world = SteppedRanks([RandomK(LAYOUT, 4, r, density, seed=5) for r in range(4)])
+    k = world.sparsifiers[0].k
+    expected = reference_randomk(5, LAYOUT.numel, k, 50)
+    for t in range(50):
+        step = world.step([torch.randn(LAYOUT.numel) for _ in range(4)], t)
+        assert all(selection.tolist() == expected[t] for selection in step.selections), t
 
 
 @pytest.mark.parametrize("numel,density", [(200, 0.1), (30, 0.8)])
