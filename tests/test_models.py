@@ -1,0 +1,128 @@
+"""The papers' models, built from their configs composed through Hydra: exact parameter counts
+(the released scripts' numbers where they state one), and output shapes on tiny inputs."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from experiments.build import build_model_for
+from experiments.compose import compose_job
+
+CIFAR10 = {"input_shape": (3, 32, 32), "num_classes": 10}
+CIFAR100 = {"input_shape": (3, 32, 32), "num_classes": 100}
+MOVIELENS_20M = {"num_users": 138_493, "num_items": 26_744}
+WIKITEXT2_RELEASED_VOCAB = 28_869
+
+
+def build(option: str, inputs: dict[str, Any], *overrides: str) -> torch.nn.Module:
+    cfg = compose_job([f"model={option}", *(f"model.{o}" for o in overrides)])
+    return build_model_for(cfg, inputs)
+
+
+def parameter_count(model: torch.nn.Module) -> int:
+    # parameters() yields a shared (tied) tensor once, as a gradient exchange sees it.
+    return sum(p.numel() for p in model.parameters())
+
+
+COUNTS = [
+    ("resnet18", CIFAR10, (), 11_173_962),
+    ("resnet18", CIFAR100, (), 11_220_132),
+    ("resnet152", CIFAR10, (), 58_156_618),
+    ("resnet152", CIFAR100, (), 58_341_028),
+    ("resnet110", CIFAR10, (), 1_727_962),  # option A: parameter-free shortcuts (paper, DGC)
+    ("resnet110", CIFAR10, ("shortcut=B",), 1_730_714),  # the commonly quoted count: 1x1 conv + BN shortcuts
+    ("googlenet", CIFAR10, (), 6_166_250),
+    ("googlenet", CIFAR100, (), 6_258_500),
+    ("senet18", CIFAR10, (), 11_260_354),
+    ("senet18", CIFAR100, ("variant=pytorch_cifar100",), 11_436_256),
+    ("vgg19", CIFAR10, (), 20_565_834),
+    ("vgg19", CIFAR10, ("head=linear",), 20_040_522),
+    ("vgg19", CIFAR10, ("head=mlp4096",), 38_958_922),
+    ("inception_v4", CIFAR100, (), 41_296_516),
+    ("lstm", {"vocab_size": WIKITEXT2_RELEASED_VOCAB}, (), 28_949_319),
+    ("ncf", MOVIELENS_20M, (), 31_832_577),
+]
+
+
+@pytest.mark.parametrize(
+    "option,inputs,overrides,expected", COUNTS, ids=[f"{o}-{'-'.join(v) or 'default'}-{e}" for o, _, v, e in COUNTS]
+)
+def test_parameter_count_is_the_released_one(option, inputs, overrides, expected):
+    assert parameter_count(build(option, inputs, *overrides)) == expected
+
+
+@pytest.mark.parametrize("vocab_size", [2, 100, 10_000, 33_278])
+def test_lstm_count_follows_651_per_token_plus_the_lstm(vocab_size):
+    assert parameter_count(build("lstm", {"vocab_size": vocab_size})) == 651 * vocab_size + 10_155_600
+
+
+def test_lstm_untied_has_a_decoder_matrix_of_its_own():
+    vocab_size = 100
+    model = build("lstm", {"vocab_size": vocab_size}, "tie_weights=false")
+    assert model.decoder.weight is not model.embedding.weight
+    assert parameter_count(model) == 651 * vocab_size + 10_155_600 + 650 * vocab_size
+
+
+# ResNet-152 and Inception-v4 included: a batch of two takes about a second each on one thread.
+IMAGE_MODELS = [
+    ("resnet18", CIFAR10, ()),
+    ("resnet152", CIFAR100, ()),
+    ("resnet110", CIFAR10, ()),
+    ("resnet110", CIFAR10, ("shortcut=B",)),
+    ("googlenet", CIFAR100, ()),
+    ("senet18", CIFAR10, ()),
+    ("senet18", CIFAR100, ("variant=pytorch_cifar100",)),
+    ("vgg19", CIFAR10, ()),
+    ("vgg19", CIFAR100, ("head=linear",)),
+    ("inception_v4", CIFAR100, ()),
+]
+
+
+@pytest.mark.parametrize(
+    "option,inputs,overrides", IMAGE_MODELS, ids=[f"{o}-{i['num_classes']}-{'-'.join(v) or 'default'}" for o, i, v in IMAGE_MODELS]
+)
+def test_image_model_maps_a_cifar_batch_to_class_scores(option, inputs, overrides):
+    torch.manual_seed(0)
+    model = build(option, inputs, *overrides)
+    with torch.no_grad():
+        scores = model(torch.randn(2, *inputs["input_shape"]))
+    assert scores.shape == (2, inputs["num_classes"]) and torch.isfinite(scores).all()
+
+
+def test_lstm_maps_tokens_to_logits_and_carries_its_state():
+    vocab_size, seq_len, batch = 50, 7, 3
+    model = build("lstm", {"vocab_size": vocab_size})
+    assert model.decoder.weight is model.embedding.weight
+    tokens = torch.randint(vocab_size, (seq_len, batch))
+    logits, (h, c) = model(tokens)
+    assert logits.shape == (seq_len, batch, vocab_size)
+    assert h.shape == c.shape == (3, batch, 650)
+    zeros = model.init_hidden(batch, torch.device("cpu"))
+    assert all(part.shape == (3, batch, 650) and not part.any() for part in zeros)
+    model.eval()  # no dropout: a zero state passed explicitly is the same as none
+    with torch.no_grad():
+        assert torch.equal(model(tokens)[0], model(tokens, zeros)[0])
+        assert not torch.equal(model(tokens)[0], model(tokens, model(tokens)[1])[0])
+
+
+def test_ncf_maps_user_item_pairs_to_one_logit_each():
+    model = build("ncf", {"num_users": 20, "num_items": 30})
+    users, items = torch.randint(20, (16,)), torch.randint(30, (16,))
+    logits = model(users, items)
+    assert logits.shape == (16,) and logits.dtype == torch.float32
+
+
+@pytest.mark.parametrize(
+    "option,inputs,override,message",
+    [
+        ("senet18", CIFAR100, "variant=cifar100", "variant must be one of pytorch_cifar, pytorch_cifar100"),
+        ("vgg19", CIFAR10, "head=big", "head must be one of mlp512, linear, mlp4096"),
+        ("resnet110", CIFAR10, "shortcut=C", "shortcut must be one of A, B"),
+        ("ncf", MOVIELENS_20M, "mlp_layers=[255,64]", "mlp_layers must start with an even width"),
+    ],
+)
+def test_bad_knob_value_names_the_knob_and_the_choices(option, inputs, override, message):
+    with pytest.raises(ValueError, match=message):
+        build(option, inputs, override)
