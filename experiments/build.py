@@ -8,10 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from hydra.errors import InstantiationException
 from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from datasets.base import DatasetSplits
+from datasets.base import TaskData
+from experiments.optimizers import parameter_groups
+from experiments.schedule import StepSchedule
 from sparsifiers.base import Sparsifier
 from sparsifiers.layout import Layout
 
@@ -29,29 +32,46 @@ def target_of(node: DictConfig) -> Any:
     return get_object(node._target_)
 
 
-def _instantiate(node: DictConfig, *args: Any, **kwargs: Any) -> Any:
+def instantiate_node(node: DictConfig, *args: Any, **kwargs: Any) -> Any:
     config = OmegaConf.create({"_target_": node._target_, **knobs(node)})
     partial = bool(node.get("_partial_", False))
-    built = instantiate(config, _partial_=partial, _convert_="all")
+    try:
+        built = instantiate(config, _partial_=partial, _convert_="all")
+    except InstantiationException as error:
+        # Hydra wraps the target's own error (a ValueError naming the knob): raise that one.
+        raise (error.__cause__ or error) from None
     return built(*args, **kwargs) if partial else built
 
 
-def build_dataset(cfg: DictConfig) -> DatasetSplits:
-    return _instantiate(cfg.dataset)
+def build_dataset(cfg: DictConfig) -> TaskData:
+    return instantiate_node(cfg.dataset)
 
 
-def build_model(cfg: DictConfig, data: DatasetSplits) -> torch.nn.Module:
-    return _instantiate(cfg.model, input_shape=data.input_shape, num_classes=data.num_classes)
+def build_model(cfg: DictConfig, data: TaskData) -> torch.nn.Module:
+    return build_model_for(cfg, data.model_inputs())
 
 
-def build_optimizer(cfg: DictConfig, parameters, sparsifier: Sparsifier) -> torch.optim.Optimizer:
-    """The optimizer for the aggregated gradient. A sparsifier that owns momentum (DGC) gets an
-    optimizer without it, so momentum is applied once (see summary.json's `optimizer`)."""
+def build_model_for(cfg: DictConfig, inputs: dict[str, Any]) -> torch.nn.Module:
+    """The model from its config and what the data tells it (`TaskData.model_inputs()`: shapes,
+    classes, vocabulary, users and items), so that no config repeats a dataset's sizes."""
+    return instantiate_node(cfg.model, **inputs)
+
+
+def build_optimizer(cfg: DictConfig, model: torch.nn.Module, sparsifier: Sparsifier) -> torch.optim.Optimizer:
+    """The optimizer for the aggregated gradient, over `parameter_groups(model)` (BatchNorm
+    parameters marked, for optimizers that decay them differently). A sparsifier that owns
+    momentum (DGC) gets an optimizer without it, so momentum is applied once (see summary.json's
+    `optimizer`)."""
     node = cfg.optimizer
     if sparsifier.owns_momentum and node.get("momentum"):
         node = OmegaConf.merge(node, {"momentum": 0.0})
-    return _instantiate(node, parameters)
+    return instantiate_node(node, parameter_groups(model))
+
+
+def build_schedule(cfg: DictConfig, optimizer: torch.optim.Optimizer) -> StepSchedule:
+    """The learning-rate schedule, bound to the optimizer's base lr, the batch and W."""
+    return instantiate_node(cfg.schedule).bind(optimizer, cfg.batch_size, cfg.workers)
 
 
 def build_sparsifier(cfg: DictConfig, layout: Layout, rank: int) -> Sparsifier:
-    return _instantiate(cfg.sparsifier, layout=layout, world_size=cfg.workers, rank=rank, seed=cfg.seed)
+    return instantiate_node(cfg.sparsifier, layout=layout, world_size=cfg.workers, rank=rank, seed=cfg.seed)

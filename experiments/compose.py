@@ -54,7 +54,9 @@ def compose_job(overrides: list[str]) -> DictConfig:
 
 
 def _group_options(group: str) -> list[str]:
-    return sorted(path.stem for path in (CONF_DIR / group).glob("*.yaml"))
+    """The options of a config group, nested ones as `paper/selection_time`."""
+    folder = CONF_DIR / group
+    return sorted(str(path.relative_to(folder).with_suffix("")) for path in folder.rglob("*.yaml"))
 
 
 def _suggest(key: str) -> str:

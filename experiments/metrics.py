@@ -50,10 +50,13 @@ def exchange_metrics(
     union = float(result.aggregated)
     total = float(counts.sum())
     mean_count = total / context.world_size
+    # Build-up is what the selections brought, |U| - |C|: coordinates every rank adds unexchanged
+    # (C, DEFT's common units) are in no S_r and are no build-up. density/* keep all of |U|.
+    selected = union - result.shared
     if context.scope is SelectionScope.WHOLE:
-        buildup = union / mean_count if mean_count else float("nan")
-    else:  # split: the distinct selectors' selections together should be exactly the union
-        buildup = union / total if total else float("nan")
+        buildup = selected / mean_count if mean_count else float("nan")
+    else:  # split: the distinct selectors' selections together should be exactly their union
+        buildup = selected / total if total else float("nan")
     modelled = {}
     if meter.network is not None:
         modelled = {"time/exchange_model_ms": meter.model_s * 1e3, "time/dense_model_ms": context.dense_model_ms}
@@ -69,7 +72,7 @@ def exchange_metrics(
         "density/target": density_target,
         "density/error": union / k_target - 1.0,
         "buildup": buildup,
-        "selection/overlap": total / union if union else float("nan"),
+        "selection/overlap": total / selected if selected else float("nan"),  # shared (common) units excluded
         "selection/k_max": float(counts.max()),
         "selection/k_mean": mean_count,
         "selection/load_imbalance": (
@@ -149,7 +152,7 @@ class SummaryAccumulator:
             values = self.logged.get(key) or ([self.last[key]] if key in self.last else [])
             if values:
                 result[key] = statistics.median(values)
-        for key in ("train/loss", "ef/residual_norm", "ef/rel_residual", "eval/accuracy", "eval/loss"):
-            if key in self.last:
-                result[key] = self.last[key]
+        for key, value in self.last.items():  # the last logged values; every eval/* metric of the task
+            if key in ("train/loss", "train/lr", "ef/residual_norm", "ef/rel_residual") or key.startswith("eval/"):
+                result[key] = value
         return result

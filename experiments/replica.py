@@ -1,14 +1,15 @@
-"""One logical rank hosted by this process: its sparsifier, its residual, its data shard and
-its BatchNorm buffers. Parameters are shared: synchronous data parallelism keeps them equal."""
+"""One logical rank hosted by this process: its sparsifier, its residual, its data shard, its
+BatchNorm buffers and its task state (the LSTM's hidden state). Parameters are shared:
+synchronous data parallelism keeps them equal."""
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Iterator
 
 import torch
 
-from experiments.data import ShardBatches
+from experiments.tasks import Batches
 from sparsifiers.base import Sparsifier
 
 
@@ -17,8 +18,9 @@ class Replica:
     rank: int
     sparsifier: Sparsifier
     residual: torch.Tensor  # error feedback; holds acc = grad + residual during a step
-    batches: ShardBatches
+    batches: Batches
     buffers: list[torch.Tensor] | None  # own copies of the model's buffers when ranks share a model
+    task_state: dict[str, Any] = field(default_factory=dict)  # what the task carries between steps
 
     @contextmanager
     def own_buffers(self, model: torch.nn.Module) -> Iterator[None]:
@@ -40,7 +42,7 @@ def make_replicas(
     model: torch.nn.Module,
     flat: torch.Tensor,
     sparsifiers: list[Sparsifier],
-    shards: list[ShardBatches],
+    shards: list[Batches],
     ranks: list[int],
 ) -> list[Replica]:
     """One replica per hosted rank; buffers are copied only when several ranks share the model."""

@@ -5,15 +5,29 @@ from typing import Any
 
 from tqdm import tqdm
 
-COLUMNS = (
-    ("epoch", "epoch", "{:>5d}"),
-    ("train loss", "train/loss", "{:>10.4f}"),
-    ("eval acc", "eval/accuracy", "{:>8.2%}"),
-    ("select ms", "time/select_ms_max", "{:>9.3f}"),
-    ("MB sent/step", "traffic/sent_bytes_max", "{:>12.4f}"),
-    ("dens err", "density/error", "{:>+8.3f}"),
-    ("build-up", "buildup", "{:>8.3f}"),
-)
+# Each task's headline metric: (column title, summary label, format).
+TASK_METRICS = {
+    "eval/accuracy": ("eval acc", "accuracy", "{:.2%}"),
+    "eval/perplexity": ("eval ppl", "perplexity", "{:.2f}"),
+    "eval/hr10": ("HR@10", "HR@10", "{:.2%}"),
+}
+
+
+def _task_metric(metric: str) -> tuple[str, str, str]:
+    return TASK_METRICS.get(metric, (metric.removeprefix("eval/"), metric.removeprefix("eval/"), "{:.4g}"))
+
+
+def _columns(metric: str) -> tuple[tuple[str, str, str], ...]:
+    title, _, fmt = _task_metric(metric)
+    return (
+        ("epoch", "epoch", "{:>5d}"),
+        ("train loss", "train/loss", "{:>10.4f}"),
+        (title, metric, "{:>8" + fmt[2:]),
+        ("select ms", "time/select_ms_max", "{:>9.3f}"),
+        ("MB sent/step", "traffic/sent_bytes_max", "{:>12.4f}"),
+        ("dens err", "density/error", "{:>+8.3f}"),
+        ("build-up", "buildup", "{:>8.3f}"),
+    )
 
 
 def _cell(value: Any, fmt: str, width: int) -> str:
@@ -25,15 +39,16 @@ def _cell(value: Any, fmt: str, width: int) -> str:
 class EpochTable:
     """Prints one row per epoch without breaking the progress bar."""
 
-    def __init__(self, enabled: bool) -> None:
+    def __init__(self, enabled: bool, metric: str = "eval/accuracy") -> None:
         self.enabled = enabled
+        self.columns = _columns(metric)
 
     def header(self, method: dict[str, Any], numel: int, workers: int, world: str) -> None:
         if not self.enabled:
             return
         described = ", ".join(f"{key}={value}" for key, value in method.items())
         tqdm.write(f"{method['name']} on {workers} workers ({world}); {numel:,} gradient elements; {described}")
-        tqdm.write("  ".join(f"{title:>{max(len(title), 5)}}" for title, _, _ in COLUMNS))
+        tqdm.write("  ".join(f"{title:>{max(len(title), 5)}}" for title, _, _ in self.columns))
 
     def row(self, epoch: int, last: dict[str, Any]) -> None:
         if not self.enabled:
@@ -41,12 +56,11 @@ class EpochTable:
         values = dict(last, epoch=epoch)
         if values.get("traffic/sent_bytes_max") is not None:
             values["traffic/sent_bytes_max"] = values["traffic/sent_bytes_max"] / 1e6
-        tqdm.write("  ".join(_cell(values.get(key), fmt, max(len(title), 5)) for title, key, fmt in COLUMNS))
+        tqdm.write("  ".join(_cell(values.get(key), fmt, max(len(title), 5)) for title, key, fmt in self.columns))
 
 
 # (label, [(summary key, format, scale), ...]): several keys print as "a / b".
 SUMMARY_LINES = (
-    ("accuracy", [("eval/accuracy", "{:.2%}", 1.0)]),
     ("select ms (max / mean over ranks, median step)", [("time/select_ms_max", "{:.3f}", 1.0),
                                                         ("time/select_ms_mean", "{:.3f}", 1.0)]),
     ("MB sent per rank per step (max)", [("traffic/sent_bytes_max", "{:.4f}", 1e-6)]),
@@ -66,7 +80,12 @@ def format_summary(summary: dict[str, Any], run_dir: str) -> str:
 
     lines = [f"summary ({summary.get('sparsifier', {}).get('name', '?')}, {summary.get('workers')} workers, "
              f"{summary.get('world')}, {summary.get('steps')} steps, {summary.get('wall_s', 0):.1f} s)"]
-    for label, keys in SUMMARY_LINES:
+    source = summary.get("dataset", {}).get("source", "real")
+    if source != "real":
+        lines.append(f"  data: {source} (not the paper's data)")
+    metric = summary.get("task", {}).get("metric", "eval/accuracy")
+    _, label, fmt = _task_metric(metric)
+    for label, keys in ((label, [(metric, fmt, 1.0)]), *SUMMARY_LINES):
         lines.append(f"  {label:<48} " + " / ".join(cell(*key) for key in keys))
     lines.append(f"  results: {run_dir}")
     return "\n".join(lines)

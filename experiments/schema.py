@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 
 @dataclass
@@ -57,6 +57,7 @@ class RunConfig:
     model: Any = MISSING
     dataset: Any = MISSING
     optimizer: Any = MISSING
+    schedule: Any = MISSING  # learning-rate schedule over (fractional) epochs
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     network: NetworkConfig = field(default_factory=NetworkConfig)
@@ -71,8 +72,16 @@ class RunConfig:
     output_root: str = "outputs"
     warmup_steps: int = 5  # steps left out of timing summaries
     checksum_every: int = 50  # steps between cross-rank parameter checks (0: never)
+    eval_limit: Optional[int] = None  # evaluate on the first this-many test examples (smoke runs); None: all
     tag: str = ""  # free text recorded with the run (experiment files name their paper figure)
+
+
+def _per_worker(total: int, *, _root_: Any) -> int:
+    """`${per_worker:1048576}`: a global batch split over the workers (NCF's 2^20)."""
+    return max(1, int(total) // int(_root_.workers))
 
 
 def register() -> None:
     ConfigStore.instance().store(name="run_schema", node=RunConfig)
+    if not OmegaConf.has_resolver("per_worker"):
+        OmegaConf.register_new_resolver("per_worker", _per_worker)

@@ -16,6 +16,7 @@ import torch
 
 from experiments.exchange import INDEX_DTYPE, ExchangeResult, exchange, sum_in_rank_order
 from experiments.replica import Replica
+from experiments.tasks import Task
 from experiments.world import World
 from sparsifiers.base import Feedback, Sparsifier
 
@@ -58,7 +59,7 @@ def _elapsed_ms(world: World, start: float) -> float:
 def train_step(
     world: World,
     model: torch.nn.Module,
-    loss_fn: torch.nn.Module,
+    task: Task,
     flat: torch.Tensor,
     optimizer: torch.optim.Optimizer,
     replicas: list[Replica],
@@ -70,11 +71,11 @@ def train_step(
 
     # 1. compute: each rank's gradient lands in the flat buffer, then in its accumulator.
     losses, compute_ms = [], []
-    for replica, (inputs, labels) in zip(replicas, batches):
+    for replica, batch in zip(replicas, batches):
         start = time.perf_counter()
         with replica.own_buffers(model):
             flat.zero_()
-            loss = loss_fn(model(inputs.to(world.device)), labels.to(world.device))
+            loss = task.loss(model, batch, replica.task_state)
             loss.backward()
         replica.residual.add_(replica.sparsifier.precondition(flat))
         losses.append(loss.item())
@@ -128,9 +129,11 @@ def sparsify_and_exchange(
 
     acc_norms = [float(acc.norm()) for acc in accs] if measure_norms else None
 
-    # 4. exchange
+    # 4. exchange, with the coordinates every rank adds unexchanged (DEFT's common units): the
+    # same on every rank by contract, so the first hosted rank's stand for all.
     start = time.perf_counter()
-    result = exchange(method.exchange, selections, accs, out, world.comm, leader)
+    shared = method.shared_indices(step)
+    result = exchange(method.exchange, selections, accs, out, world.comm, leader, shared)
     exchange_ms = _elapsed_ms(world, start)
 
     # 5. feedback: what was transmitted leaves the residual; acc = transmitted + residual exactly.

@@ -11,16 +11,17 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from experiments.build import build_dataset, build_model, build_optimizer, build_sparsifier
-from experiments.data import ShardBatches
+from experiments.build import build_dataset, build_model, build_optimizer, build_schedule, build_sparsifier
 from experiments.flat_grad import bind_flat_grad, parameter_checksum
 from experiments.metrics import RANK_STATS, MetricContext, SummaryAccumulator, exchange_metrics, rank_metrics
 from experiments.replica import Replica, make_replicas
 from experiments.report import EpochTable
+from experiments.schedule import StepSchedule
 from experiments.step import train_step
+from experiments.tasks import Task, describe_task, make_task
 from experiments.traffic import dense_allreduce_bytes
 from experiments.world import World
-from datasets.base import DatasetSplits
+from datasets.base import TaskData
 from sparsifiers.base import Sparsifier
 from sparsifiers.layout import Layout
 
@@ -33,12 +34,13 @@ class ReplicasDiverged(RuntimeError):
 class Session:
     """Everything one process trains with: the shared model and the replicas it hosts."""
 
-    data: DatasetSplits
+    data: TaskData
+    task: Task
     model: torch.nn.Module
     flat: torch.Tensor
     layout: Layout
     optimizer: torch.optim.Optimizer
-    loss_fn: torch.nn.Module
+    schedule: StepSchedule
     replicas: list[Replica]
     context: MetricContext
 
@@ -51,12 +53,13 @@ def build_session(cfg: DictConfig, world: World) -> Session:
     """Identical model on every rank (same seed), flat gradient buffer, one replica per hosted rank."""
     torch.manual_seed(cfg.seed)
     data = build_dataset(cfg)
+    task = make_task(data)
     model = build_model(cfg, data).to(world.device)
     flat, layout = bind_flat_grad(model)
-    inputs, labels = data.train_x.to(world.device), data.train_y.to(world.device)
-    shards = [ShardBatches(inputs, labels, r, cfg.workers, cfg.batch_size, cfg.seed) for r in world.local_ranks]
+    shards = [task.shard(r, cfg.workers, cfg.batch_size, cfg.seed, world.device) for r in world.local_ranks]
     sparsifiers = [build_sparsifier(cfg, layout, r) for r in world.local_ranks]
-    optimizer = build_optimizer(cfg, model.parameters(), sparsifiers[0])
+    optimizer = build_optimizer(cfg, model, sparsifiers[0])
+    schedule = build_schedule(cfg, optimizer)
     replicas = make_replicas(model, flat, sparsifiers, shards, world.local_ranks)
     method = sparsifiers[0]
     context = MetricContext(
@@ -69,7 +72,7 @@ def build_session(cfg: DictConfig, world: World) -> Session:
         dense_model_ms=_dense_model_ms(world, layout.numel * flat.element_size()),
         exchange=method.exchange,
     )
-    return Session(data, model, flat, layout, optimizer, torch.nn.CrossEntropyLoss(), replicas, context)
+    return Session(data, task, model, flat, layout, optimizer, schedule, replicas, context)
 
 
 def _dense_model_ms(world: World, nbytes: int) -> float | None:
@@ -80,17 +83,17 @@ def _dense_model_ms(world: World, nbytes: int) -> float | None:
 def train(cfg: DictConfig, world: World, sink, run_dir: Path) -> dict[str, Any] | None:
     """Trains; returns the summary on the process hosting rank 0 (None elsewhere)."""
     session = build_session(cfg, world)
-    data, model, flat, layout, optimizer = session.data, session.model, session.flat, session.layout, session.optimizer
-    loss_fn, replicas, context, method = session.loss_fn, session.replicas, session.context, session.method
+    data, task, model, flat, layout = session.data, session.task, session.model, session.flat, session.layout
+    optimizer, schedule, replicas, context, method = session.optimizer, session.schedule, session.replicas, session.context, session.method
     steps_per_epoch = replicas[0].batches.steps_per_epoch
     if steps_per_epoch == 0:
         raise ValueError(
             f"batch_size={cfg.batch_size} is larger than each worker's shard "
-            f"({len(replicas[0].batches.sampler)} examples): lower batch_size or workers"
+            f"({replicas[0].batches.examples} examples): lower batch_size or workers"
         )
     total_steps = cfg.epochs * steps_per_epoch if cfg.max_steps is None else min(cfg.max_steps, cfg.epochs * steps_per_epoch)
     accumulator = SummaryAccumulator(cfg.warmup_steps)
-    table = EpochTable(enabled=world.hosts_rank_zero)
+    table = EpochTable(enabled=world.hosts_rank_zero, metric=task.metric)
     table.header(method.describe(), layout.numel, cfg.workers, world.kind)
     log_every, started = cfg.logger.log_every, time.perf_counter()
 
@@ -102,18 +105,21 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path) -> dict[str, Any] 
         model.train()
         for replica in replicas:
             replica.sparsifier.start_epoch(epoch, steps_per_epoch)
+            task.start_epoch(replica.task_state)
         epoch_steps = min(steps_per_epoch, total_steps - step)
         progress = _progress(cfg, world, epoch, epoch_steps)
         for batches in islice(zip(*(r.batches.epoch(epoch) for r in replicas)), epoch_steps):
             logging_step = step % log_every == 0 or step == total_steps - 1
             world.comm.meter.reset()
-            outcome = train_step(world, model, loss_fn, flat, optimizer, replicas, list(batches), step, logging_step)
+            lr = schedule.set_epoch(epoch + (step - epoch * steps_per_epoch) / steps_per_epoch)
+            outcome = train_step(world, model, task, flat, optimizer, replicas, list(batches), step, logging_step)
             metrics = exchange_metrics(outcome.result, world.comm.meter, context, method.current_k, method.current_density)
             accumulator.add_step(metrics, world.comm.meter.sent)
             if logging_step:
                 metrics.update(rank_metrics(_gather_rank_stats(world, outcome)))
                 metrics.update(method.metrics())
                 metrics["epoch"] = epoch
+                metrics["train/lr"] = lr
                 metrics["time/elapsed_s"] = time.perf_counter() - started
                 accumulator.add_logged(step, metrics)
                 sink.log({"kind": "train", **metrics}, step)
@@ -128,7 +134,7 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path) -> dict[str, Any] 
             progress.close()
         # -- evaluation: rank 0 with its own BatchNorm statistics; other ranks go on.
         if world.hosts_rank_zero:
-            evaluation = _evaluate(model, replicas[0], data, loss_fn, world.device)
+            evaluation = _evaluate(task, model, replicas[0], world.device, cfg.eval_limit)
             evaluation["epoch"] = epoch
             evaluation["time/elapsed_s"] = time.perf_counter() - started
             accumulator.add_logged(step - 1, evaluation)
@@ -151,6 +157,9 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path) -> dict[str, Any] 
         sparsifier=method.describe(),
         **{"density/target": method.density},  # the configured target (steps may log a warm-up stage)
         optimizer={"name": cfg.optimizer.name, "momentum": optimizer.param_groups[0].get("momentum")},
+        schedule={"name": cfg.schedule.name, **schedule.describe()},
+        task={**describe_task(task), "eval_limit": cfg.eval_limit},
+        dataset=data.describe(),
     )
     return summary
 
@@ -191,18 +200,11 @@ def _check_replicas_agree(world: World, model: torch.nn.Module, step: int) -> No
         raise ReplicasDiverged(f"parameters differ across processes at step {step}: {checksums.tolist()}")
 
 
-@torch.no_grad()
-def _evaluate(model, replica, data, loss_fn, device, batch_size: int = 1024) -> dict[str, float]:
-    """Accuracy and loss on the whole test split."""
+def _evaluate(task: Task, model: torch.nn.Module, replica: Replica, device: torch.device, limit: int | None) -> dict[str, float]:
+    """The task's evaluation with rank 0's own BatchNorm statistics, in eval mode."""
     model.eval()
-    correct, loss_sum = 0, 0.0
-    with replica.own_buffers(model):
-        for start in range(0, len(data.test_y), batch_size):
-            inputs = data.test_x[start : start + batch_size].to(device)
-            labels = data.test_y[start : start + batch_size].to(device)
-            logits = model(inputs)
-            loss_sum += float(loss_fn(logits, labels)) * len(labels)
-            correct += int((logits.argmax(dim=1) == labels).sum())
-    model.train()
-    count = len(data.test_y)
-    return {"eval/accuracy": correct / count, "eval/loss": loss_sum / count}
+    try:
+        with replica.own_buffers(model):
+            return task.evaluate(model, device, limit)
+    finally:
+        model.train()

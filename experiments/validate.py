@@ -15,13 +15,15 @@ from experiments.build import knobs, target_of
 from sparsifiers.base import ConfigError
 from sparsifiers.layout import Layout
 
-GROUPS = ("sparsifier", "model", "dataset", "optimizer")
-# Arguments the runner supplies at build time, not knobs a user sets.
+GROUPS = ("sparsifier", "model", "dataset", "optimizer", "schedule")
+# Arguments the runner supplies at build time, not knobs a user sets. A model takes the subset
+# its task's data provides (datasets/base.py, `model_inputs()`).
 RUNTIME_ARGUMENTS = {
     "sparsifier": {"layout", "world_size", "rank", "seed"},
-    "model": {"input_shape", "num_classes"},
+    "model": {"input_shape", "num_classes", "vocab_size", "num_users", "num_items"},
     "optimizer": {"params"},
     "dataset": set(),
+    "schedule": set(),
 }
 
 
@@ -32,6 +34,10 @@ def validate(cfg: DictConfig) -> None:
     for group in GROUPS:
         _check_knobs(cfg, group)
     _check_dataset_available(cfg)
+    _check_model_fits_dataset(cfg)
+    _check_optimizer_fits_sparsifier(cfg)
+    _check_optimizer_builds(cfg)
+    _check_schedule(cfg)
     _check_sparsifier_builds(cfg)
     _check_wandb(cfg)
     _check_network(cfg)
@@ -61,6 +67,10 @@ def _check_sizes(cfg: DictConfig) -> None:
         f"processes={processes} is not a multiple of launcher.nnodes={cfg.launcher.nnodes}",
     )
     _require(cfg.logger.log_every >= 1, f"logger.log_every must be >= 1, got {cfg.logger.log_every}")
+    _require(
+        cfg.eval_limit is None or cfg.eval_limit >= 1,
+        f"eval_limit must be >= 1 or null (all), got {cfg.eval_limit}: set e.g. eval_limit=256",
+    )
     _require(cfg.warmup_steps >= 0, f"warmup_steps must be >= 0, got {cfg.warmup_steps}")
     _require(cfg.checksum_every >= 0, f"checksum_every must be >= 0 (0 disables), got {cfg.checksum_every}")
     _require(cfg.launcher.timeout_s > 0, f"launcher.timeout_s must be > 0, got {cfg.launcher.timeout_s}")
@@ -123,24 +133,84 @@ def _check_knobs(cfg: DictConfig, group: str) -> None:
 def _check_dataset_available(cfg: DictConfig) -> None:
     """A dataset module may define `check_available(**knobs)`, which raises DatasetNotFound
     (with how to get the data) when its files are missing: called here, before launch."""
-    from datasets.base import DatasetNotFound
+    from datasets.base import DatasetCorrupt, DatasetNotFound
 
     check = getattr(inspect.getmodule(target_of(cfg.dataset)), "check_available", None)
     if check is None:
         return
     try:
         check(**knobs(cfg.dataset))
-    except DatasetNotFound as error:
+    except (DatasetNotFound, DatasetCorrupt) as error:
         raise ConfigError(f"dataset={cfg.dataset.get('name', '?')}: {error}") from None
+
+
+@functools.lru_cache(maxsize=2)
+def _dataset_for(dataset_yaml: str):
+    """The dataset, loaded once per dataset config in this process (validation needs its shapes)."""
+    from datasets.base import DatasetCorrupt, DatasetNotFound
+    from experiments.build import build_dataset
+
+    try:
+        return build_dataset(OmegaConf.create({"dataset": OmegaConf.create(dataset_yaml)}))
+    except (DatasetCorrupt, DatasetNotFound) as error:
+        raise ConfigError(f"dataset: {error}") from None
+
+
+def _check_model_fits_dataset(cfg: DictConfig) -> None:
+    """The model must take what the dataset's task provides (an LSTM needs a vocabulary, NCF
+    users and items, an image classifier shapes and classes)."""
+    data = _dataset_for(OmegaConf.to_yaml(cfg.dataset, resolve=True))
+    accepted = _accepted_parameters(target_of(cfg.model))
+    if accepted is None:
+        return
+    missing = [name for name in data.model_inputs() if name not in accepted]
+    _require(
+        not missing,
+        f"model={cfg.model.get('name', '?')} does not fit dataset={cfg.dataset.get('name', '?')} "
+        f"(a {data.kind} task, which provides {', '.join(data.model_inputs())}): choose a {data.kind} model",
+    )
+
+
+def _check_optimizer_fits_sparsifier(cfg: DictConfig) -> None:
+    from experiments.optimizers import ReleasedSGD
+
+    owns_momentum = getattr(target_of(cfg.sparsifier), "owns_momentum", False)
+    _require(
+        not (owns_momentum and target_of(cfg.optimizer) is ReleasedSGD),
+        f"sparsifier={cfg.sparsifier.get('name', '?')} applies momentum itself, and optimizer=released_sgd "
+        "always adds its momentum buffer to the step: use optimizer=sgd",
+    )
+
+
+def _check_optimizer_builds(cfg: DictConfig) -> None:
+    """Builds the optimizer over one dummy parameter, so that its own checks (lr >= 0, ...) fail
+    here rather than in every rank."""
+    import torch
+
+    from experiments.build import instantiate_node
+
+    try:
+        instantiate_node(cfg.optimizer, [torch.nn.Parameter(torch.zeros(1))])
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"optimizer={cfg.optimizer.get('name', '?')}: {error}") from None
+
+
+def _check_schedule(cfg: DictConfig) -> None:
+    from experiments.build import instantiate_node
+
+    try:
+        instantiate_node(cfg.schedule)
+    except (TypeError, ValueError) as error:
+        raise ConfigError(str(error)) from None
 
 
 @functools.lru_cache(maxsize=4)
 def _layout_for(model_yaml: str, dataset_yaml: str) -> Layout:
     """The model's gradient layout, built once per (model, dataset) in this process."""
-    from experiments.build import build_dataset, build_model
+    from experiments.build import build_model
 
-    node = OmegaConf.create({"model": OmegaConf.create(model_yaml), "dataset": OmegaConf.create(dataset_yaml)})
-    return Layout.from_module(build_model(node, build_dataset(node)))
+    node = OmegaConf.create({"model": OmegaConf.create(model_yaml)})
+    return Layout.from_module(build_model(node, _dataset_for(dataset_yaml)))
 
 
 def _check_sparsifier_builds(cfg: DictConfig) -> None:

@@ -15,7 +15,10 @@ class Dense(Sparsifier):
     exchanges = (ExchangeKind.DENSE,)
 
     def __init__(self, layout: Layout, world_size: int, rank: int, density: float = 1.0, **knobs) -> None:
-        super().__init__(layout, world_size, rank, density=density, **knobs)
+        # Dense sends everything, so its target density is 1 whatever `density` says: a sweep or
+        # an experiment file may set sparsifier.density for every method, the baseline included.
+        super().__init__(layout, world_size, rank, density=1.0, **knobs)
+        self.requested_density = float(density)
 
     def select(self, acc: torch.Tensor, step: int, plan: torch.Tensor | None = None) -> None:
         return None  # everything

@@ -39,7 +39,7 @@ def run_method(spec: str, workers: int, steps: int, extra: list[str], world) -> 
     for step in range(steps):
         world.comm.meter.reset()
         batches = [next(iterator) for iterator in epoch_batches]
-        outcome = train_step(world, session.model, session.loss_fn, session.flat, session.optimizer,
+        outcome = train_step(world, session.model, session.task, session.flat, session.optimizer,
                              session.replicas, batches, step, measure_norms=False)
         record["selections"].append({
             replica.rank: (None if selection is None else torch.sort(selection.detach().cpu().long()).values)

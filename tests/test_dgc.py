@@ -176,7 +176,7 @@ def test_warmup_in_the_real_step() -> None:
             replica.sparsifier.start_epoch(epoch, replica.batches.steps_per_epoch)
         batches = zip(*(r.batches.epoch(epoch) for r in session.replicas))
         for pair in islice(batches, 2):
-            outcome = train_step(world, session.model, session.loss_fn, session.flat, session.optimizer,
+            outcome = train_step(world, session.model, session.task, session.flat, session.optimizer,
                                  session.replicas, list(pair), step, measure_norms=False)
             k = math.floor(density * session.layout.numel)
             assert session.method.metrics()["dgc/density"] == density
@@ -219,7 +219,7 @@ def test_builds_from_config_and_owns_momentum() -> None:
     sparsifier = build_sparsifier(cfg, layout_of(SIZES), 1)
     assert isinstance(sparsifier, DGC) and DGC.owns_momentum
     assert sparsifier.describe()["clip_norm"] is None and sparsifier.describe()["warmup"] is True
-    optimizer = build_optimizer(cfg, [torch.nn.Parameter(torch.zeros(3))], sparsifier)
+    optimizer = build_optimizer(cfg, torch.nn.Linear(3, 1), sparsifier)
     assert optimizer.param_groups[0]["momentum"] == 0.0
 
 

@@ -8,11 +8,12 @@ import torch
 from experiments.collectives import RankCollectives
 from experiments.compose import compose_job
 from experiments.exchange import exchange
+from experiments.metrics import MetricContext, exchange_metrics
 from experiments.step import train_step
 from experiments.train import build_session
 from experiments.traffic import TrafficMeter, binomial_children
 from experiments.world import World
-from sparsifiers.base import ExchangeKind
+from sparsifiers.base import ExchangeKind, SelectionScope
 
 W, N = 4, 40
 
@@ -54,6 +55,83 @@ def test_union_allreduce_matches_reference(seed):
     assert result.aggregated == len(union)
     assert result.counts.tolist() == [s.numel() for s in selections]
     assert all(sorted(z.tolist()) == union for z in result.zeroed)  # every rank zeroes all of U
+
+
+# -- shared indices: added to U by every rank, never exchanged (DEFT's common units) -----------
+def disjoint_case(seed: int, world_size: int):
+    """Accumulators, disjoint selections and shared ranges (disjoint from them) over N."""
+    generator = torch.Generator().manual_seed(seed)
+    accs = [torch.randn(N, generator=generator) for _ in range(world_size)]
+    order = torch.randperm(N - 8, generator=generator)
+    shared = torch.cat([torch.arange(N - 8, N - 5), torch.arange(N - 3, N)])  # two units, 6 elements
+    cuts = sorted(torch.randint(0, 24, (world_size - 1,), generator=generator).tolist())
+    bounds = [0, *cuts, 24]
+    selections = [order[a:b] for a, b in zip(bounds, bounds[1:])]  # 24 of the rest, some maybe empty
+    return accs, selections, shared
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize("seed", range(4))
+def test_union_allreduce_with_shared_indices_matches_reference(world_size, seed):
+    accs, selections, shared = disjoint_case(seed, world_size)
+    out = torch.empty(N)
+    comm = hosted_comm(world_size)
+    result = exchange(ExchangeKind.UNION_ALLREDUCE, selections, accs, out, comm, shared=shared)
+    # Reference: U = union of the selections and the shared indices; agg[U] = mean over ranks.
+    union = sorted(set().union(*(set(s.tolist()) for s in selections), shared.tolist()))
+    expected = torch.zeros(N)
+    for i in union:
+        expected[i] = sum(float(acc[i]) for acc in accs) / world_size
+    torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-7)
+    assert result.aggregated == len(union) == 24 + 6 and result.shared == 6
+    assert result.counts.tolist() == [s.numel() for s in selections]  # |S_r| excludes the shared
+    assert all(sorted(z.tolist()) == union for z in result.zeroed)  # every rank zeroes all of U
+    # Traffic: counts header, indices padded to the largest count (no shared index), values of all U.
+    sent = (world_size - 1) * 4 * (1 + max(s.numel() for s in selections)) + 2 * (world_size - 1) / world_size * 30 * 4
+    assert comm.meter.sent.tolist() == pytest.approx([sent] * world_size, rel=1e-12)
+    # Build-up counts what the selections brought: 1 for disjoint selections; density all of U.
+    context = MetricContext(N, 30, 0.75, SelectionScope.SPLIT, world_size, 1.0)
+    row = exchange_metrics(result, comm.meter, context)
+    assert row["buildup"] == 1.0 and row["density/actual"] == 30 / N and row["density/error"] == 0.0
+
+
+def test_traffic_of_union_allreduce_with_shared_indices_by_hand():
+    """W=4, counts 3,5,2,4 and 10 shared (|U| = 24): per rank, counts header 3*1*4 = 12 B, indices
+    padded to 5 (none shared): 3*5*4 = 60 B, values 2*3/4*24*4 = 144 B -> 216 B. W=2, counts 3,5
+    and 6 shared (|U| = 14): 1*1*4 = 4 B, 1*5*4 = 20 B, 2*1/2*14*4 = 56 B -> 80 B."""
+    selections = [torch.arange(0, 3), torch.arange(3, 8), torch.arange(8, 10), torch.arange(10, 14)]
+    shared = torch.cat([torch.arange(20, 26), torch.arange(36, 40)])
+    comm = hosted_comm()
+    out = torch.empty(N)
+    accs = [torch.randn(N) for _ in range(W)]
+    result = exchange(ExchangeKind.UNION_ALLREDUCE, selections, accs, out, comm, shared=shared)
+    assert comm.meter.sent.tolist() == [216.0] * 4 and comm.meter.recv.tolist() == [216.0] * 4
+    assert (result.aggregated, result.shared, result.counts.tolist()) == (24, 10, [3, 5, 2, 4])
+    assert torch.count_nonzero(out[14:20]) == 0 and torch.count_nonzero(out[26:36]) == 0
+
+    comm = hosted_comm(2)
+    result = exchange(ExchangeKind.UNION_ALLREDUCE, selections[:2], accs[:2], out, comm, shared=shared[:6])
+    assert comm.meter.sent.tolist() == [80.0] * 2 and (result.aggregated, result.shared) == (14, 6)
+
+
+def test_only_union_allreduce_takes_shared_indices():
+    accs, selections = random_case(0)
+    for kind in (ExchangeKind.SPARSE_ALLGATHER, ExchangeKind.DENSE):
+        with pytest.raises(ValueError, match="shared indices are aggregated by union_allreduce only"):
+            exchange(kind, selections, accs, torch.empty(N), hosted_comm(), shared=torch.tensor([1, 2]))
+
+
+def test_union_allreduce_when_every_coordinate_is_shared():
+    """Nobody selected anything (every DEFT unit common): no index allgather, U is the shared set."""
+    accs, _ = random_case(2)
+    comm = hosted_comm()
+    out = torch.empty(N)
+    shared = torch.arange(N)
+    result = exchange(ExchangeKind.UNION_ALLREDUCE, [torch.empty(0, dtype=torch.int64)] * W, accs, out, comm,
+                      shared=shared)
+    torch.testing.assert_close(out, torch.stack(accs).mean(0))
+    assert (result.aggregated, result.shared, result.counts.tolist()) == (N, N, [0] * W)
+    assert comm.meter.sent.tolist() == [3 * 4 + 2 * 3 / 4 * N * 4] * W  # counts header and values only
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -110,7 +188,7 @@ def test_error_feedback_conserves_every_coordinate(spec):
         replica.sparsifier.select = spy
     batches = [iter(r.batches.epoch(0)) for r in session.replicas]
     for step in range(5):
-        outcome = train_step(world, session.model, session.loss_fn, session.flat, session.optimizer,
+        outcome = train_step(world, session.model, session.task, session.flat, session.optimizer,
                              session.replicas, [next(b) for b in batches], step, measure_norms=False)
         for replica, zeroed in zip(session.replicas, outcome.result.zeroed):
             acc = seen[replica.rank]

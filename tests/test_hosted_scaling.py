@@ -24,7 +24,7 @@ def hosted_run(method: str, workers: int) -> tuple[list[dict], list[float], int]
     rows, scanned = [], []
     for step in range(STEPS):
         world.comm.meter.reset()
-        outcome = train_step(world, session.model, session.loss_fn, session.flat, session.optimizer,
+        outcome = train_step(world, session.model, session.task, session.flat, session.optimizer,
                              session.replicas, [next(b) for b in batches], step, measure_norms=False)
         rows.append(exchange_metrics(outcome.result, world.comm.meter, session.context))
         scanned.append(session.method.metrics().get("selection/scanned"))

@@ -35,7 +35,7 @@ def measure(ranks: int, method: str, steps: int) -> dict:
     session = build_session(compose_job([f"sparsifier={method}", f"workers={ranks}", "processes=1", *MODEL]), world)
     batches = [iter(r.batches.epoch(0)) for r in session.replicas]
     for step in range(steps):
-        train_step(world, session.model, session.loss_fn, session.flat, session.optimizer,
+        train_step(world, session.model, session.task, session.flat, session.optimizer,
                    session.replicas, [next(b) for b in batches], step, measure_norms=False)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return {"ranks": ranks, "numel": session.layout.numel, "peak": peak, "baseline": baseline}
