@@ -27,6 +27,7 @@ class ExchangeResult:
     counts: torch.Tensor  # int64 [W]: |S_r| of every rank
     aggregated: int  # |U|
     zeroed: list[torch.Tensor | None]  # per hosted rank: residual coordinates to zero (None: all)
+    shared: int = 0  # |C|: coordinates of U added by every rank unexchanged (in no rank's S_r)
 
 
 def exchange(
@@ -36,12 +37,17 @@ def exchange(
     out: torch.Tensor,
     comm: RankCollectives,
     leader: int | None = None,
+    shared: torch.Tensor | None = None,
 ) -> ExchangeResult:
-    """Runs one exchange of `kind`. `leader` is the selecting rank for LEADER_BROADCAST."""
+    """Runs one exchange of `kind`. `leader` is the selecting rank for LEADER_BROADCAST; `shared`
+    (UNION_ALLREDUCE only) the indices every rank adds to the union unexchanged
+    (`Sparsifier.shared_indices`)."""
+    if shared is not None and kind is not ExchangeKind.UNION_ALLREDUCE:
+        raise ValueError(f"shared indices are aggregated by union_allreduce only, not {kind.value}")
     if kind is ExchangeKind.DENSE:
         return dense_allreduce(accs, out, comm)
     if kind is ExchangeKind.UNION_ALLREDUCE:
-        return union_allreduce(selections, accs, out, comm)
+        return union_allreduce(selections, accs, out, comm, shared)
     if kind is ExchangeKind.SPARSE_ALLGATHER:
         return sparse_allgather(selections, accs, out, comm)
     if kind is ExchangeKind.LEADER_BROADCAST:
@@ -64,18 +70,40 @@ def dense_allreduce(accs: list[torch.Tensor], out: torch.Tensor, comm: RankColle
 
 
 def union_allreduce(
-    selections: list[torch.Tensor], accs: list[torch.Tensor], out: torch.Tensor, comm: RankCollectives
+    selections: list[torch.Tensor],
+    accs: list[torch.Tensor],
+    out: torch.Tensor,
+    comm: RankCollectives,
+    shared: torch.Tensor | None = None,
 ) -> ExchangeResult:
     """Allgather counts, then the index lists padded to the largest count; every rank forms the
-    union U and allreduces its accumulator at U; agg[U] = mean. Every rank zeroes all of U."""
+    union U and allreduces its accumulator at U; agg[U] = mean. Every rank zeroes all of U.
+
+    `shared`: indices C every rank adds to U without exchanging them (DEFT's common units, known
+    from the plan). By the sparsifier's contract they are identical on every rank and in no
+    rank's selection, so they are appended to the selections' union without a second
+    deduplication: U = (union of the S_r) + C, |U| = |union of the S_r| + |C|. They send no index
+    bytes and count in no |S_r|; their values travel in the allreduce with the rest of U."""
     counts = _all_gather_counts(selections, comm, out.device)
-    all_indices = comm.all_gather(_padded_rows(selections, int(counts.max()), out.device))
+    width = int(counts.max())
+    # Every rank knows width from the counts: when nobody selected (every unit shared), all
+    # skip the index allgather alike (it would move 0 bytes).
+    if width > 0:
+        all_indices = comm.all_gather(_padded_rows(selections, width, out.device))
+    else:
+        all_indices = torch.empty((comm.world_size, 0), dtype=INDEX_DTYPE, device=out.device)
     union = _union(all_indices, counts)
+    appended = 0
+    if shared is not None and shared.numel() > 0:
+        # Disjoint from the selections by contract: appended, not merged (U need not be sorted,
+        # only identical on every rank).
+        union = torch.cat([union, shared.to(device=out.device, dtype=torch.int64)])
+        appended = int(shared.numel())
     values = sum_in_rank_order(None, [acc[union] for acc in accs])
     comm.all_reduce_sum(values)
     out.zero_()
     out[union] = values.div_(comm.world_size)
-    return ExchangeResult(counts.cpu(), int(union.numel()), [union] * len(accs))
+    return ExchangeResult(counts.cpu(), int(union.numel()), [union] * len(accs), appended)
 
 
 def sparse_allgather(

@@ -11,9 +11,15 @@ One step, as the world drives it (see experiments/step.py):
     acc  = precondition(grad) + residual          # error feedback (shared plumbing)
     plan = make_plan(acc, t) on rank plan_leader(t), broadcast   # only if a leader is declared
     S    = select(acc, t, plan)                   # timed
-    agg  = exchange(kind, {S_r}, {acc_r})         # the world; traffic counted there
+    C    = shared_indices(t)                      # after select: coordinates every rank adds, or None
+    agg  = exchange(kind, {S_r}, {acc_r}, C)      # the world; traffic counted there
     observe(Feedback(t, counts, aggregated))      # identical on all ranks
     on_residual_zeroed(indices)                   # which coordinates this rank transmitted
+
+Shared indices C (DEFT's "common" units, sent whole by everyone in the released code) are known
+to every rank without exchange (from the plan every rank received), so they are in no rank's
+selection S_r: they send no indices, count in no |S_r|, but their values are allreduced with the
+union, U = (union of the S_r) + C, and every rank zeroes them in its residual.
 """
 from __future__ import annotations
 
@@ -148,6 +154,14 @@ class Sparsifier(ABC):
         """Returns this rank's selection: unique global int64 indices into the flat buffer, or
         None for "every coordinate" (the dense exchange only). Must not call collectives.
         The returned tensor may be a reused buffer: valid until the next call."""
+
+    def shared_indices(self, step: int) -> torch.Tensor | None:
+        """Coordinates every rank adds to the aggregate without exchanging their indices, called
+        after `select` at `step`: unique global int64 indices, identical on every rank (so the
+        world may ask one rank only) and in no rank's selection (the exchange appends them to
+        the selections' union without deduplicating), or None (the default): none.
+        Only the union_allreduce exchange takes them. DEFT's common units (`common_units=released`)."""
+        return None
 
     # -- after the exchange ------------------------------------------------------------------
     def observe(self, feedback: Feedback) -> None:

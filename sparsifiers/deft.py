@@ -5,10 +5,16 @@
     3. Allocation (every step, leader t mod W): greedy largest-cost-first into W bins; units with
        k_l = size are "common" (sent whole, no load). The leader broadcasts the plan.
     4. Selection: rank r takes bin (t + r) mod W: exact top-k_l of |acc| in each of its units.
-    5. Exchange: union_allreduce; selections are disjoint, so build-up is 1.
+    5. Exchange: union_allreduce over the selections plus the common units; selections are
+       disjoint, so build-up is 1.
 
-Common units are put in exactly one selection, the leader's (it decided they are common), so
-the ranks' selections stay disjoint and |U| = sum_r |S_r|.
+`common_units`, where the units with k_l = size go (ALGORITHMS.md, DEFT steps 3 and 5):
+    released  as the released code: in no rank's selection. Every rank knows them from the plan
+              and adds them to the union itself (`shared_indices`): no index traffic, no rank's
+              count or load, but their values are allreduced with the rest of U and every rank
+              zeroes them. |U| = sum_r |S_r| + their elements.
+    leader    in the leader's selection (it decided they are common): the leader sends their
+              indices, and they count in its |S_r| (and in the load imbalance). |U| = sum_r |S_r|.
 
 `norms`: `local` (the released code: each rank's k_l from its own acc; the leader's k_l decides
 the bins and the common units) or `global` (norms averaged over ranks first, so every rank uses
@@ -36,6 +42,7 @@ from sparsifiers.layout import Layout
 from sparsifiers.workspace import scratch_like
 
 NORM_MODES = ("local", "global")
+COMMON_UNIT_MODES = ("released", "leader")
 
 
 class DEFT(Sparsifier):
@@ -52,17 +59,24 @@ class DEFT(Sparsifier):
         rank: int,
         density: float,
         norms: str = "local",
+        common_units: str = "released",
         log_units_every: int = 100,
         **knobs,
     ) -> None:
         super().__init__(layout, world_size, rank, density=density, **knobs)
         if norms not in NORM_MODES:
             raise ConfigError(f"sparsifier.norms must be local or global, got {norms}")
+        if common_units not in COMMON_UNIT_MODES:
+            raise ConfigError(
+                f"sparsifier.common_units must be released or leader, got {common_units}: released adds units "
+                f"with k_l = size on every rank unexchanged (the authors' code), leader sends them from the leader"
+            )
         if not isinstance(log_units_every, int) or log_units_every < 0:
             raise ConfigError(
                 f"sparsifier.log_units_every must be an integer >= 0 (0: never), got {log_units_every}"
             )
         self.norms = norms
+        self.common_units = common_units
         self.log_units_every = log_units_every
         # 1. units, once.
         self.units = make_units(layout, world_size)
@@ -81,6 +95,7 @@ class DEFT(Sparsifier):
         # process's shared scratch (workspace.py); the selection buffers are this rank's own.
         self._values = torch.empty(0)
         self._indices = torch.empty(0, dtype=torch.int64)
+        self._shared: tuple[tuple[int, ...], torch.Tensor] | None = None  # common units -> their indices
 
     # -- norms=global: the world averages unit norms before the plan ----------------------------
     def averaged_inputs(self, acc: torch.Tensor, step: int) -> torch.Tensor | None:
@@ -134,8 +149,10 @@ class DEFT(Sparsifier):
         self._bins, self._common = decode_plan(plan.tolist(), self.world_size)
         self._step = step
         mine = self._bins[(step + self.rank) % self.world_size]
-        # Common units travel in the leader's selection only, so selections stay disjoint.
-        whole = self._common if self.rank == self.plan_leader(step) else []
+        # common_units=leader: they travel in the leader's selection only, so selections stay
+        # disjoint. released: in no selection; every rank adds them (shared_indices).
+        leads = self.common_units == "leader" and self.rank == self.plan_leader(step)
+        whole = self._common if leads else []
         count = sum(ks[unit] for unit in mine) + sum(self.sizes[unit] for unit in whole)
         self._ensure_buffers(acc, count)
         magnitude = scratch_like("magnitude", acc)
@@ -153,6 +170,21 @@ class DEFT(Sparsifier):
             position += end - start
         self._scanned = sum(self.sizes[unit] for unit in mine)
         return self._indices[:count]
+
+    # -- 5. exchange: the common units, added by every rank ------------------------------------
+    def shared_indices(self, step: int) -> torch.Tensor | None:
+        """common_units=released: the indices of this step's common units (from the plan, the
+        same on every rank), which every rank adds to the union unexchanged; else None."""
+        if step != self._step:
+            raise ValueError(f"deft.shared_indices({step}) asked after select of step {self._step}")
+        if self.common_units != "released" or not self._common:
+            return None
+        key = tuple(self._common)
+        if self._shared is None or self._shared[0] != key or self._shared[1].device != self._indices.device:
+            # The set of common units rarely changes between steps: built again only when it does.
+            ranges = [torch.arange(*self.units[unit], device=self._indices.device) for unit in self._common]
+            self._shared = (key, torch.cat(ranges))
+        return self._shared[1]
 
     def _ensure_buffers(self, acc: torch.Tensor, count: int) -> None:
         if self._indices.device != acc.device or self._values.dtype != acc.dtype:
@@ -182,7 +214,9 @@ class DEFT(Sparsifier):
             "selection/scanned": float(self._scanned),
         }
         if self.log_units_every and self._step % self.log_units_every == 0:
+            common = set(self._common)
             metrics["deft/unit_k"] = [float(k) for k in self._k]
+            metrics["deft/unit_common"] = [1.0 if unit in common else 0.0 for unit in range(len(self.units))]
             metrics["deft/unit_norms"] = list(self._norms)
             metrics["deft/bin_loads"] = loads
         return metrics
@@ -192,7 +226,7 @@ class DEFT(Sparsifier):
             **super().describe(),
             "norms": self.norms,
             "units": len(self.units),
-            "common_units_sent_by": "leader",
+            "common_units": self.common_units,
             "log_units_every": self.log_units_every,
         }
 

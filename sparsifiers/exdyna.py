@@ -16,7 +16,9 @@ vector into blocks and moves partition boundaries block by block toward equal co
        move, the estimated counts shift by floor(block size x |U| / N) (the previous density)
        before the next boundary is tested.
     3. Assignment and selection: rank r takes partition (t + r) mod W and selects |acc| >= lambda
-       there; if none, the single index partition start + (t mod partition size).
+       there; if none, the single index partition start + (t mod partition size). `comparison`:
+       released (lambda rounded to the nearest float32, as the released code compares) or exact
+       (threshold_control.py).
     4. Threshold: MiCRO's rule (threshold_control.py; `threshold_rule` official or symmetric).
     5. Exchange: union_allreduce. Load imbalance W * max count / sum of counts - 1 (the padding
        the index allgather pays) is logged by the shared metrics as selection/load_imbalance.
@@ -35,7 +37,13 @@ import torch
 
 from sparsifiers.base import ConfigError, ExchangeKind, Feedback, SelectionScope, Sparsifier
 from sparsifiers.layout import Layout, even_splits
-from sparsifiers.threshold_control import ThresholdScan, check_threshold_rule, initial_threshold, next_threshold
+from sparsifiers.threshold_control import (
+    ThresholdScan,
+    check_comparison,
+    check_threshold_rule,
+    initial_threshold,
+    next_threshold,
+)
 
 SURPLUS = 1.05  # a partition above SURPLUS x mean gives a block to a neighbour below mean / SURPLUS
 
@@ -59,10 +67,12 @@ class ExDyna(Sparsifier):
         blocks: int = 1024,
         block_align: int = 32,
         threshold_rule: str = "official",
+        comparison: str = "released",
         **knobs,
     ) -> None:
         super().__init__(layout, world_size, rank, density=density, **knobs)
         self.threshold_rule = check_threshold_rule(threshold_rule)
+        self.comparison = check_comparison(comparison)
         if not isinstance(blocks, int) or blocks < world_size:
             raise ConfigError(
                 f"sparsifier.blocks (B) must be >= workers (W = {world_size}), got {blocks}: raise sparsifier.blocks"
@@ -87,7 +97,8 @@ class ExDyna(Sparsifier):
         # What the last select used, for metrics: threshold, block boundaries, elements, moves.
         self._used = {"threshold": math.nan, "boundaries": self.boundaries(), "scanned": 0, "moved": 0}
         largest = max(end - start for start, end in map(self.element_range, range(world_size)))
-        self._scan = ThresholdScan(reserve=largest)  # grows by half when a partition outgrows it
+        # Grows by half when a partition outgrows it.
+        self._scan = ThresholdScan(reserve=largest, comparison=self.comparison)
 
     # -- partitions ----------------------------------------------------------------------------
     def boundaries(self) -> list[int]:
@@ -165,6 +176,7 @@ class ExDyna(Sparsifier):
         return {
             **super().describe(),
             "threshold_rule": self.threshold_rule,
+            "comparison": self.comparison,
             "initial_threshold": initial_threshold(self.k),
             "blocks": self.blocks,
             "block_size": self.block_size,

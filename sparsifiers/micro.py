@@ -9,7 +9,8 @@ step's aggregated count, keeps the actual density near d.
     3. Threshold: lambda = 1 / (2 sqrt(k)) at t = 0; after every step lambda is scaled by MiCRO's
        rule on rho = |U| / k (threshold_control.py; `threshold_rule` official or symmetric).
     4. Selection: |acc| >= lambda inside the rank's partition; if none, the single index
-       partition start + (t mod partition size).
+       partition start + (t mod partition size). `comparison`: released (lambda rounded to the
+       nearest float32, as the released code compares) or exact (threshold_control.py).
     5. Exchange: union_allreduce (disjoint, no dedup). |U| comes back through `observe` and feeds
        step 3 identically on every rank, so lambda is bit-identical everywhere.
 
@@ -27,7 +28,13 @@ import torch
 
 from sparsifiers.base import ConfigError, ExchangeKind, Feedback, SelectionScope, Sparsifier
 from sparsifiers.layout import Layout, even_splits
-from sparsifiers.threshold_control import ThresholdScan, check_threshold_rule, initial_threshold, next_threshold
+from sparsifiers.threshold_control import (
+    ThresholdScan,
+    check_comparison,
+    check_threshold_rule,
+    initial_threshold,
+    next_threshold,
+)
 
 
 class Micro(Sparsifier):
@@ -39,10 +46,18 @@ class Micro(Sparsifier):
     shared_state = ("sparsifier/threshold",)
 
     def __init__(
-        self, layout: Layout, world_size: int, rank: int, density: float, threshold_rule: str = "official", **knobs
+        self,
+        layout: Layout,
+        world_size: int,
+        rank: int,
+        density: float,
+        threshold_rule: str = "official",
+        comparison: str = "released",
+        **knobs,
     ) -> None:
         super().__init__(layout, world_size, rank, density=density, **knobs)
         self.threshold_rule = check_threshold_rule(threshold_rule)
+        self.comparison = check_comparison(comparison)
         if self.numel < world_size:
             raise ConfigError(
                 f"micro needs a gradient element per worker: N = {self.numel} < workers = {world_size}; lower workers"
@@ -54,7 +69,7 @@ class Micro(Sparsifier):
         self._used_threshold = math.nan  # what the last select used (metrics)
         self._scanned = 0
         # The first partition is the largest: reserving it keeps every step allocation-free.
-        self._scan = ThresholdScan(reserve=self.partitions[0][1])
+        self._scan = ThresholdScan(reserve=self.partitions[0][1], comparison=self.comparison)
 
     def partition_of(self, step: int) -> tuple[int, int]:
         """2. Assignment: the (start, end) this rank scans at `step`; a permutation over ranks."""
@@ -80,7 +95,12 @@ class Micro(Sparsifier):
 
     def describe(self) -> dict[str, Any]:
         described = super().describe()
-        return {**described, "threshold_rule": self.threshold_rule, "initial_threshold": initial_threshold(self.k)}
+        return {
+            **described,
+            "threshold_rule": self.threshold_rule,
+            "comparison": self.comparison,
+            "initial_threshold": initial_threshold(self.k),
+        }
 
     def state_dict(self) -> dict[str, Any]:
         return {"threshold": self.threshold, "used_threshold": self._used_threshold, "scanned": self._scanned}

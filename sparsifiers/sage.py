@@ -12,6 +12,10 @@ random sample of its own accumulator:
     4. Selection: every index with |acc| >= lambda, over the whole vector.
     5. Exchange: union_allreduce (ranks overlap: build-up occurs).
 
+Both comparisons with a threshold (d_exam's count in step 3, the selection in step 4) follow
+`comparison`: released (lambda rounded to the nearest float32, as the released code compares) or
+exact (threshold_control.py). The sample of steps 2 and 3 compares nothing.
+
 Steps 2 and 3 read the rank's own accumulator, so unlike MiCRO's, SAGE's lambda is per rank by
 definition and is updated in `select`, not from the exchange's feedback. The sample is drawn from
 this rank's own generator (seeded from the run seed and the rank), never from the training RNG;
@@ -28,7 +32,7 @@ import torch
 
 from sparsifiers.base import ConfigError, ExchangeKind, SelectionScope, Sparsifier
 from sparsifiers.layout import Layout
-from sparsifiers.threshold_control import ThresholdScan, initial_threshold
+from sparsifiers.threshold_control import ThresholdScan, check_comparison, initial_threshold
 
 SAMPLE_STREAM = 0x5A6E  # separates SAGE's sampling stream from every other seeded stream
 
@@ -46,9 +50,17 @@ class Sage(Sparsifier):
     exchanges = (ExchangeKind.UNION_ALLREDUCE,)
 
     def __init__(
-        self, layout: Layout, world_size: int, rank: int, density: float, sample_error: float = 0.05, **knobs
+        self,
+        layout: Layout,
+        world_size: int,
+        rank: int,
+        density: float,
+        sample_error: float = 0.05,
+        comparison: str = "released",
+        **knobs,
     ) -> None:
         super().__init__(layout, world_size, rank, density=density, **knobs)
+        self.comparison = check_comparison(comparison)
         number = isinstance(sample_error, (int, float)) and not isinstance(sample_error, bool)
         if not number or not 0.0 < sample_error < 1.0:
             raise ConfigError(f"sparsifier.sample_error must be in (0, 1), got {sample_error}: e.g. 0.05")
@@ -59,7 +71,8 @@ class Sage(Sparsifier):
         self._previous_mean: float | None = None  # None until the first step has been sampled
         self._generator = torch.Generator().manual_seed(sample_seed(self.seed, rank))
         self._factors = {"alpha": 1.0, "beta": 1.0, "gamma": 1.0, "d_exam": math.nan}  # last step's, for metrics
-        self._scan = ThresholdScan(reserve=self.numel)  # |acc| and a mask: shared scratch
+        # |acc| and a mask: shared scratch. Counting and selection both go through it: one rule.
+        self._scan = ThresholdScan(reserve=self.numel, comparison=self.comparison)
 
     def _sample_mean(self, acc: torch.Tensor) -> float:
         """Mean |acc| over s indices drawn uniformly (with replacement) from this rank's generator."""
@@ -90,7 +103,12 @@ class Sage(Sparsifier):
         return {"sparsifier/threshold": self.threshold, **{f"sparsifier/{k}": v for k, v in self._factors.items()}}
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "sample_size": self.sample_size, "initial_threshold": initial_threshold(self.k)}
+        return {
+            **super().describe(),
+            "sample_size": self.sample_size,
+            "comparison": self.comparison,
+            "initial_threshold": initial_threshold(self.k),
+        }
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -2,6 +2,8 @@
 
     1. Threshold (once): lambda = `threshold`, by default 1 / (2 sqrt(k)), and never changed.
     2. Selection (every step): every index with |acc| >= lambda, over the whole vector.
+       `comparison`: released (lambda rounded to the nearest float32, as the released code
+       compares) or exact (threshold_control.py).
     3. Exchange: union_allreduce. Nothing steers the count, so the density is uncontrolled, and
        ranks select overlapping sets over the same vector: build-up occurs.
 """
@@ -14,7 +16,7 @@ import torch
 
 from sparsifiers.base import ConfigError, ExchangeKind, SelectionScope, Sparsifier
 from sparsifiers.layout import Layout
-from sparsifiers.threshold_control import ThresholdScan, initial_threshold
+from sparsifiers.threshold_control import ThresholdScan, check_comparison, initial_threshold
 
 
 def _positive_number(value: Any) -> bool:
@@ -32,9 +34,17 @@ class HardThreshold(Sparsifier):
     shared_state = ("sparsifier/threshold",)
 
     def __init__(
-        self, layout: Layout, world_size: int, rank: int, density: float, threshold: float | None = None, **knobs
+        self,
+        layout: Layout,
+        world_size: int,
+        rank: int,
+        density: float,
+        threshold: float | None = None,
+        comparison: str = "released",
+        **knobs,
     ) -> None:
         super().__init__(layout, world_size, rank, density=density, **knobs)
+        self.comparison = check_comparison(comparison)
         if threshold is not None and not _positive_number(threshold):
             raise ConfigError(
                 f"sparsifier.threshold must be > 0, got {threshold}: set a positive lambda, or null for 1/(2 sqrt(k))"
@@ -42,7 +52,8 @@ class HardThreshold(Sparsifier):
         # 1. Threshold (once).
         self.threshold = initial_threshold(self.k) if threshold is None else float(threshold)
         self.threshold_source = "1/(2 sqrt(k))" if threshold is None else "sparsifier.threshold"
-        self._scan = ThresholdScan(reserve=self.numel)  # |acc| and a mask: shared scratch
+        # |acc| and a mask: shared scratch.
+        self._scan = ThresholdScan(reserve=self.numel, comparison=self.comparison)
 
     def select(self, acc: torch.Tensor, step: int, plan: torch.Tensor | None = None) -> torch.Tensor:
         # 2. Selection: one comparison pass over the whole vector.
@@ -52,4 +63,9 @@ class HardThreshold(Sparsifier):
         return {"sparsifier/threshold": self.threshold}
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "threshold": self.threshold, "threshold_source": self.threshold_source}
+        return {
+            **super().describe(),
+            "threshold": self.threshold,
+            "threshold_source": self.threshold_source,
+            "comparison": self.comparison,
+        }

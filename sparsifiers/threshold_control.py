@@ -1,6 +1,6 @@
 """Threshold machinery shared by the threshold sparsifiers.
 
-Two pieces, so that no method file copies them:
+Three pieces, so that no method file copies them:
 - MiCRO's threshold rule (MiCRO step 3, reused unchanged by ExDyna step 4): lambda starts at
   1 / (2 sqrt(k)) and is multiplied every step by a factor chosen from rho = |U| / k, where |U| is
   the previous step's aggregated count. Two variants (ALGORITHMS.md, MiCRO step 3):
@@ -12,6 +12,14 @@ Two pieces, so that no method file copies them:
                0.9987 if rho > 0.909; else 0.995.
   Thresholds are Python floats (float64) computed only from integers every rank knows, so they
   are bit-identical on every rank.
+- How |x| is compared with lambda (`comparison`, ALGORITHMS.md, "Common to the three partition
+  methods"), a knob of MiCRO, ExDyna, hard threshold and SAGE:
+    released  the released code: `acc.abs() >= lam`, lam a Python float. Torch compares in the
+              tensor's dtype, so for float32 lambda is rounded to the *nearest* float32, and an
+              |x| one ulp below lambda is selected when that rounding goes down.
+    exact     |x| >= lambda in real numbers: lambda rounded *up* to the tensor's dtype.
+  The two differ only for elements within one ulp of lambda, where lambda rounds down.
+  (Gaussian-k, not a method of the released code, keeps the exact comparison, the scan's default.)
 - `ThresholdScan`: the selection |x| >= lambda over a slice of the flat buffer, with scratch
   buffers reused across steps and hosted ranks (the hot path allocates nothing of the slice's size).
 """
@@ -25,6 +33,7 @@ from sparsifiers.base import ConfigError
 from sparsifiers.workspace import scratch
 
 THRESHOLD_RULES = ("official", "symmetric")
+COMPARISONS = ("released", "exact")
 
 
 def check_threshold_rule(rule: str) -> str:
@@ -32,6 +41,16 @@ def check_threshold_rule(rule: str) -> str:
     if rule not in THRESHOLD_RULES:
         raise ConfigError(f"sparsifier.threshold_rule must be official or symmetric, got {rule}")
     return rule
+
+
+def check_comparison(comparison: str) -> str:
+    """Returns `comparison` if it is a known variant, else raises ConfigError naming the key."""
+    if comparison not in COMPARISONS:
+        raise ConfigError(
+            f"sparsifier.comparison must be released or exact, got {comparison}: released compares |acc| with "
+            f"lambda rounded to the nearest float32 (the authors' code), exact with lambda itself"
+        )
+    return comparison
 
 
 def initial_threshold(k: int) -> float:
@@ -70,6 +89,13 @@ def exact_cutoff(threshold: float, dtype: torch.dtype) -> float:
     return float(rounded)
 
 
+def cutoff(threshold: float, dtype: torch.dtype, comparison: str) -> float:
+    """The Python float a tensor of `dtype` is compared with (`|x| >= cutoff`) to apply lambda
+    under `comparison`: released passes lambda itself, and torch rounds it to nearest as the
+    released code's comparison does; exact passes `exact_cutoff`."""
+    return threshold if comparison == "released" else exact_cutoff(threshold, dtype)
+
+
 class ThresholdScan:
     """|x| >= lambda over a contiguous slice in O(slice) work (|x| once, then one comparison per
     threshold tried), allocating only the selection's indices.
@@ -77,10 +103,14 @@ class ThresholdScan:
     |x| and the mask live in the process's shared scratch (workspace.py): hosted ranks select one
     after another, so one buffer serves all of them. The scan asks for `reserve` elements at least,
     and a slice larger than that raises the request by half again, so moving partitions (ExDyna)
-    reallocate a handful of times per run, not at every step."""
+    reallocate a handful of times per run, not at every step.
 
-    def __init__(self, reserve: int = 0) -> None:
+    Every comparison of a scan (`mark`, `count`, `select`) follows its `comparison` (released or
+    exact, see above), so a method that counts and selects with one scan applies one rule."""
+
+    def __init__(self, reserve: int = 0, comparison: str = "exact") -> None:
         self.reserve = reserve  # elements requested from the scratch, at least
+        self.comparison = check_comparison(comparison)
         self._magnitude = torch.empty(0)
         self._mask = torch.empty(0, dtype=torch.bool)
 
@@ -95,7 +125,7 @@ class ThresholdScan:
 
     def mark(self, threshold: float) -> None:
         """Fills the mask with |x| >= threshold over the loaded slice (one comparison pass)."""
-        torch.ge(self._magnitude, exact_cutoff(threshold, self._magnitude.dtype), out=self._mask)
+        torch.ge(self._magnitude, cutoff(threshold, self._magnitude.dtype, self.comparison), out=self._mask)
 
     def count(self, threshold: float) -> int:
         """How many loaded |x| are >= threshold; the mask is left for `indices`."""

@@ -11,6 +11,7 @@ import copy
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
+import numpy as np
 import torch
 
 from experiments.collectives import RankCollectives
@@ -116,3 +117,38 @@ def assert_resume_is_exact(make: Callable[[int], Sparsifier], world_size: int,
         assert [s.tolist() for s in got] == [s.tolist() for s in expected[i]]
     assert [s.state_dict() for s in resumed.sparsifiers] == [s.state_dict() for s in world.sparsifiers]
     return states
+
+
+# -- threshold comparisons: the released rule and the exact one (threshold_control.py) -----------
+def float32_nearest(value: float) -> float:
+    """`value` rounded to the nearest float32, as torch rounds a Python float compared with a
+    float32 tensor."""
+    return float(np.float32(value))
+
+
+def passes(magnitude: float, threshold: float, comparison: str) -> bool:
+    """Whether a float32 |acc| (as a Python float) is selected by lambda = `threshold`:
+    released compares with lambda rounded to the nearest float32, exact with lambda itself."""
+    return magnitude >= (float32_nearest(threshold) if comparison == "released" else threshold)
+
+
+def ties(threshold: float) -> list[float]:
+    """float32 values at the cutoff: the float32 nearest to lambda and its two float32
+    neighbours, both signs. When nearest rounding goes down, the first two are selected by the
+    released comparison only."""
+    nearest = np.float32(threshold)
+    values = [nearest, np.nextafter(nearest, np.float32(np.inf)), np.nextafter(nearest, np.float32(0))]
+    return [float(sign * value) for value in values for sign in (1, -1)]
+
+
+def inject_ties(grads: list[torch.Tensor], residuals: list[np.ndarray], threshold: float,
+                generator: np.random.Generator, limit: int | None = None, per_rank: int = 6) -> None:
+    """Sets `per_rank` entries of each rank's gradient (in place) to `ties(threshold)`, at
+    positions below `limit` where the rank's residual is exactly 0, so that acc = residual +
+    grad lands exactly on the tie."""
+    values = ties(threshold)
+    for grad, residual in zip(grads, residuals):
+        free = np.flatnonzero(residual[:limit] == 0)
+        positions = generator.choice(free, size=min(per_rank, free.size), replace=False)
+        for i, position in enumerate(positions):
+            grad[int(position)] = values[i % len(values)]

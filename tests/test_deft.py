@@ -1,4 +1,5 @@
-"""DEFT against a plain reimplementation of ALGORITHMS.md, and its invariants on random inputs."""
+"""DEFT against a plain reimplementation of ALGORITHMS.md, its invariants on random inputs, and
+its common units (k_l = size) as released (added by every rank unexchanged) or sent by the leader."""
 from __future__ import annotations
 
 import itertools
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from experiments.build import build_sparsifier
 from experiments.compose import compose_job
+from experiments.traffic import binomial_children
 from tests.stepped_ranks import SteppedRanks, gradients
 from sparsifiers.base import ConfigError
 from sparsifiers.deft import DEFT
@@ -80,8 +82,11 @@ def ref_top(values: list[float], start: int, end: int, k: int) -> list[int]:
     return sorted(range(start, end), key=lambda i: (-abs(values[i]), i))[:k]
 
 
-def ref_run(sizes: list[int], world_size: int, density: float, norms: str, steps: int) -> list[list[set[int]]]:
-    """Selected index sets per step per rank."""
+def ref_run(
+    sizes: list[int], world_size: int, density: float, norms: str, steps: int, common_units: str = "released"
+) -> list[tuple[list[set[int]], list[int]]]:
+    """Per step: the selected index set of every rank, and the aggregated union U (sorted).
+    Common units: released, in no selection but in U; leader, in the leader's selection."""
     numel = sum(sizes)
     k = math.floor(density * numel)
     units = ref_units(sizes, world_size)
@@ -108,28 +113,32 @@ def ref_run(sizes: list[int], world_size: int, density: float, norms: str, steps
             mine = set()
             for unit in bins[(t + r) % world_size]:
                 mine.update(ref_top(values, *units[unit], ks[r][unit]))
-            if r == leader:
+            if r == leader and common_units == "leader":
                 for unit in common:
                     mine.update(range(*units[unit]))
             chosen.append(mine)
-        union = sorted(set().union(*chosen))
+        whole = {i for unit in common for i in range(*units[unit])}
+        union = sorted(set().union(*chosen, whole))
         for r in range(world_size):
             residuals[r] = accs[r].clone()
             residuals[r][union] = 0
-        history.append(chosen)
+        history.append((chosen, union))
     return history
 
 
 @pytest.mark.parametrize("world_size", [1, 3, 4])
-@pytest.mark.parametrize("norms", ["local", "global"])
-def test_matches_reference(world_size: int, norms: str) -> None:
+@pytest.mark.parametrize("norms,common_units", [("local", "released"), ("global", "released"), ("local", "leader")])
+def test_matches_reference(world_size: int, norms: str, common_units: str) -> None:
     steps, density = 60, 0.02
-    world = make_world(SIZES, world_size, density, norms=norms)
-    expected = ref_run(SIZES, world_size, density, norms, steps)
+    world = make_world(SIZES, world_size, density, norms=norms, common_units=common_units)
+    expected = ref_run(SIZES, world_size, density, norms, steps, common_units)
     for t in range(steps):
         got = world.step(gradients(SIZES, world_size, t), t)
+        chosen, union = expected[t]
         for r in range(world_size):
-            assert set(got.selections[r].tolist()) == expected[t][r], f"step {t}, rank {r}"
+            assert set(got.selections[r].tolist()) == chosen[r], f"step {t}, rank {r}"
+            assert sorted(got.zeroed[r].tolist()) == union, f"step {t}, rank {r}"
+        assert got.aggregated == len(union) and got.counts == [len(mine) for mine in chosen]
 
 
 def test_units_follow_reference() -> None:
@@ -163,27 +172,36 @@ def test_units_tile(sizes: list[int], world_size: int) -> None:
     world_size=st.integers(1, 16),
     density=st.floats(0.002, 0.3),
     norms=st.sampled_from(["local", "global"]),
+    common_units=st.sampled_from(["released", "leader"]),
     seed=st.integers(0, 2**16),
 )
-def test_selection_invariants(sizes: list[int], world_size: int, density: float, norms: str, seed: int) -> None:
+def test_selection_invariants(
+    sizes: list[int], world_size: int, density: float, norms: str, common_units: str, seed: int
+) -> None:
     numel = sum(sizes)
     k = math.floor(density * numel)
     assume(k >= 1)
-    world = make_world(sizes, world_size, density, norms=norms, log_units_every=1)
+    world = make_world(sizes, world_size, density, norms=norms, common_units=common_units, log_units_every=1)
     units = world.sparsifiers[0].units
     for t in range(3):
         got = world.step(gradients(sizes, world_size, t, seed), t)
         bins, common = decode_plan(got.plan.tolist(), world_size)
         union = got.result.aggregated
         counts = [s.numel() for s in got.selections]
+        whole = sum(units[u][1] - units[u][0] for u in common)  # the common units' elements
+        shared = whole if common_units == "released" else 0  # in U, in no selection
+        assert got.result.shared == shared and got.counts == counts
         # Disjoint: the union holds every selected index exactly once, so build-up is 1.
-        assert union == sum(counts) == len(set(torch.cat(got.selections).tolist()))
+        assert union - shared == sum(counts) == len(set(torch.cat(got.selections).tolist()))
+        assert sorted(got.zeroed[0].tolist()) == sorted(set(torch.cat(got.selections).tolist()) | {
+            i for u in common for i in range(*units[u])})  # U: the selections and the common units
         assert sorted(sum(bins, []) + common) == list(range(len(units)))  # every unit placed once
-        expected_union = sum(units[u][1] - units[u][0] for u in common)  # sent whole, once
+        expected_union = whole  # sent whole, once (by the leader or added by all)
         for r, sparsifier in enumerate(world.sparsifiers):
             own_k = sparsifier.metrics()["deft/unit_k"]
+            assert sparsifier.metrics()["deft/unit_common"] == [float(u in common) for u in range(len(units))]
             my_bin = bins[(t + r) % world_size]
-            mine = my_bin + (common if r == t % world_size else [])
+            mine = my_bin + (common if r == t % world_size and common_units == "leader" else [])
             allowed = {i for u in mine for i in range(*units[u])}
             assert set(got.selections[r].tolist()) <= allowed  # inside its bin (and common: leader)
             for u in my_bin:
@@ -193,7 +211,7 @@ def test_selection_invariants(sizes: list[int], world_size: int, density: float,
             expected_union += sum(int(own_k[u]) for u in my_bin)
             # Error feedback loses nothing: acc = transmitted (at U) + residual, exactly.
             mask = torch.zeros(numel, dtype=torch.bool)
-            mask[torch.cat(got.selections)] = True
+            mask[got.zeroed[r]] = True
             assert torch.equal(got.residuals[r][mask], torch.zeros(int(mask.sum())))
             assert torch.equal(got.residuals[r][~mask], got.accs[r][~mask])
             assert torch.equal(got.residuals[r] + torch.where(mask, got.accs[r], 0.0), got.accs[r])
@@ -242,13 +260,108 @@ def test_four_thirds_is_against_the_optimum_not_the_lower_bound() -> None:
     assert max(loads) / max(1.0, 4 / 3) == pytest.approx(1.5)
 
 
-def test_common_units_sent_once_by_the_leader() -> None:
-    world = make_world(SIZES, 4, 0.02)
+# -- common units (k_l = size) ------------------------------------------------------------------
+@pytest.mark.parametrize("common_units", ["released", "leader"])
+def test_the_one_element_unit_is_sent_as_configured(common_units: str) -> None:
+    world = make_world(SIZES, 4, 0.02, common_units=common_units)
     one_element = 2048 + 32  # the 1-element tensor: k_l = 1 = its size
     for t in range(8):
         got = world.step(gradients(SIZES, 4, t), t)
         holders = [r for r in range(4) if one_element in set(got.selections[r].tolist())]
-        assert holders == [t % 4]
+        assert holders == ([t % 4] if common_units == "leader" else [])  # released: nobody's selection
+        assert one_element in got.zeroed[0].tolist()  # aggregated either way
+
+
+# A 4-element bias with a gradient 1000 times the others': its k_l reaches its size (common).
+BIAS_SIZES = [600, 4, 300]
+BIAS = list(range(600, 604))
+
+
+def bias_gradients(world_size: int, step: int) -> list[torch.Tensor]:
+    grads = gradients(BIAS_SIZES, world_size, step)
+    for grad in grads:
+        grad[BIAS] *= 1000
+    return grads
+
+
+def union_allreduce_sent(world_size: int, leader: int, plan_length: int, counts: list[int], union: int) -> list[float]:
+    """Per-rank bytes of one DEFT step, by hand: the plan's binomial broadcast (an int64 length,
+    then int32 units), the int32 counts allgather, the int32 index allgather padded to the
+    largest count, and the float32 allreduce of U's values."""
+    plan = 8 + 4 * plan_length
+    exchange = (world_size - 1) * 4 * (1 + max(counts)) + 2.0 * (world_size - 1) / world_size * union * 4
+    return [binomial_children((r - leader) % world_size, world_size) * plan + exchange for r in range(world_size)]
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_common_units_released_and_sent_by_the_leader(world_size: int) -> None:
+    """released: the common unit is in no selection and no count, every rank adds it to U (the
+    mean of the ranks' values) and zeroes it, and nobody sends its indices. leader: the leader's
+    selection holds it. Aggregates and residuals are the same either way; the traffic is not."""
+    from experiments.metrics import MetricContext, exchange_metrics
+    from sparsifiers.base import SelectionScope
+
+    density = 0.05
+    released = make_world(BIAS_SIZES, world_size, density, log_units_every=1)  # the default
+    leader = make_world(BIAS_SIZES, world_size, density, common_units="leader", log_units_every=1)
+    bias_unit = released.sparsifiers[0].units.index((600, 604))
+    numel = sum(BIAS_SIZES)
+    context = MetricContext(numel, math.floor(density * numel), density, SelectionScope.SPLIT, world_size, 1.0)
+    for t in range(2 * world_size):
+        lead = t % world_size
+        grads = bias_gradients(world_size, t)
+        new = released.step([grad.clone() for grad in grads], t)
+        old = leader.step([grad.clone() for grad in grads], t)
+        assert decode_plan(new.plan.tolist(), world_size)[1] == [bias_unit] and torch.equal(new.plan, old.plan)
+        # released: in no selection, so in no count; in U with the mean value; zeroed everywhere.
+        assert all(not set(BIAS) & set(selection.tolist()) for selection in new.selections)
+        assert new.counts == [selection.numel() for selection in new.selections]
+        assert new.result.shared == len(BIAS) and new.aggregated == sum(new.counts) + len(BIAS)
+        mean = new.accs[0][BIAS].clone()
+        for acc in new.accs[1:]:
+            mean += acc[BIAS]
+        assert torch.equal(new.aggregate[BIAS], mean / world_size) and mean.abs().min() > 0
+        assert all(not residual[BIAS].any() for residual in new.residuals)
+        # leader: the leader's selection holds it, and its count includes it.
+        assert [r for r in range(world_size) if set(BIAS) <= set(old.selections[r].tolist())] == [lead]
+        assert old.counts == [c + (len(BIAS) if r == lead else 0) for r, c in enumerate(new.counts)]
+        assert old.result.shared == 0 and old.aggregated == sum(old.counts) == new.aggregated
+        # The same aggregate and residuals either way: only who pays for the indices differs.
+        assert torch.equal(new.aggregate, old.aggregate)
+        assert all(torch.equal(a, b) for a, b in zip(new.residuals, old.residuals))
+        # Traffic by hand: released sends no index of the bias (the padded width is the largest
+        # count without it); its values are in the allreduce of U either way.
+        plan_length = new.plan.numel()
+        assert released.comm.meter.sent.tolist() == pytest.approx(
+            union_allreduce_sent(world_size, lead, plan_length, new.counts, new.aggregated), rel=1e-12)
+        assert leader.comm.meter.sent.tolist() == pytest.approx(
+            union_allreduce_sent(world_size, lead, plan_length, old.counts, old.aggregated), rel=1e-12)
+        # No build-up either way; the density counts all of U.
+        new_row = exchange_metrics(new.result, released.comm.meter, context)
+        old_row = exchange_metrics(old.result, leader.comm.meter, context)
+        assert new_row["buildup"] == old_row["buildup"] == 1.0
+        assert new_row["density/actual"] == old_row["density/actual"] == new.aggregated / numel
+        # The unit log marks the common unit; the count of common units is kept.
+        metrics = released.sparsifiers[0].metrics()
+        assert metrics["deft/unit_common"] == [float(u == bias_unit) for u in range(len(metrics["deft/unit_k"]))]
+        assert metrics["deft/common_units"] == 1.0
+        assert metrics["deft/unit_k"][bias_unit] == len(BIAS)
+
+
+def test_shared_indices_are_the_common_units_of_the_step() -> None:
+    layout = layout_of(BIAS_SIZES)
+    acc = bias_gradients(1, 0)[0]
+    plan = make_deft(layout, 2, 0, 0.05).make_plan(acc, 0)
+    for rank in range(2):  # the same on every rank, the leader (0) included
+        sparsifier = make_deft(layout, 2, rank, 0.05)
+        sparsifier.select(acc, 0, plan)
+        assert sparsifier.shared_indices(0).tolist() == BIAS
+        assert sparsifier.shared_indices(0) is sparsifier.shared_indices(0)  # built once per set of units
+        with pytest.raises(ValueError, match="after select of step 0"):
+            sparsifier.shared_indices(1)
+        sent_by_leader = make_deft(layout, 2, rank, 0.05, common_units="leader")
+        sent_by_leader.select(acc, 0, plan)
+        assert sent_by_leader.shared_indices(0) is None
 
 
 # -- norms=global through the world's averaging hooks -----------------------------------------------
@@ -287,13 +400,16 @@ def test_builds_from_config() -> None:
     sparsifier = build_sparsifier(compose(), layout_of(SIZES), 1)
     assert isinstance(sparsifier, DEFT)
     assert sparsifier.describe()["norms"] == "local"
-    assert sparsifier.describe()["common_units_sent_by"] == "leader"
+    assert sparsifier.describe()["common_units"] == "released"
+    assert build_sparsifier(compose("sparsifier.common_units=leader"), layout_of(SIZES), 1).describe()[
+        "common_units"] == "leader"
 
 
 @pytest.mark.parametrize(
     "override, key",
     [
         ("sparsifier.norms=foo", "sparsifier.norms"),
+        ("sparsifier.common_units=everyone", "sparsifier.common_units must be released or leader, got everyone"),
         ("sparsifier.log_units_every=-1", "sparsifier.log_units_every"),
         ("sparsifier.exchange=sparse_allgather", "sparsifier.exchange"),
         ("sparsifier.density=0", "sparsifier.density"),

@@ -19,7 +19,7 @@ from sparsifiers.base import ConfigError
 from sparsifiers.exdyna import ExDyna
 from sparsifiers.layout import Layout
 from sparsifiers.micro import Micro
-from tests.stepped_ranks import SteppedRanks, assert_resume_is_exact, noise
+from tests.stepped_ranks import SteppedRanks, assert_resume_is_exact, inject_ties, noise, passes
 
 SMALL = ["dataset=synthetic", "dataset.num_train=64", "dataset.num_test=16", "model=mlp", "model.hidden=16"]
 
@@ -39,8 +39,11 @@ def ref_factor(rho: float, rule: str) -> float:
 class ReferenceExDyna:
     """All W ranks at once, lists and loops; residuals in float32 (numpy) as the real ones."""
 
-    def __init__(self, numel: int, world_size: int, density: float, rule: str, blocks: int, align: int) -> None:
+    def __init__(self, numel: int, world_size: int, density: float, rule: str, blocks: int, align: int,
+                 comparison: str = "released") -> None:
         self.numel, self.world_size, self.rule, self.blocks = numel, world_size, rule, blocks
+        self.comparison = comparison
+        self.rule_mattered = 0  # elements the released and the exact comparison decide differently
         self.k = math.floor(density * numel)
         # 1. Blocks: floor(N / B) rounded down to a multiple of the alignment (dropped if that is 0).
         per_block = numel // blocks
@@ -65,7 +68,8 @@ class ReferenceExDyna:
             # 3. Assignment and selection, with MiCRO's fallback.
             start, end = self.partition((t + rank) % self.world_size)
             values = accs[rank][start:end].tolist()
-            chosen = [start + i for i, value in enumerate(values) if abs(value) >= used]
+            chosen = [start + i for i, value in enumerate(values) if passes(abs(value), used, self.comparison)]
+            self.rule_mattered += sum(passes(abs(v), used, "released") != passes(abs(v), used, "exact") for v in values)
             selections.append(chosen or [start + t % (end - start)])
         union = sorted(set().union(*selections))
         for rank in range(self.world_size):
@@ -109,27 +113,31 @@ def shifting_stream(numel: int, world_size: int, seed: int):
         yield [grad * scale for grad in grads]
 
 
-CASES = [  # world size, rule, N, blocks, alignment: alignment kept, dropped, and the defaults
-    (4, "official", 1363, 50, 8),
-    (5, "symmetric", 1363, 50, 8),
-    (4, "official", 1363, 50, 32),
-    (8, "official", 1024 * 33 + 5, 1024, 32),
+CASES = [  # world size, rule, N, blocks, alignment (kept, dropped, the defaults), comparison
+    (4, "official", 1363, 50, 8, "released"),
+    (5, "symmetric", 1363, 50, 8, "released"),
+    (4, "official", 1363, 50, 32, "released"),
+    (8, "official", 1024 * 33 + 5, 1024, 32, "released"),
+    (4, "official", 1363, 50, 8, "exact"),
 ]
 
 
-@pytest.mark.parametrize("world_size,rule,numel,blocks,align", CASES)
-def test_exdyna_matches_the_reference_for_60_steps(world_size, rule, numel, blocks, align):
+@pytest.mark.parametrize("world_size,rule,numel,blocks,align,comparison", CASES)
+def test_exdyna_matches_the_reference_for_60_steps(world_size, rule, numel, blocks, align, comparison):
     density, steps = 0.02, 60
     layout = Layout.from_shapes([("a", (numel - 300,)), ("b", (30, 10))])
     world = SteppedRanks([
-        ExDyna(layout, world_size, r, density, blocks=blocks, block_align=align, threshold_rule=rule)
+        ExDyna(layout, world_size, r, density, blocks=blocks, block_align=align, threshold_rule=rule,
+               comparison=comparison)
         for r in range(world_size)
     ])
-    reference = ReferenceExDyna(numel, world_size, density, rule, blocks, align)
+    reference = ReferenceExDyna(numel, world_size, density, rule, blocks, align, comparison)
     assert world.sparsifiers[0].block_size == reference.block_size
     stream = shifting_stream(numel, world_size, seed=world_size)
+    tie_positions = np.random.default_rng(world_size)
     for t in range(steps):
         grads = next(stream)
+        inject_ties(grads, reference.residuals, reference.threshold, tie_positions)  # elements at the cutoff
         expected, threshold, boundaries = reference.step([g.numpy() for g in grads], t)
         step = world.step(grads, t)
         assert [s.tolist() for s in step.selections] == expected, f"step {t}"
@@ -139,8 +147,10 @@ def test_exdyna_matches_the_reference_for_60_steps(world_size, rule, numel, bloc
             assert metrics["sparsifier/partition_boundaries"] == boundaries
         for residual, ref_residual in zip(step.residuals, reference.residuals):
             assert np.array_equal(residual.numpy(), ref_residual)
-    # The stream exercised what it is for: blocks moved both ways.
+    # The stream exercised what it is for: blocks moved both ways, and the two comparisons
+    # disagreed on some element (the replay tells them apart).
     assert reference.moves["right"] > 0 and reference.moves["left"] > 0, reference.moves
+    assert reference.rule_mattered > 0
 
 
 # -- invariants on random layouts, densities and world sizes ------------------------------------
@@ -263,6 +273,8 @@ def test_exdyna_metrics_and_description():
     assert described["threshold_rule"] == "symmetric" and described["blocks"] == 100
     assert described["block_size"] == 48 and described["remainder"] == 200
     assert ExDyna(layout, 4, 2, 0.01, blocks=100).describe()["threshold_rule"] == "official"
+    assert described["comparison"] == "released"
+    assert ExDyna(layout, 4, 2, 0.01, blocks=100, comparison="exact").describe()["comparison"] == "exact"
 
 
 def test_exdyna_builds_from_the_real_config():
@@ -272,6 +284,7 @@ def test_exdyna_builds_from_the_real_config():
     assert isinstance(sparsifier, ExDyna) and sparsifier.world_size == cfg.workers
     assert (sparsifier.blocks, sparsifier.block_size, sparsifier.remainder) == (1024, 32, 40000 - 32 * 1024)
     assert sparsifier.threshold_rule == "official" and sparsifier.exchange.value == "union_allreduce"
+    assert sparsifier.comparison == "released" == cfg.sparsifier.comparison
 
 
 @pytest.mark.parametrize("knobs,message", [
@@ -280,6 +293,7 @@ def test_exdyna_builds_from_the_real_config():
     ({"density": 0.1, "blocks": 2000}, r"sparsifier.blocks \(B\) must be <= N = 1000"),
     ({"density": 0.1, "block_align": 0}, "sparsifier.block_align must be an integer >= 1, got 0"),
     ({"density": 0.1, "threshold_rule": "foo"}, "sparsifier.threshold_rule must be official or symmetric, got foo"),
+    ({"density": 0.1, "comparison": "up"}, "sparsifier.comparison must be released or exact, got up"),
 ])
 def test_exdyna_bad_knobs_name_the_key(knobs, message):
     with pytest.raises(ConfigError, match=message):

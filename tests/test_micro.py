@@ -17,7 +17,7 @@ from experiments.validate import validate
 from sparsifiers.base import ConfigError
 from sparsifiers.layout import Layout
 from sparsifiers.micro import Micro
-from tests.stepped_ranks import SteppedRanks, assert_resume_is_exact, noise
+from tests.stepped_ranks import SteppedRanks, assert_resume_is_exact, inject_ties, noise, passes
 
 SMALL = ["dataset=synthetic", "dataset.num_train=64", "dataset.num_test=16", "model=mlp", "model.hidden=16"]
 
@@ -43,8 +43,8 @@ def ref_factor(rho: float, rule: str) -> float:
 class ReferenceMicro:
     """All W ranks at once, lists and loops; residuals in float32 (numpy) as the real ones."""
 
-    def __init__(self, numel: int, world_size: int, density: float, rule: str) -> None:
-        self.numel, self.world_size, self.rule = numel, world_size, rule
+    def __init__(self, numel: int, world_size: int, density: float, rule: str, comparison: str = "released") -> None:
+        self.numel, self.world_size, self.rule, self.comparison = numel, world_size, rule, comparison
         self.k = math.floor(density * numel)
         # 1. Partitions: sizes differ by at most one, the first N mod W one larger.
         sizes = [numel // world_size + (1 if p < numel % world_size else 0) for p in range(world_size)]
@@ -55,6 +55,7 @@ class ReferenceMicro:
         self.residuals = [np.zeros(numel, dtype=np.float32) for _ in range(world_size)]
         self.fallbacks = 0
         self.factors: set[float] = set()
+        self.rule_mattered = 0  # elements the released and the exact comparison decide differently
 
     def step(self, grads: list[np.ndarray], t: int) -> tuple[list[list[int]], float]:
         accs = [residual + grad for residual, grad in zip(self.residuals, grads)]  # float32 sums
@@ -66,7 +67,8 @@ class ReferenceMicro:
             start, size = self.starts[part], self.sizes[part]
             values = accs[rank][start:start + size].tolist()
             # 4. Selection: |acc| >= lambda in the partition, else one rotating index.
-            chosen = [start + i for i, value in enumerate(values) if abs(value) >= used]
+            chosen = [start + i for i, value in enumerate(values) if passes(abs(value), used, self.comparison)]
+            self.rule_mattered += sum(passes(abs(v), used, "released") != passes(abs(v), used, "exact") for v in values)
             if not chosen:
                 chosen = [start + t % size]
                 self.fallbacks += 1
@@ -95,16 +97,25 @@ def swinging_stream(numel: int, world_size: int, seed: int):
         yield [grad * profile * scale for grad in grads]
 
 
-@pytest.mark.parametrize("world_size,rule", [(4, "official"), (3, "symmetric"), (1, "official"), (4, "symmetric")])
-def test_micro_matches_the_reference_for_60_steps(world_size, rule):
+@pytest.mark.parametrize("world_size,rule,comparison", [
+    (4, "official", "released"), (3, "symmetric", "released"), (1, "official", "released"),
+    (4, "symmetric", "released"), (4, "official", "exact"),
+])
+def test_micro_matches_the_reference_for_60_steps(world_size, rule, comparison):
     numel, density, steps = 4001, 0.02, 60
     layout = Layout.from_shapes([("a", (37, 41)), ("b", (2484,))])
     assert layout.numel == numel
-    world = SteppedRanks([Micro(layout, world_size, r, density, threshold_rule=rule) for r in range(world_size)])
-    reference = ReferenceMicro(numel, world_size, density, rule)
+    world = SteppedRanks([Micro(layout, world_size, r, density, threshold_rule=rule, comparison=comparison)
+                          for r in range(world_size)])
+    reference = ReferenceMicro(numel, world_size, density, rule, comparison)
     stream = swinging_stream(numel, world_size, seed=world_size)
+    tie_positions = np.random.default_rng(world_size)
     for t in range(steps):
         grads = next(stream)
+        # Some elements exactly at the cutoff, at every other step (outside the always-zero last
+        # third), so that partitions with nothing to select remain.
+        if t % 2:
+            inject_ties(grads, reference.residuals, reference.threshold, tie_positions, limit=numel - numel // 3)
         expected, threshold = reference.step([g.numpy() for g in grads], t)
         step = world.step(grads, t)
         assert [s.tolist() for s in step.selections] == expected, f"step {t}"
@@ -117,6 +128,7 @@ def test_micro_matches_the_reference_for_60_steps(world_size, rule):
     bands = {1.005, 1.00125, 0.995} | ({0.9987} if rule == "symmetric" else set())
     assert reference.factors == bands
     assert reference.fallbacks > 0
+    assert reference.rule_mattered > 0  # the two comparisons disagreed on some element: the replay tells them apart
 
 
 # -- the threshold rule on its own --------------------------------------------------------------
@@ -218,6 +230,8 @@ def test_micro_metrics_and_description():
     assert metrics["selection/scanned"] == 250.0  # partition 3 of 251, 250, 250, 250
     assert sparsifier.describe()["threshold_rule"] == "symmetric"
     assert Micro(layout, 4, 1, 0.05).describe()["threshold_rule"] == "official"
+    assert sparsifier.describe()["comparison"] == "released"
+    assert Micro(layout, 4, 1, 0.05, comparison="exact").describe()["comparison"] == "exact"
 
 
 def test_micro_builds_from_the_real_config():
@@ -226,6 +240,7 @@ def test_micro_builds_from_the_real_config():
     sparsifier = build_sparsifier(cfg, layout, rank=3)
     assert isinstance(sparsifier, Micro) and sparsifier.rank == 3 and sparsifier.world_size == cfg.workers
     assert sparsifier.threshold_rule == "official" and sparsifier.density == cfg.sparsifier.density
+    assert sparsifier.comparison == "released" == cfg.sparsifier.comparison
     assert sparsifier.exchange.value == "union_allreduce" and sparsifier.error_feedback
 
 
@@ -233,6 +248,7 @@ def test_micro_builds_from_the_real_config():
     ({"density": 0.0}, r"sparsifier.density must be in \(0, 1\], got 0.0"),
     ({"density": 0.1, "threshold_rule": "foo"}, "sparsifier.threshold_rule must be official or symmetric, got foo"),
     ({"density": 0.1, "exchange": "dense"}, "sparsifier.exchange=dense is not supported by micro"),
+    ({"density": 0.1, "comparison": "nearest"}, "sparsifier.comparison must be released or exact, got nearest"),
 ])
 def test_micro_bad_knobs_name_the_key(knobs, message):
     with pytest.raises(ConfigError, match=message):
@@ -244,3 +260,5 @@ def test_micro_bad_knobs_fail_validation_before_launch():
         validate(compose_job(["sparsifier=micro", "sparsifier.threshold_rule=foo", *SMALL]))
     with pytest.raises(ConfigError, match="sparsifier.density must be in"):
         validate(compose_job(["sparsifier=micro", "sparsifier.density=0", *SMALL]))
+    with pytest.raises(ConfigError, match="sparsifier.comparison must be released or exact, got foo"):
+        validate(compose_job(["sparsifier=micro", "sparsifier.comparison=foo", *SMALL]))

@@ -1,6 +1,7 @@
 """The whole-vector threshold baselines (hard threshold, SAGE, Gaussian-k) and Random-k against
-plain reimplementations of ALGORITHMS.md, plus what all six methods of this family share: exact
-threshold comparisons, allocation-free selection, configuration through the real config."""
+plain reimplementations of ALGORITHMS.md, plus what the methods of this family share: threshold
+comparisons as released (or exact) at the float32 neighbours of lambda, allocation-free
+selection, configuration through the real config."""
 from __future__ import annotations
 
 import copy
@@ -23,8 +24,8 @@ from sparsifiers.micro import Micro
 from sparsifiers.randomk import RandomK, shared_seed
 from sparsifiers.sage import Sage, sample_seed
 from sparsifiers.threshold import HardThreshold
-from sparsifiers.threshold_control import ThresholdScan, exact_cutoff
-from tests.stepped_ranks import SteppedRanks, noise
+from sparsifiers.threshold_control import ThresholdScan, exact_cutoff, initial_threshold
+from tests.stepped_ranks import SteppedRanks, float32_nearest, inject_ties, noise, passes, ties
 
 SMALL = ["dataset=synthetic", "dataset.num_train=64", "dataset.num_test=16", "model=mlp", "model.hidden=16"]
 LAYOUT = Layout.from_shapes([("a", (40, 50)), ("b", (1000,)), ("c", (3,))])  # N = 3003
@@ -46,20 +47,27 @@ def zero_union(accs: list[np.ndarray], selections: list[list[int]]) -> list[np.n
 
 
 # -- hard threshold -------------------------------------------------------------------------------
-@pytest.mark.parametrize("world_size,threshold", [(4, None), (2, 0.02)])
-def test_hard_threshold_matches_the_reference_for_60_steps(world_size, threshold):
+@pytest.mark.parametrize("world_size,threshold,comparison", [(4, None, "released"), (2, 0.02, "released"),
+                                                              (2, 0.02, "exact")])
+def test_hard_threshold_matches_the_reference_for_60_steps(world_size, threshold, comparison):
     numel, density = LAYOUT.numel, 0.01
-    world = SteppedRanks([HardThreshold(LAYOUT, world_size, r, density, threshold=threshold)
-                            for r in range(world_size)])
-    # Reference: lambda fixed, by default 1 / (2 sqrt(k)); select |acc| >= lambda everywhere.
+    world = SteppedRanks([HardThreshold(LAYOUT, world_size, r, density, threshold=threshold, comparison=comparison)
+                          for r in range(world_size)])
+    # Reference: lambda fixed, by default 1 / (2 sqrt(k)); select |acc| >= lambda everywhere
+    # (released: lambda rounded to the nearest float32; both lambdas here round down).
     lam = threshold if threshold is not None else 1 / (2 * math.sqrt(math.floor(density * numel)))
+    assert float32_nearest(lam) < lam
     residuals = [np.zeros(numel, dtype=np.float32) for _ in range(world_size)]
     stream = drifting_stream(numel, world_size, seed=1)
-    overlaps = 0
+    tie_positions = np.random.default_rng(world_size)
+    overlaps = rule_mattered = 0
     for t in range(60):
         grads = next(stream)
+        inject_ties(grads, residuals, lam, tie_positions)  # elements at the cutoff
         accs = [residual + grad.numpy() for residual, grad in zip(residuals, grads)]
-        expected = [[i for i, v in enumerate(acc.tolist()) if abs(v) >= lam] for acc in accs]
+        expected = [[i for i, v in enumerate(acc.tolist()) if passes(abs(v), lam, comparison)] for acc in accs]
+        rule_mattered += sum(passes(abs(v), lam, "released") != passes(abs(v), lam, "exact")
+                             for acc in accs for v in acc.tolist())
         residuals = zero_union(accs, expected)
         step = world.step(grads, t)
         assert [s.tolist() for s in step.selections] == expected, f"step {t}"
@@ -67,6 +75,7 @@ def test_hard_threshold_matches_the_reference_for_60_steps(world_size, threshold
         assert all(np.array_equal(a.numpy(), b) for a, b in zip(step.residuals, residuals))
         overlaps += sum(map(len, expected)) - step.aggregated
     assert overlaps > 0 or world_size == 1  # ranks select over the same vector: build-up
+    assert rule_mattered > 0  # the two comparisons disagreed on some element: the replay tells them apart
 
 
 # -- SAGE -----------------------------------------------------------------------------------------
@@ -74,8 +83,8 @@ class ReferenceSage:
     """One rank of SAGE as ALGORITHMS.md states it. The random sample's indices come from the same
     generator and draw as the implementation's (its documented contract); the rest is plain."""
 
-    def __init__(self, numel: int, density: float, rank: int, seed: int) -> None:
-        self.numel, self.density = numel, density
+    def __init__(self, numel: int, density: float, rank: int, seed: int, comparison: str = "released") -> None:
+        self.numel, self.density, self.comparison = numel, density, comparison
         self.samples = int(numel / (1 + numel * 0.05 ** 2))  # Slovin's formula
         self.threshold = 1 / (2 * math.sqrt(math.floor(density * numel)))
         self.generator = torch.Generator().manual_seed(sample_seed(seed, rank))
@@ -86,19 +95,20 @@ class ReferenceSage:
         mean = math.fsum(abs(acc[i]) for i in sample) / self.samples
         if self.previous_mean is not None:
             alpha = mean / self.previous_mean
-            d_exam = sum(1 for v in acc if abs(v) >= self.threshold * alpha) / self.numel
+            d_exam = sum(1 for v in acc if passes(abs(v), self.threshold * alpha, self.comparison)) / self.numel
             beta = 2 / (1 + math.exp(self.density - d_exam))
             gamma = 0.95 if d_exam / self.density < 0.1 else 1.05 if d_exam / self.density > 10 else 1.0
             self.threshold = self.threshold * alpha * beta * gamma
         self.previous_mean = mean
-        return [i for i, v in enumerate(acc) if abs(v) >= self.threshold]
+        return [i for i, v in enumerate(acc) if passes(abs(v), self.threshold, self.comparison)]
 
 
-@pytest.mark.parametrize("world_size,seed", [(4, 0), (2, 11)])
-def test_sage_matches_the_reference_for_60_steps(world_size, seed):
+@pytest.mark.parametrize("world_size,seed,comparison", [(4, 0, "released"), (2, 11, "released"), (2, 11, "exact")])
+def test_sage_matches_the_reference_for_60_steps(world_size, seed, comparison):
     numel, density = LAYOUT.numel, 0.01
-    world = SteppedRanks([Sage(LAYOUT, world_size, r, density, seed=seed) for r in range(world_size)])
-    references = [ReferenceSage(numel, density, r, seed) for r in range(world_size)]
+    world = SteppedRanks([Sage(LAYOUT, world_size, r, density, seed=seed, comparison=comparison)
+                          for r in range(world_size)])
+    references = [ReferenceSage(numel, density, r, seed, comparison) for r in range(world_size)]
     residuals = [np.zeros(numel, dtype=np.float32) for _ in range(world_size)]
     stream = drifting_stream(numel, world_size, seed=2)
     gammas = set()
@@ -260,14 +270,116 @@ def test_randomk_leaves_the_training_rng_alone_and_resumes_exactly():
 
 
 # -- shared by the family -------------------------------------------------------------------------
-def test_threshold_comparison_is_exact_in_real_numbers():
+def test_threshold_scan_compares_exactly_or_as_released():
     below = torch.tensor(0.1, dtype=torch.float32)  # the float32 nearest to 0.1
     lam = float(below) + 2.0 ** -30  # above it, but rounds back to it in float32
-    assert bool(torch.ge(below, lam))  # torch rounds lambda to float32: a false positive
+    assert bool(torch.ge(below, lam))  # torch rounds lambda to float32: the released comparison
     assert exact_cutoff(lam, torch.float32) > lam and exact_cutoff(float(below), torch.float32) == float(below)
     values = torch.tensor([float(below), -float(below), 0.2, -0.05])
-    assert ThresholdScan().select(values, lam, 10).tolist() == [12]
-    assert ThresholdScan().select(values, float(below), 0).tolist() == [0, 1, 2]
+    for scan in (ThresholdScan(), ThresholdScan(comparison="exact")):  # exact: the scan's own default
+        assert scan.select(values, lam, 10).tolist() == [12]
+        assert scan.select(values, float(below), 0).tolist() == [0, 1, 2]
+    released = ThresholdScan(comparison="released")
+    assert released.select(values, lam, 10).tolist() == [10, 11, 12]
+    exact = ThresholdScan(comparison="exact")
+    exact.load(values)
+    assert released.count(lam) == 3 and exact.count(lam) == 1  # counting follows the same rule
+
+
+# -- the four methods with a `comparison` knob, at the float32 neighbours of lambda --------------
+def k_whose_lambda_rounds_down() -> int:
+    """A k whose initial lambda = 1 / (2 sqrt(k)) is not a float32 and rounds *down* to nearest."""
+    k = next(k for k in range(20, 200) if float32_nearest(initial_threshold(k)) < initial_threshold(k))
+    assert float32_nearest(initial_threshold(k)) < initial_threshold(k)
+    return k
+
+
+def four(comparison: str, world_size: int, rank: int, numel: int, k: int):
+    """MiCRO, ExDyna, hard threshold and SAGE with lambda = 1 / (2 sqrt(k)) at step 0."""
+    layout = Layout.from_shapes([("w", (numel,))])
+    density = (k + 0.5) / numel  # floor(density * N) = k
+    knobs = {"comparison": comparison}
+    made = {
+        "micro": Micro(layout, world_size, rank, density, **knobs),
+        "exdyna": ExDyna(layout, world_size, rank, density, blocks=8, block_align=1, **knobs),
+        "threshold": HardThreshold(layout, world_size, rank, density, **knobs),
+        "sage": Sage(layout, world_size, rank, density, **knobs),
+    }
+    assert all(sparsifier.k == k for sparsifier in made.values())
+    return made
+
+
+def scanned_range(sparsifier, step: int) -> tuple[int, int]:
+    """The slice a sparsifier compares at `step`: its partition, or the whole vector."""
+    if isinstance(sparsifier, Micro):
+        return sparsifier.partition_of(step)
+    if isinstance(sparsifier, ExDyna):
+        return sparsifier.element_range((step + sparsifier.rank) % sparsifier.world_size)
+    return 0, sparsifier.numel
+
+
+@pytest.mark.parametrize("method", ["micro", "exdyna", "threshold", "sage"])
+def test_elements_at_the_float32_neighbours_of_lambda(method):
+    k = k_whose_lambda_rounds_down()
+    lam = initial_threshold(k)
+    nearest, minus_nearest, above, minus_above, below, minus_below = ties(lam)
+    assert below < nearest < lam < above  # lambda rounds down: nearest is one ulp below it
+    acc = torch.zeros(1000)
+    acc[10:16] = torch.tensor([nearest, minus_nearest, above, minus_above, below, minus_below])
+    released = four("released", 1, 0, 1000, k)[method].select(acc, 0).tolist()
+    exact = four("exact", 1, 0, 1000, k)[method].select(acc, 0).tolist()
+    assert released == [10, 11, 12, 13]  # |x| = float32(lambda) passes: lambda was rounded to it
+    assert exact == [12, 13]  # in real numbers float32(lambda) < lambda
+
+
+@pytest.mark.parametrize("method", ["micro", "exdyna", "threshold", "sage"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_released_selection_is_the_plain_torch_comparison(method, seed):
+    """`acc.abs() >= lam`, lam a Python float, on random data with ties at the cutoff, over the
+    slice the method compares (rank 1 of 4 at step 2; SAGE at step 0, before lambda moves)."""
+    k = k_whose_lambda_rounds_down()
+    lam = initial_threshold(k)
+    generator = torch.Generator().manual_seed(seed)
+    acc = torch.randn(1000, generator=generator) * lam
+    positions = torch.randperm(1000, generator=generator)[:60]
+    acc[positions] = torch.tensor(ties(lam) * 10)
+    step = 0 if method == "sage" else 2
+    sparsifier = four("released", 4, 1, 1000, k)[method]
+    start, end = scanned_range(sparsifier, step)
+    expected = (torch.nonzero(acc[start:end].abs() >= lam).view(-1) + start).tolist()
+    assert sparsifier.select(acc, step).tolist() == expected
+    # The exact rule selects the same but the elements at float32(lambda), one ulp below lambda.
+    exact_selected = set(four("exact", 4, 1, 1000, k)[method].select(acc, step).tolist())
+    dropped = set(expected) - exact_selected
+    assert exact_selected <= set(expected) and dropped
+    assert all(float(acc[i].abs()) == float32_nearest(lam) for i in dropped)
+
+
+@pytest.mark.parametrize("comparison,d_exam", [("released", 1.0), ("exact", 0.0)])
+def test_sage_counts_d_exam_with_the_same_comparison(comparison, d_exam):
+    """Every |acc| equals float32(lambda), one ulp below lambda: the sample mean is the same at
+    steps 0 and 1 (alpha = 1), so d_exam counts |acc| >= lambda, all or nothing by the rule."""
+    k = k_whose_lambda_rounds_down()
+    lam = initial_threshold(k)
+    acc = torch.full((1000,), float32_nearest(lam))
+    acc[::2] *= -1
+    sage = four(comparison, 1, 0, 1000, k)["sage"]
+    assert sage.select(acc, 0).numel() == (1000 if comparison == "released" else 0)
+    sage.select(acc, 1)
+    metrics = sage.metrics()
+    assert metrics["sparsifier/alpha"] == 1.0 and metrics["sparsifier/d_exam"] == d_exam
+
+
+@pytest.mark.parametrize("method", ["micro", "exdyna", "threshold", "sage"])
+def test_comparison_is_a_described_validated_knob(method):
+    cfg = compose_job([f"sparsifier={method}", "dataset=synthetic", "model=mlp"])
+    assert cfg.sparsifier.comparison == "released"
+    assert build_sparsifier(cfg, LAYOUT, rank=0).describe()["comparison"] == "released"
+    cfg.sparsifier.comparison = "exact"
+    assert build_sparsifier(cfg, LAYOUT, rank=0).describe()["comparison"] == "exact"
+    cfg.sparsifier.comparison = "nearest"
+    with pytest.raises(ConfigError, match="sparsifier.comparison must be released or exact, got nearest"):
+        build_sparsifier(cfg, LAYOUT, rank=0)
 
 
 SIX = [
