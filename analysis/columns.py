@@ -14,7 +14,7 @@ import pandas as pd
 # Config columns joined onto every table (the runs table also holds the whole flattened config).
 KEYS = (
     "run_id", "method", "sparsifier", "density", "workers", "processes", "world",
-    "model", "dataset", "seed", "group", "status", "run_dir",
+    "model", "dataset", "task_metric", "data_source", "seed", "group", "status", "run_dir",
 )
 NUMERIC_KEYS = ("density", "workers", "processes", "seed")
 
@@ -36,7 +36,8 @@ RESIDUAL = "ef/residual_norm"
 REL_RESIDUAL = "ef/rel_residual"
 LOSS = "train/loss"
 
-# Eval-row metrics.
+# Eval-row metrics. Each run's headline metric is its own (`task_metric`, analysis.tasks);
+# accuracy is the classification runs' one.
 ACCURACY = "eval/accuracy"
 
 # Method state.

@@ -21,15 +21,17 @@ import matplotlib
 from analysis import markdown
 from analysis.figures import FIGURES
 from analysis.load import load_runs
-from analysis.report_tables import problem_runs, summary_cells
+from analysis.report_tables import problem_runs, stand_in_notes, summary_cells
 from analysis.stats import run_stats, summarize
 from analysis.tables import RunTables
 
 RULES = (
     "Per run, from its logged train rows: timings are medians over steps at or after the run's "
     "warmup_steps (max = slowest rank, mean = mean over ranks); traffic, density, build-up and load "
-    "imbalance are means over logged steps; MB sent is the busiest rank's bytes per step; accuracy "
-    "is the last evaluation. Across runs with the same method, density, W and world: mean ± std over seeds."
+    "imbalance are means over logged steps; MB sent is the busiest rank's bytes per step; the task's "
+    "metric (summary.json's task.metric: accuracy, perplexity, HR@10) is its last evaluation, in a column "
+    "of its own per metric. Across runs with the same method, density, W, world, model, dataset and data "
+    "source: mean ± std over seeds."
 )
 
 
@@ -57,6 +59,9 @@ def write_report(paths: list[Path], out: Path, include_unfinished: bool = False,
     stats = run_stats(tables)
     summary = summarize(stats[stats["run_id"].isin(set(used.runs["run_id"]))])
     cells = summary_cells(summary)
+    notes = stand_in_notes(summary)
+    stand_in = ("Rows whose data is `stand-in` trained on stand-in data of the same shapes, not the paper's data: "
+                + "; ".join(notes) + ".") if notes else ""
     problems = problem_runs(tables.runs)
     summary.to_csv(out / "summary.csv", index=False)
     stats.merge(tables.runs[["run_id", "name", "error", "metrics_cut", "train_rows", "last_step"]], on="run_id").to_csv(
@@ -77,6 +82,7 @@ def write_report(paths: list[Path], out: Path, include_unfinished: bool = False,
         "",
         markdown.table(cells) if len(cells) else "No finished runs.",
         "",
+        *([stand_in, ""] if stand_in else []),
         "## Failed and unfinished runs",
         "",
         markdown.table(problems) if len(problems) else "None: every run finished.",
@@ -88,6 +94,8 @@ def write_report(paths: list[Path], out: Path, include_unfinished: bool = False,
         lines += [f"### {caption}", "", f"![{caption}]({path.name})" if path else "no data", ""]
     (out / "report.md").write_text("\n".join(lines))
     text = cells.to_string(index=False) if len(cells) else "No finished runs."
+    if stand_in:
+        text += "\n" + stand_in
     if len(problems):
         text += "\n\nFailed or unfinished:\n" + problems.to_string(index=False)
     return text

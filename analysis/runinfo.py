@@ -1,5 +1,6 @@
 """One run's description as a flat row: key config columns, the whole config flattened as
-`cfg.<dotted.key>`, status, and the scalar numbers of summary.json.
+`cfg.<dotted.key>`, status, the run's task and data source (analysis.tasks), and the scalar
+numbers of summary.json.
 
 The same function describes a local run directory and a W&B run, so both load into one table.
 """
@@ -10,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from analysis.tasks import describe_task
 
 # The C loader is ~10x faster; 1,000 configs must not take seconds on their own.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -87,7 +90,7 @@ def describe_run(
         "processes": processes,
         "world": _world(resolved, summary, workers, processes),
         "model": (config.get("model") or {}).get("name"),
-        "dataset": (config.get("dataset") or {}).get("name"),
+        "dataset": (config.get("dataset") or {}).get("name") or (summary.get("dataset") or {}).get("name"),
         "seed": config.get("seed"),
         "group": (env.get("job") or {}).get("group") or Path(run_dir).parent.name,
         "status": status.get("status", "missing"),
@@ -98,6 +101,7 @@ def describe_run(
         "commit": (env.get("git") or {}).get("commit"),
         "started": status.get("started"),
         "ended": status.get("ended"),
+        **describe_task(summary),
     }
     row.update({f"cfg.{key}": value for key, value in flatten(config).items()})
     for key, value in summary.items():

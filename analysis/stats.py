@@ -5,7 +5,8 @@ exist for unfinished runs and for W&B runs too):
 - timings: median over logged train steps at or after the run's warmup_steps (all logged steps
   when none is that late);
 - traffic, density, build-up, load imbalance: mean over logged train steps;
-- accuracy: the last evaluation (largest step, then epoch).
+- the run's task metric (`task_metric`: eval/accuracy, eval/perplexity, eval/hr10, ...): its
+  last evaluation (largest step, then epoch), as `metric`.
 """
 from __future__ import annotations
 
@@ -31,12 +32,15 @@ STATS = {
     "exchange_model_ms": (c.EXCHANGE_MODEL, "median", 1.0),
     "step_ms": (c.STEP, "median", 1.0),
 }
-GROUP = ["method", "density", "workers", "world", "model", "dataset"]
-RUN_KEYS = ["run_id", *GROUP, "seed", "status"]
+# task_metric: runs of different tasks are never averaged together; data_source: nor runs on
+# stand-in data with runs on the real data.
+GROUP = ["method", "density", "workers", "world", "model", "dataset", "task_metric", "data_source"]
+RUN_KEYS = ["run_id", "sparsifier", *GROUP, "seed", "status"]
 
 
 def run_stats(tables: RunTables) -> pd.DataFrame:
-    """One row per run (every status): RUN_KEYS, `accuracy` and the STATS columns."""
+    """One row per run (every status): RUN_KEYS, `metric` (the last evaluation of the run's
+    `task_metric`) and the STATS columns."""
     stats = tables.runs[RUN_KEYS].copy().set_index("run_id")
     steps = tables.steps
     for name, (column, how, scale) in STATS.items():
@@ -50,7 +54,7 @@ def run_stats(tables: RunTables) -> pd.DataFrame:
             stats[name] = values.abs().groupby(steps["run_id"], observed=True).mean()
         else:
             stats[name] = _median_after_warmup(values, steps)
-    stats["accuracy"] = _last_eval(tables.epochs, c.ACCURACY)
+    stats["metric"] = _last_task_metric(tables.epochs)
     return stats.reset_index()
 
 
@@ -67,19 +71,23 @@ def _median_after_warmup(values: pd.Series, steps: pd.DataFrame) -> pd.Series:
     return values[mask].groupby(steps["run_id"][mask], observed=True).median()
 
 
-def _last_eval(epochs: pd.DataFrame, column: str) -> pd.Series:
-    if not c.has_data(epochs, column):
-        return pd.Series(dtype=float)
-    rows = epochs.dropna(subset=[column]).sort_values(["step", "epoch"])
-    return rows.groupby("run_id", observed=True)[column].last()
+def _last_task_metric(epochs: pd.DataFrame) -> pd.Series:
+    """Per run, the last evaluation of its own task metric."""
+    parts = []
+    for metric in epochs["task_metric"].dropna().unique() if "task_metric" in epochs.columns else ():
+        if c.has_data(epochs, metric):
+            rows = epochs[epochs["task_metric"] == metric].dropna(subset=[metric]).sort_values(["step", "epoch"])
+            parts.append(rows.groupby("run_id", observed=True)[metric].last())
+    return pd.concat(parts) if parts else pd.Series(dtype=float)
 
 
 def summarize(stats: pd.DataFrame, names: list[str] | None = None) -> pd.DataFrame:
-    """Mean and std over seeds of each (method, density, workers, world, model, dataset).
+    """Mean and std over seeds of each GROUP (method, density, workers, world, model, dataset,
+    task metric, data source).
 
     Columns: GROUP, `runs`, `seeds`, and `<stat>` (mean) and `<stat>_std` (NaN for one seed).
     """
-    names = names or ["accuracy", *STATS]
+    names = names or ["metric", *STATS]
     grouped = stats.groupby(GROUP, dropna=False, observed=True, sort=True)
     summary = grouped[names].mean()
     spread = grouped[names].std(ddof=1).add_suffix("_std")

@@ -2,7 +2,10 @@
 
 The numbers are plausible, not simulated: densities drift around their target, threshold methods
 log a threshold, ExDyna logs partition boundaries and DEFT its per-unit lists, so that every
-figure has something to draw. Nothing here is used to analyse real runs.
+figure has something to draw. Each run has a task (classification, language_model,
+recommendation) whose eval rows carry that task's metrics, and summary.json records the task and
+the data source under the runner's keys (`task`, `dataset`, `schedule`); `legacy` writes a run as
+the runner did before tasks existed. Nothing here is used to analyse real runs.
 """
 from __future__ import annotations
 
@@ -16,6 +19,12 @@ import yaml
 
 NUMEL = 100_000
 UNITS = 12
+# task kind -> (headline metric, higher is better, default model, default dataset)
+TASKS = {
+    "classification": ("eval/accuracy", True, "mlp", "synthetic"),
+    "language_model": ("eval/perplexity", False, "lstm", "wikitext2"),
+    "recommendation": ("eval/hr10", True, "ncf", "movielens"),
+}
 
 
 @dataclass(frozen=True)
@@ -31,12 +40,28 @@ class SyntheticRun:
     status: str = "done"  # done | failed | running
     cut: bool = False  # end metrics.jsonl with half a line, as a killed run does
     group: str = "synthetic"
+    task: str = "classification"  # a key of TASKS
+    source: str = "real"  # summary.json's dataset.source: "real" or "stand-in: <what>"
+    model: str | None = None  # None: the task's default (TASKS)
+    dataset: str | None = None
+    knobs: tuple[tuple[str, object], ...] = ()  # extra sparsifier config, e.g. (("momentum", 0.0),)
+    legacy: bool = False  # summary.json without task, dataset and schedule (runs before tasks)
+
+    @property
+    def metric(self) -> str:
+        return TASKS[self.task][0]
+
+    @property
+    def names(self) -> tuple[str, str]:
+        """(model, dataset) as the config names them."""
+        _, _, model, dataset = TASKS[self.task]
+        return self.model or model, self.dataset or dataset
 
 
 def metrics_text(run: SyntheticRun) -> str:
     """The content of the run's metrics.jsonl (cut mid-line when `run.cut`)."""
     density = 1.0 if run.method == "dense" else run.density
-    rng = np.random.default_rng(zlib.crc32(f"{run.method}/{run.workers}/{run.seed}".encode()))
+    rng = np.random.default_rng(zlib.crc32(f"{run.method}/{run.workers}/{run.seed}/{run.task}/{run.knobs}".encode()))
     lines = [json.dumps(row) for row in _rows(run, density, rng)]
     text = "\n".join(lines) + "\n"
     return text + lines[0][: len(lines[0]) // 2] if run.cut else text
@@ -47,23 +72,42 @@ def write_run(run_dir: Path, run: SyntheticRun, metrics: str | None = None) -> P
     run_dir.mkdir(parents=True, exist_ok=True)
     density = 1.0 if run.method == "dense" else run.density
     processes = 1
+    model, dataset = run.names
     config = {
-        "sparsifier": {"_target_": f"sparsifiers.{run.method}", "name": run.method, "density": density},
-        "model": {"name": "mlp"}, "dataset": {"name": "synthetic"}, "optimizer": {"name": "sgd", "lr": 0.1},
+        "sparsifier": {"_target_": f"sparsifiers.{run.method}", "name": run.method, "density": density, **dict(run.knobs)},
+        "model": {"name": model}, "dataset": {"name": dataset}, "optimizer": {"name": "sgd", "lr": 0.1},
         "logger": {"name": "local", "log_every": 1},
         "workers": run.workers, "processes": processes, "epochs": run.epochs, "seed": run.seed, "warmup_steps": 5,
     }
+    if not run.legacy:
+        config["schedule"] = {"name": "constant"}
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     env = {"resolved": {"world": "hosted", "processes": processes}, "job": {"group": run.group}}
     (run_dir / "env.json").write_text(json.dumps(env))
-    (run_dir / "metrics.jsonl").write_text(metrics if metrics is not None else metrics_text(run))
+    metrics = metrics if metrics is not None else metrics_text(run)
+    (run_dir / "metrics.jsonl").write_text(metrics)
     status: dict = {"status": run.status}
     if run.status == "failed":
         status["error"] = "rank0: RuntimeError: synthetic failure"
     (run_dir / "status.json").write_text(json.dumps(status))
     if run.status == "done":
-        (run_dir / "summary.json").write_text(json.dumps({"eval/accuracy": 0.9, "steps": run.steps}))
+        (run_dir / "summary.json").write_text(json.dumps(_summary(run, metrics)))
     return run_dir
+
+
+def _summary(run: SyntheticRun, metrics: str) -> dict:
+    """summary.json: the last evaluation's metrics and, unless legacy, task, dataset and schedule."""
+    # From the end: the benchmark writes 1,000 runs of 1,000 steps, too many lines to parse each.
+    last_eval = next((json.loads(line) for line in reversed(metrics.splitlines()) if '"kind": "eval"' in line), {})
+    summary = {key: value for key, value in last_eval.items() if key.startswith("eval/")}
+    summary["steps"] = run.steps
+    if run.legacy:
+        return summary
+    metric, higher_is_better, _, _ = TASKS[run.task]
+    summary["task"] = {"kind": run.task, "metric": metric, "higher_is_better": higher_is_better}
+    summary["dataset"] = {"name": run.names[1], "task": run.task, "source": run.source, "train": 1000, "test": 200}
+    summary["schedule"] = {"name": "constant", "lr": 0.1}
+    return summary
 
 
 def write_sweep(root: Path, methods: list[str], workers: list[int], seeds: int = 1, **options) -> list[Path]:
@@ -105,11 +149,26 @@ def _rows(run: SyntheticRun, density: float, rng: np.random.Generator):
             "ef/residual_norm": 0.0 if run.method == "dense" else 5.0 + rng.random(),
             "ef/rel_residual": 0.0 if run.method == "dense" else 0.9,
         }
+        if not run.legacy:
+            row["train/lr"] = 0.1
         row.update(_method_state(run, step, rng))
         yield row
         if (step + 1) % per_epoch == 0:
-            accuracy = 0.9 * (1 - np.exp(-(step + 1) / per_epoch)) + 0.01 * rng.random()
-            yield {"step": step, "kind": "eval", "epoch": step // per_epoch, "eval/accuracy": accuracy, "eval/loss": 1 - accuracy}
+            progress = 1 - np.exp(-(step + 1) / per_epoch)
+            yield {"step": step, "kind": "eval", "epoch": step // per_epoch, **_evaluation(run.task, progress, rng)}
+
+
+def _evaluation(task: str, progress: float, rng: np.random.Generator) -> dict:
+    """An eval row's metrics as the runner logs them for `task`; `progress` in (0, 1) improves them."""
+    noise = 0.01 * rng.random()
+    if task == "language_model":
+        perplexity = 400.0 - 280.0 * progress + 5.0 * noise
+        return {"eval/perplexity": perplexity, "eval/loss": float(np.log(perplexity))}
+    if task == "recommendation":
+        hit_rate = 0.65 * progress + noise
+        return {"eval/hr10": hit_rate, "eval/ndcg10": 0.6 * hit_rate}
+    accuracy = 0.9 * progress + noise
+    return {"eval/accuracy": accuracy, "eval/loss": 1 - accuracy, "eval/top5": min(1.0, accuracy + 0.08)}
 
 
 def _method_state(run: SyntheticRun, step: int, rng: np.random.Generator) -> dict:

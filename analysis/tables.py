@@ -1,6 +1,7 @@
 """The three tidy tables every analysis works on, and how they are put together.
 
 runs    one row per run: the key columns below, `error`, `warmup_steps`, `log_every`, `scope`,
+        `task` and `higher_is_better` (analysis.tasks),
         the whole config flattened as `cfg.<dotted.key>`, the scalar numbers of summary.json
         under their metric names (`eval/accuracy`, `time/select_ms_max`, ...), and what loading
         saw: `train_rows`, `eval_rows`, `last_step`, `metrics_cut` (last line cut by a kill),
@@ -12,7 +13,8 @@ steps   wide: one row per logged train step of every run; the key columns, `step
 epochs  one row per evaluation: the key columns, `step`, `epoch`, `eval/*`.
 
 Key columns, on every table: run_id, method, sparsifier, density, workers, processes, world,
-model, dataset, seed, group, status, run_dir. `method` is the sparsifier's name, extended with
+model, dataset, task_metric (the run's headline eval metric, e.g. eval/perplexity), data_source
+(`real` or `stand-in: <what>`), seed, group, status, run_dir. `method` is the sparsifier's name, extended with
 the knobs that tell its runs apart (analysis.labels). Other config values: merge the runs table
 on run_id.
 """
@@ -29,11 +31,12 @@ import pyarrow.compute as pc
 
 from analysis.columns import KEYS, NUMERIC_KEYS
 from analysis.labels import method_labels
+from analysis.tasks import fill_task
 
 _RUN = "__run"  # row -> run position, while assembling
 # The runs table's own columns, present even when no run was found.
 RUN_COLUMNS = (*[key for key in KEYS if key != "method"], "name", "error", "warmup_steps", "log_every", "scope",
-               "metrics_cut", "bad_lines")
+               "task", "higher_is_better", "metrics_cut", "bad_lines")
 
 
 @dataclass
@@ -65,6 +68,8 @@ def assemble(infos: list[dict[str, Any]], train: list[pa.Table | None], evals: l
     Rows are keyed in Arrow and converted to pandas once per table: with a million rows,
     every pandas-level copy would cost about a second.
     """
+    for info, rows in zip(infos, evals):
+        fill_task(info, rows.column_names if rows is not None else ())
     runs = pd.DataFrame(infos) if infos else pd.DataFrame(columns=list(RUN_COLUMNS))
     runs.insert(1, "method", method_labels(runs) if len(runs) else pd.Series(dtype=str))
     for key in NUMERIC_KEYS:

@@ -5,16 +5,15 @@ from typing import Any
 
 from tqdm import tqdm
 
-# Each task's headline metric: (column title, summary label, format).
-TASK_METRICS = {
-    "eval/accuracy": ("eval acc", "accuracy", "{:.2%}"),
-    "eval/perplexity": ("eval ppl", "perplexity", "{:.2f}"),
-    "eval/hr10": ("HR@10", "HR@10", "{:.2%}"),
-}
-
 
 def _task_metric(metric: str) -> tuple[str, str, str]:
-    return TASK_METRICS.get(metric, (metric.removeprefix("eval/"), metric.removeprefix("eval/"), "{:.4g}"))
+    """(column title, summary label, format) of a task's headline metric; the analysis package
+    holds the one table of labels and formats (analysis/tasks.py)."""
+    from analysis.tasks import metric_spec
+
+    spec = metric_spec(metric)
+    title = {"accuracy": "eval acc"}.get(spec.label, spec.label)
+    return title, spec.title, spec.fmt
 
 
 def _columns(metric: str) -> tuple[tuple[str, str, str], ...]:

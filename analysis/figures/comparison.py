@@ -3,45 +3,73 @@ the figure every sweep ends with (experiments/callbacks.py)."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from analysis.figures.style import base_method, finish, method_color, new_figure
+from analysis.figures.style import base_method, finish, method_color, new_figure, series_labels
 from analysis.stats import run_stats
 from analysis.tables import RunTables
+from analysis.tasks import metric_order, metric_spec
 
-# (stat of analysis.stats.run_stats, panel title, y-axis label with units)
+# (stat of analysis.stats.run_stats, panel title, y-axis label with units), after the panel of
+# each task metric present (final accuracy, perplexity, HR@10).
 PANELS = (
-    ("accuracy", "final accuracy", "accuracy (fraction)"),
     ("select_ms_max", "selection time (slowest rank)", "ms per step"),
     ("mb_sent", "traffic (busiest rank)", "MB sent per step"),
     ("abs_density_error", "compression ratio error", "mean |density error|"),
     ("buildup", "build-up", "|U| / selection size"),
     ("load_imbalance", "load imbalance", "W max|S_r| / sum|S_r| - 1"),
 )
+COLUMNS = 3
 
 
 def method_comparison(tables: RunTables) -> Figure | None:
-    """Six panels of bars, one bar per method (per W when several): mean over seeds, with the
-    standard deviation as an error bar where there are several seeds."""
+    """Panels of bars, one bar per method (per W when several; per model and dataset when
+    several): mean over seeds, with the standard deviation as an error bar where there are
+    several seeds. The first panel is the final task metric; runs of several tasks get one panel
+    per metric, each with the bars of its own runs."""
     stats = run_stats(tables)
     if stats.empty:
         return None
     several_w = stats["workers"].nunique() > 1
-    stats = stats.assign(label=stats["method"].astype(str) + (" W=" + stats["workers"].astype(str) if several_w else ""))
-    grouped = stats.groupby("label", sort=False)
-    order = sorted(grouped.groups, key=lambda label: (base_method(label) != "dense", label))
-    figure, axes = new_figure(2, 3, width=4.2, height=3.2)
-    for axis, (stat, title, ylabel) in zip(axes.flat, PANELS):
-        means = [grouped.get_group(label)[stat].mean() for label in order]
-        stds = [grouped.get_group(label)[stat].std() for label in order]
-        positions = np.arange(len(order))
-        colors = [method_color(base_method(label)) for label in order]
-        axis.bar(positions, np.nan_to_num(means), yerr=np.nan_to_num(stds), color=colors, capsize=3)
-        axis.set_xticks(positions, order, rotation=45, ha="right", fontsize="small")
+    stats = stats.assign(label=series_labels(stats, extra=("workers",) if several_w else ()))
+    metrics = metric_order(stats["task_metric"]) or ["eval/accuracy"]
+    panels = [(metric, None, None) for metric in metrics] + list(PANELS)
+    rows = -(-len(panels) // COLUMNS)
+    # Rotated bar labels below each panel: taller panels for longer labels (knob variants, workloads).
+    longest = int(stats["label"].str.len().max())
+    figure, axes = new_figure(rows, COLUMNS, width=4.2, height=3.2 + 0.06 * max(0, longest - 12))
+    for axis, (stat, title, ylabel) in zip(axes.flat, panels):
+        if title is None:  # a task metric: the bars of the runs of that task
+            spec = metric_spec(stat)
+            mine = stats[stats["task_metric"] == stat] if len(metrics) > 1 else stats
+            _bars(axis, mine.assign(value=spec.plotted(mine["metric"])), "value")
+            axis.set_title(f"final {spec.label}", fontsize="medium")
+            axis.set_ylabel(spec.axis_label(prefix=""))
+            continue
+        means = _bars(axis, stats, stat)
         axis.set_title(title, fontsize="medium")
-        axis.set_xlabel("method")
         axis.set_ylabel(ylabel)
         if stat == "select_ms_max" and np.nanmax(means) > 20 * max(np.nanmin(means), 1e-9):
             axis.set_yscale("log")
+    for axis in list(axes.flat)[len(panels):]:
+        axis.set_visible(False)
     workers = ", ".join(str(w) for w in sorted(stats["workers"].unique()))
-    return finish(figure, f"Method comparison (W = {workers})", list(axes.flat), handles=[])
+    visible = [axis for axis in axes.flat if axis.get_visible()]
+    return finish(figure, f"Method comparison (W = {workers})", visible, handles=[], data=stats)
+
+
+def _bars(axis: Axes, stats: pd.DataFrame, stat: str) -> list[float]:
+    """One bar per label of `stats` (dense first): mean of `stat` over its runs, std as error
+    bar. Returns the means."""
+    grouped = stats.groupby("label", sort=False)
+    order = sorted(grouped.groups, key=lambda label: (base_method(label) != "dense", label))
+    means = [grouped.get_group(label)[stat].mean() for label in order]
+    stds = [grouped.get_group(label)[stat].std() for label in order]
+    positions = np.arange(len(order))
+    colors = [method_color(base_method(label)) for label in order]
+    axis.bar(positions, np.nan_to_num(means), yerr=np.nan_to_num(stds), color=colors, capsize=3)
+    axis.set_xticks(positions, order, rotation=45, ha="right", fontsize="small")
+    axis.set_xlabel("method")
+    return means

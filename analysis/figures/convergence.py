@@ -1,5 +1,6 @@
-"""Training outcome: accuracy against epochs and against time (measured, and modelled when
-the runs log time/exchange_model_ms), with the dense baseline, and the error-feedback residual."""
+"""Training outcome: each run's task metric (accuracy, perplexity, HR@10) against epochs and
+against time (measured, and modelled when the runs log time/exchange_model_ms), with the dense
+baseline, and the error-feedback residual."""
 from __future__ import annotations
 
 import pandas as pd
@@ -8,6 +9,7 @@ from matplotlib.figure import Figure
 from analysis import columns as c
 from analysis.figures.style import base_method, finish, method_color, method_worker_handles, new_figure, series_labels
 from analysis.tables import RunTables
+from analysis.tasks import metric_order, metric_spec
 from analysis.timeline import elapsed_at_evals, per_step_ms
 
 LINESTYLES = ("-", "--", "-.", ":")
@@ -26,37 +28,55 @@ def _style(label: str, workers: int, worker_counts: list[int]) -> dict:
 
 
 def _mean_curves(frame: pd.DataFrame, x: str, y: str):
-    """(label, workers, curve) with the curve averaged over seeds at each x."""
-    frame = frame.assign(series=lambda f: series_labels(f)).dropna(subset=[x, y])
+    """(label, workers, curve) with the curve averaged over seeds at each x; labels from the
+    frame's `series` column when it has one."""
+    if "series" not in frame.columns:
+        frame = frame.assign(series=series_labels(frame))
+    frame = frame.dropna(subset=[x, y])
     for (label, workers), group in frame.groupby(["series", "workers"], sort=True):
         yield label, int(workers), group.groupby(x)[y].mean().sort_index()
 
 
-def accuracy_curves(tables: RunTables) -> Figure | None:
-    """Eval accuracy against epoch, against measured training time and, when the runs log
-    time/exchange_model_ms, against modelled time. One line per method and worker count
-    (mean over seeds); dense, the baseline, is the heavy black line."""
+def task_metric_curves(tables: RunTables) -> Figure | None:
+    """Each run's task metric (its summary's task.metric: accuracy, perplexity, HR@10) against
+    epoch, against measured training time and, when the runs log time/exchange_model_ms, against
+    modelled time. One line per method and worker count (mean over seeds); dense, the baseline,
+    is the heavy black line. Runs of several tasks: one row of panels per metric."""
     epochs = tables.epochs
-    if not c.has_data(epochs, c.ACCURACY):
+    metrics = [m for m in metric_order(epochs.get("task_metric", ())) if c.has_data(epochs, m)]
+    if not metrics:
         return None
     epochs = epochs.assign(
         measured_s=elapsed_at_evals(tables.steps, epochs, "measured"),
         modelled_s=elapsed_at_evals(tables.steps, epochs, "modelled"),
+        series=series_labels(epochs),  # over all rows: one label per method and workload in every row of panels
     )
     panels = [("epoch", "epoch"), ("measured_s", "training time, measured (s)")]
     if per_step_ms(tables.steps, "modelled") is not None:
         panels.append(("modelled_s", "training time, modelled network (s)"))
-    figure, axes = new_figure(1, len(panels))
+    figure, axes = new_figure(len(metrics), len(panels))
     worker_counts = sorted(int(w) for w in epochs["workers"].unique())
-    labels = set()
-    for axis, (x, xlabel) in zip(axes[0], panels):
-        for label, workers, curve in _mean_curves(epochs, x, c.ACCURACY):
-            axis.plot(curve.index, curve.to_numpy(), **_style(label, workers, worker_counts))
-            labels.add(label)
-        axis.set_xlabel(xlabel)
-        axis.set_ylabel("eval accuracy")
+    labels, drawn = set(), []
+    for row, metric in zip(axes, metrics):
+        spec = metric_spec(metric)
+        rows = epochs[(epochs["task_metric"] == metric)].dropna(subset=[metric])
+        rows = rows.assign(**{metric: spec.plotted(rows[metric])})
+        drawn.append(rows)
+        for axis, (x, xlabel) in zip(row, panels):
+            for label, workers, curve in _mean_curves(rows, x, metric):
+                axis.plot(curve.index, curve.to_numpy(), **_style(label, workers, worker_counts))
+                labels.add(label)
+            axis.set_xlabel(xlabel)
+            axis.set_ylabel(spec.axis_label())
     handles = method_worker_handles(labels, worker_counts, LINESTYLES)
-    return finish(figure, "Accuracy vs epoch and vs time (dense baseline in black)", list(axes[0]), handles)
+    name = metric_spec(metrics[0]).label if len(metrics) == 1 else "Task metrics"
+    baseline = " (dense baseline in black)" if (epochs["sparsifier"].astype(str) == c.DENSE).any() else ""
+    title = f"{name[:1].upper()}{name[1:]} vs epoch and vs time{baseline}"
+    return finish(figure, title, list(axes.flat), handles, data=pd.concat(drawn))
+
+
+# The figure's name before runs had tasks; notebooks and scripts may still call it.
+accuracy_curves = task_metric_curves
 
 
 def residual_norm(tables: RunTables) -> Figure | None:
@@ -84,4 +104,4 @@ def residual_norm(tables: RunTables) -> Figure | None:
         axis.set_xlabel("step")
         axis.set_ylabel(ylabel)
     handles = method_worker_handles(labels, worker_counts, LINESTYLES)
-    return finish(figure, "Error-feedback residual over training", [axes[0, 0], axes[0, 1]], handles)
+    return finish(figure, "Error-feedback residual over training", [axes[0, 0], axes[0, 1]], handles, data=steps)

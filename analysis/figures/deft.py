@@ -45,4 +45,4 @@ def deft_units(tables: RunTables, method: str = "deft") -> Figure | None:
         loads_axis.set_xlabel("step")
         loads_axis.set_ylabel("bin load (sum of unit costs)")
     visible = [axis for axis in axes[0] if axis.get_visible()]
-    return finish(figure, f"DEFT plan (W={workers}): unit norms, k per unit, bin loads per worker", visible)
+    return finish(figure, f"DEFT plan (W={workers}): unit norms, k per unit, bin loads per worker", visible, data=run)

@@ -28,7 +28,7 @@ def selection_time_vs_workers(tables: RunTables) -> Figure | None:
     workers_axis(axis, rows["workers"])
     axis.set_yscale("log")
     axis.set_ylabel("selection time per step (ms, slowest rank)")
-    return finish(figure, "Selection time vs workers (median, IQR over steps)", [axis])
+    return finish(figure, "Selection time vs workers (median, IQR over steps)", [axis], data=rows)
 
 
 def buildup_density_vs_workers(tables: RunTables) -> Figure | None:
@@ -55,7 +55,7 @@ def buildup_density_vs_workers(tables: RunTables) -> Figure | None:
     left.set_ylabel("build-up (|U| / selection size)")
     right.set_ylabel("actual density |U| / N (dashed: target)")
     right.set_yscale("log")
-    return finish(figure, "Gradient build-up and actual density vs workers", [left, right])
+    return finish(figure, "Gradient build-up and actual density vs workers", [left, right], data=rows)
 
 
 def compression_error(tables: RunTables) -> Figure | None:
@@ -75,4 +75,4 @@ def compression_error(tables: RunTables) -> Figure | None:
     axis.set_xticks(positions, table.index, rotation=30, ha="right")
     axis.set_xlabel("method")
     axis.set_ylabel("mean |density error| (|U| / k - 1)")
-    return finish(figure, "Compression ratio error per method", [axis])
+    return finish(figure, "Compression ratio error per method", [axis], data=rows)

@@ -1,5 +1,6 @@
 """What every figure shares: a fresh Figure (no pyplot state, so it renders the same in a
-script, under Agg, or in a notebook), stable colours per method, and series labels.
+script, under Agg, or in a notebook), stable colours per method, series labels, and a title
+that says what the runs were (analysis.figures.provenance).
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from analysis.columns import DENSE
+from analysis.figures.provenance import figure_title
+from analysis.tasks import is_stand_in
 
 # Fixed order, so a method keeps its colour whatever else a figure shows.
 KNOWN = ("topk", "dgc", "cltk", "threshold", "sage", "gaussiank", "randomk", "micro", "exdyna", "deft")
@@ -44,7 +47,8 @@ def method_color(label: str) -> tuple[float, ...] | str:
 
 def series_labels(frame: pd.DataFrame, extra: Iterable[str] = ()) -> pd.Series:
     """method, then each optional key that takes several values in `frame`, then `extra`:
-    e.g. "topk d=0.01" when densities differ, "topk W=4" with extra=("workers",)."""
+    e.g. "topk d=0.01" when densities differ, "topk W=4" with extra=("workers",); "(stand-in)"
+    last on runs on stand-in data when others trained on the real data."""
     label = frame["method"].astype(str)
     short = {"density": "d", "workers": "W"}
     extra = tuple(extra)
@@ -52,6 +56,9 @@ def series_labels(frame: pd.DataFrame, extra: Iterable[str] = ()) -> pd.Series:
         if key in frame.columns and (key in extra or _varies(frame, key)):
             text = frame[key].astype(str)
             label = label + (f" {short[key]}=" + text if key in short else " " + text)
+    if "data_source" in frame.columns and frame["data_source"].nunique() > 1:
+        # runs on stand-in data never share a line or bar with runs on the real data
+        label = label + frame["data_source"].map(lambda source: " (stand-in)" if is_stand_in(source) else "").astype(str)
     return label
 
 
@@ -75,11 +82,15 @@ def workers_axis(axis: Axes, workers: Iterable[int]) -> None:
     axis.set_xlabel("workers W")
 
 
-def finish(figure: Figure, title: str, axes: Iterable[Axes], handles: list[Artist] | None = None) -> Figure:
+def finish(figure: Figure, title: str, axes: Iterable[Axes], handles: list[Artist] | None = None, *,
+           data: pd.DataFrame | None) -> Figure:
     """Title, light grid, and one legend: inside a lone panel when it is short, else below the
     panels, shared by all of them (entries deduplicated by label). `handles` replaces the
-    entries drawn from the panels (e.g. proxies: colour = method, line style = W)."""
-    figure.suptitle(title)
+    entries drawn from the panels (e.g. proxies: colour = method, line style = W).
+
+    `data`: the rows the figure drew (any table with the key columns). The title names the
+    model and dataset they share and warns when any of them trained on stand-in data."""
+    figure.suptitle(figure_title(title, data, width=int(figure.get_figwidth() * 10)))
     axes = list(axes)
     for axis in axes:
         axis.grid(True, alpha=0.3)
@@ -94,7 +105,9 @@ def finish(figure: Figure, title: str, axes: Iterable[Axes], handles: list[Artis
     if len(axes) == 1 and len(handles) <= 6:
         axes[0].legend(handles=handles, fontsize="small")
     else:
-        columns = max(1, min(len(handles), int(figure.get_figwidth() / 1.4)))
+        # An entry is its line sample plus its text: long labels (knob variants) take fewer columns.
+        longest = max(len(str(handle.get_label())) for handle in handles)
+        columns = max(1, min(len(handles), int(figure.get_figwidth() / max(1.4, 0.6 + 0.07 * longest))))
         figure.set_figheight(figure.get_figheight() + 0.25 * -(-len(handles) // columns))
         figure.legend(handles=handles, loc="outside lower center", ncols=columns, fontsize="small")
     return figure

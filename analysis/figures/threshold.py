@@ -44,7 +44,7 @@ def density_vs_step(tables: RunTables, methods: tuple[str, ...] = c.THRESHOLD_ME
         axis.set_ylabel("actual density |U| / N")
     for axis in list(axes.flat)[len(names):]:
         axis.set_visible(False)
-    return finish(figure, "Actual density vs step, threshold methods", [a for a in axes.flat if a.get_visible()])
+    return finish(figure, "Actual density vs step, threshold methods", [a for a in axes.flat if a.get_visible()], data=steps)
 
 
 def load_imbalance_vs_step(tables: RunTables, methods: tuple[str, ...] = ("micro", "exdyna")) -> Figure | None:
@@ -64,7 +64,7 @@ def load_imbalance_vs_step(tables: RunTables, methods: tuple[str, ...] = ("micro
         axis.set_title(f"W={count}")
         axis.set_xlabel("step")
         axis.set_ylabel("load imbalance (W max|S_r| / sum|S_r| - 1)")
-    return finish(figure, "Load imbalance vs step: " + " vs ".join(methods), list(axes[0]))
+    return finish(figure, "Load imbalance vs step: " + " vs ".join(methods), list(axes[0]), data=steps[steps["workers"].isin(workers)])
 
 
 def partition_boundaries(tables: RunTables, method: str = "exdyna") -> Figure | None:
@@ -85,4 +85,4 @@ def partition_boundaries(tables: RunTables, method: str = "exdyna") -> Figure | 
         axis.set_title(f"W={count}")
         axis.set_xlabel("step")
         axis.set_ylabel("partition boundary (block index)")
-    return finish(figure, f"{method} partition boundaries over training", list(axes[0]))
+    return finish(figure, f"{method} partition boundaries over training", list(axes[0]), data=steps[steps["workers"].isin(workers)])

@@ -50,4 +50,4 @@ def step_time_breakdown(tables: RunTables) -> Figure | None:
     axis.set_xlabel("method and worker count")
     axis.set_ylabel("ms per step (median, slowest rank)")
     title = "Step time breakdown" + (" (left: measured, right: modelled network)" if modelled else " (measured)")
-    return finish(figure, title, [axis])
+    return finish(figure, title, [axis], data=rows)

@@ -1,5 +1,7 @@
 """Fixtures of the analysis tests: one tiny real sweep (shared by the whole session), copies of
-its runs made to look failed or killed, and synthetic studies that exercise every figure."""
+its runs made to look failed or killed, synthetic studies that exercise every figure, and a
+synthetic study of the three task kinds (with stand-in data, an old-format run and a DGC
+ablation)."""
 from __future__ import annotations
 
 import json
@@ -67,6 +69,34 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_sweep(root / "sweep", ["dense", "topk", "micro", "exdyna", "deft", "dgc"], [2, 4, 8], seeds=2, steps=30, epochs=3)
     write_run(root / "failed", SyntheticRun("micro", 4, status="failed", steps=10))
     write_run(root / "killed", SyntheticRun("topk", 4, status="running", cut=True, steps=10))
+    return root
+
+
+STAND_IN_TEXT = "stand-in: bible-kjv from nltk (one verse a line)"
+# The DGC ablation: momentum correction on/off x warm-up on/off; the first variant has two seeds.
+DGC_VARIANTS = [((("momentum", m), ("warmup", w)), seeds) for (m, w), seeds in
+                (((0.9, True), 2), ((0.9, False), 1), ((0.0, True), 1), ((0.0, False), 1))]
+
+
+@pytest.fixture(scope="session")
+def workloads(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One folder per part, in the runner's current format unless said:
+    cifar10/   dense, topk: ResNet-18 on real CIFAR-10 (classification, W=4)
+    wikitext2/ dense, topk: LSTM on stand-in WikiText-2 (language model, perplexity)
+    movielens/ topk: NCF on real MovieLens (recommendation, HR@10)
+    legacy/    topk on mlp/synthetic with an old summary.json (no task, no dataset)
+    ablation/  dgc on ResNet-18 / CIFAR-10, DGC_VARIANTS"""
+    root = tmp_path_factory.mktemp("workloads")
+    small = {"workers": 4, "steps": 12, "epochs": 3}
+    for method in ("dense", "topk"):
+        write_run(root / "cifar10" / method, SyntheticRun(method, model="resnet18", dataset="cifar10", **small))
+        write_run(root / "wikitext2" / method, SyntheticRun(method, task="language_model", source=STAND_IN_TEXT, **small))
+    write_run(root / "movielens" / "topk", SyntheticRun("topk", task="recommendation", **small))
+    write_run(root / "legacy" / "topk", SyntheticRun("topk", legacy=True, **small))
+    for number, (knobs, seeds) in enumerate(DGC_VARIANTS):
+        for seed in range(seeds):
+            run = SyntheticRun("dgc", seed=seed, model="resnet18", dataset="cifar10", knobs=knobs, **small)
+            write_run(root / "ablation" / f"{number}_s{seed}", run)
     return root
 
 

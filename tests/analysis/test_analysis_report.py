@@ -31,7 +31,7 @@ def recompute(run_dir: Path) -> dict[str, float]:
         return statistics.fmean(row[key] for row in train)
 
     return {
-        "accuracy": max(evals, key=lambda row: (row["step"], row["epoch"]))["eval/accuracy"],
+        "metric": max(evals, key=lambda row: (row["step"], row["epoch"]))["eval/accuracy"],
         "select_ms_max": statistics.median(row["time/select_ms_max"] for row in timed),
         "select_ms_mean": statistics.median(row["time/select_ms_mean"] for row in timed),
         "mb_sent": mean("traffic/sent_bytes_max") / 1e6,
@@ -77,7 +77,8 @@ def test_summary_numbers_match_the_metrics_files(report: tuple[Path, str], sweep
         for key, value in expected.items():
             assert row[key].item() == pytest.approx(value, rel=1e-9, abs=1e-12), (method, workers, key)
         (cells,) = [r for r in shown if r["method"] == method and r["W"] == str(workers)]
-        assert cells["accuracy"] == f"{expected['accuracy']:.2%}"
+        assert row["task_metric"].item() == "eval/accuracy"
+        assert cells["accuracy"] == f"{expected['metric']:.2%}"
         assert cells["build-up"] == f"{expected['buildup']:.3f}"
         assert cells["MB sent/rank/step"] == f"{expected['mb_sent']:.4f}"
         assert cells["density error"] == f"{expected['density_error']:+.3f}"
@@ -106,6 +107,6 @@ def test_report_prints_the_summary_and_links_every_figure(report: tuple[Path, st
             assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
         else:
             assert "no data" in section
-    for name in ("selection_time_vs_workers", "accuracy_curves", "step_time_breakdown"):
+    for name in ("selection_time_vs_workers", "task_metric_curves", "step_time_breakdown"):
         assert (out / f"{name}.png").exists()
     assert not (out / "deft_units.png").exists()  # no DEFT run in this sweep

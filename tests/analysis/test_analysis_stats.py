@@ -22,7 +22,7 @@ def test_seeds_are_averaged_with_their_std(synthetic: Path) -> None:
     summary = summarize(stats).set_index(["method", "workers"])
     assert (summary["runs"] == 2).all() and (summary["seeds"] == 2).all()
     pair = stats[(stats["method"] == "micro") & (stats["workers"] == 4)]["buildup"].to_numpy()
-    for name in ("load_imbalance", "accuracy"):
+    for name in ("load_imbalance", "metric"):
         values = stats[(stats["method"] == "micro") & (stats["workers"] == 4)][name].to_numpy()
         assert summary.loc[("micro", 4), name] == pytest.approx(values.mean())
         assert summary.loc[("micro", 4), f"{name}_std"] == pytest.approx(np.std(values, ddof=1))

@@ -75,3 +75,14 @@ def test_wandb_runs_load_into_the_same_tables() -> None:
 def test_wandb_is_not_imported_unless_asked() -> None:
     code = "import sys, analysis.load, analysis.figures, analysis.report; assert 'wandb' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True).returncode == 0
+
+
+def test_wandb_runs_carry_their_task_and_data_source() -> None:
+    summary = {"eval/perplexity": 140.0, "task": {"kind": "language_model", "metric": "eval/perplexity", "higher_is_better": False},
+               "dataset": {"name": "wikitext2", "task": "language_model", "source": "stand-in: verses"}}
+    history = [{"_step": 0, "train/loss": 5.0, "epoch": 0}, {"_step": 1, "epoch": 0, "eval/perplexity": 140.0}]
+    tables = load_wandb("entity/project", api=FakeApi([FakeRun("lm", "finished", history, summary=summary),
+                                                        FakeRun("old", "finished", HISTORY)]))
+    runs = tables.runs.set_index("name")
+    assert runs.loc["lm", ["task", "task_metric", "data_source"]].tolist() == ["language_model", "eval/perplexity", "stand-in: verses"]
+    assert runs.loc["old", ["task", "task_metric", "data_source"]].tolist() == ["classification", "eval/accuracy", "real"]
