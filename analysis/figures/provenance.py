@@ -61,5 +61,6 @@ def figure_title(title: str, rows: pd.DataFrame | None, width: int = 100) -> str
     own (title lines, which layouts never hide behind a legend), wrapped at `width` characters."""
     workload = workload_label(rows)
     text = f"{title} — {workload}" if workload else title
+    lines = textwrap.wrap(text, max(width, 40))  # a long title must not run off the figure
     note = stand_in_note(rows)
-    return "\n".join([text, *textwrap.wrap(note, max(width, 40))]) if note else text
+    return "\n".join([*lines, *textwrap.wrap(note, max(width, 40))]) if note else "\n".join(lines)
