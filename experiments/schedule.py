@@ -42,6 +42,7 @@ class StepSchedule:
         self.decay_factor = float(decay_factor)
         self.warmup_epochs = float(warmup_epochs)
         self.warmup_reference_batch = warmup_reference_batch
+        self.optimizer: torch.optim.Optimizer | None = None  # set by bind()
         self.base_lr: float | None = None
         self.peak_factor = 1.0
 
