@@ -16,7 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-PACKAGES = ("torch", "torchvision", "hydra-core", "omegaconf", "wandb", "numpy", "pandas", "matplotlib")
+PACKAGES = ("torch", "torchvision", "numba", "hydra-core", "omegaconf", "wandb", "numpy", "pandas", "matplotlib")
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 import torch
 
 from experiments.collectives import RankCollectives
+from experiments.phases import NO_CLOCK, PhaseClock
 from sparsifiers.base import ExchangeKind
+from sparsifiers.kernels import sorted_union
 
 INDEX_DTYPE = torch.int32
 PAD = -1  # index padding: never a valid coordinate
@@ -38,32 +40,36 @@ def exchange(
     comm: RankCollectives,
     leader: int | None = None,
     shared: torch.Tensor | None = None,
+    clock: PhaseClock = NO_CLOCK,
 ) -> ExchangeResult:
     """Runs one exchange of `kind`. `leader` is the selecting rank for LEADER_BROADCAST; `shared`
     (UNION_ALLREDUCE only) the indices every rank adds to the union unexchanged
-    (`Sparsifier.shared_indices`)."""
+    (`Sparsifier.shared_indices`); `clock` times its phases (the step benchmark)."""
     if shared is not None and kind is not ExchangeKind.UNION_ALLREDUCE:
         raise ValueError(f"shared indices are aggregated by union_allreduce only, not {kind.value}")
     if kind is ExchangeKind.DENSE:
-        return dense_allreduce(accs, out, comm)
+        return dense_allreduce(accs, out, comm, clock)
     if kind is ExchangeKind.UNION_ALLREDUCE:
-        return union_allreduce(selections, accs, out, comm, shared)
+        return union_allreduce(selections, accs, out, comm, shared, clock)
     if kind is ExchangeKind.SPARSE_ALLGATHER:
-        return sparse_allgather(selections, accs, out, comm)
+        return sparse_allgather(selections, accs, out, comm, clock)
     if kind is ExchangeKind.LEADER_BROADCAST:
         if leader is None:
             raise ValueError("leader_broadcast needs the leader rank")
-        return leader_allreduce(selections, accs, out, comm, leader)
+        return leader_allreduce(selections, accs, out, comm, leader, clock)
     if kind is ExchangeKind.SHARED_ALLREDUCE:
-        return shared_allreduce(selections, accs, out, comm)
+        return shared_allreduce(selections, accs, out, comm, clock)
     raise ValueError(f"unknown exchange kind {kind}")
 
 
-def dense_allreduce(accs: list[torch.Tensor], out: torch.Tensor, comm: RankCollectives) -> ExchangeResult:
+def dense_allreduce(
+    accs: list[torch.Tensor], out: torch.Tensor, comm: RankCollectives, clock: PhaseClock = NO_CLOCK
+) -> ExchangeResult:
     """agg = mean_r acc_r over the whole vector."""
     sum_in_rank_order(out, accs)
     comm.all_reduce_sum(out)
     out.div_(comm.world_size)
+    clock.mark("value_exchange")
     numel = out.numel()
     counts = torch.full((comm.world_size,), numel, dtype=torch.int64)
     return ExchangeResult(counts, numel, [None] * len(accs))
@@ -75,6 +81,7 @@ def union_allreduce(
     out: torch.Tensor,
     comm: RankCollectives,
     shared: torch.Tensor | None = None,
+    clock: PhaseClock = NO_CLOCK,
 ) -> ExchangeResult:
     """Allgather counts, then the index lists padded to the largest count; every rank forms the
     union U and allreduces its accumulator at U; agg[U] = mean. Every rank zeroes all of U.
@@ -92,69 +99,89 @@ def union_allreduce(
         all_indices = comm.all_gather(_padded_rows(selections, width, out.device))
     else:
         all_indices = torch.empty((comm.world_size, 0), dtype=INDEX_DTYPE, device=out.device)
-    union = _union(all_indices, counts)
+    union = sorted_union(all_indices, counts, out.numel())
     appended = 0
     if shared is not None and shared.numel() > 0:
         # Disjoint from the selections by contract: appended, not merged (U need not be sorted,
         # only identical on every rank).
         union = torch.cat([union, shared.to(device=out.device, dtype=torch.int64)])
         appended = int(shared.numel())
-    values = sum_in_rank_order(None, [acc[union] for acc in accs])
-    comm.all_reduce_sum(values)
-    out.zero_()
-    out[union] = values.div_(comm.world_size)
+    clock.mark("index_exchange")
+    _mean_at(union, accs, out, comm, clock)
     return ExchangeResult(counts.cpu(), int(union.numel()), [union] * len(accs), appended)
 
 
 def sparse_allgather(
-    selections: list[torch.Tensor], accs: list[torch.Tensor], out: torch.Tensor, comm: RankCollectives
+    selections: list[torch.Tensor],
+    accs: list[torch.Tensor],
+    out: torch.Tensor,
+    comm: RankCollectives,
+    clock: PhaseClock = NO_CLOCK,
 ) -> ExchangeResult:
     """Allgather (index, value) pairs; agg = (1/W) sum_r scatter(S_r, acc_r[S_r]). Each rank
     zeroes only its own selection."""
     counts = _all_gather_counts(selections, comm, out.device)
     width = int(counts.max())
     all_indices = comm.all_gather(_padded_rows(selections, width, out.device))
+    clock.mark("index_exchange")
     values = torch.zeros((len(accs), width), dtype=out.dtype, device=out.device)
     for row, (selection, acc) in enumerate(zip(selections, accs)):
         values[row, : selection.numel()] = acc[selection]
     all_values = comm.all_gather(values)
+    clock.mark("value_exchange")
     out.zero_()
     # Rank by rank: indices within one rank are unique, so each index_add_ is deterministic.
     for rank in range(comm.world_size):
         count = int(counts[rank])
         out.index_add_(0, all_indices[rank, :count].long(), all_values[rank, :count])
     out.div_(comm.world_size)
-    union = _union(all_indices, counts)
+    union = sorted_union(all_indices, counts, out.numel())
+    clock.mark("scatter")
     return ExchangeResult(counts.cpu(), int(union.numel()), [s.long() for s in selections])
 
 
 def leader_allreduce(
-    selections: list[torch.Tensor], accs: list[torch.Tensor], out: torch.Tensor, comm: RankCollectives, leader: int
+    selections: list[torch.Tensor],
+    accs: list[torch.Tensor],
+    out: torch.Tensor,
+    comm: RankCollectives,
+    leader: int,
+    clock: PhaseClock = NO_CLOCK,
 ) -> ExchangeResult:
     """CLT-k's pattern: every rank holds the leader's broadcast indices; allreduce values there.
     Only the leader selected, so the counts are |S| at the leader and 0 elsewhere."""
     selection = selections[0].long()
-    values = sum_in_rank_order(None, [acc[selection] for acc in accs])
-    comm.all_reduce_sum(values)
-    out.zero_()
-    out[selection] = values.div_(comm.world_size)
+    _mean_at(selection, accs, out, comm, clock)
     counts = torch.zeros(comm.world_size, dtype=torch.int64)
     counts[leader] = selection.numel()
     return ExchangeResult(counts, int(selection.numel()), [selection] * len(accs))
 
 
 def shared_allreduce(
-    selections: list[torch.Tensor], accs: list[torch.Tensor], out: torch.Tensor, comm: RankCollectives
+    selections: list[torch.Tensor],
+    accs: list[torch.Tensor],
+    out: torch.Tensor,
+    comm: RankCollectives,
+    clock: PhaseClock = NO_CLOCK,
 ) -> ExchangeResult:
     """Selections identical on every rank by construction (a shared seed): no index traffic,
     allreduce the values there. Every rank selected |S|; the union is S."""
     selection = selections[0].long()
-    values = sum_in_rank_order(None, [acc[selection] for acc in accs])
-    comm.all_reduce_sum(values)
-    out.zero_()
-    out[selection] = values.div_(comm.world_size)
+    _mean_at(selection, accs, out, comm, clock)
     counts = torch.full((comm.world_size,), selection.numel(), dtype=torch.int64)
     return ExchangeResult(counts, int(selection.numel()), [selection] * len(accs))
+
+
+def _mean_at(
+    indices: torch.Tensor, accs: list[torch.Tensor], out: torch.Tensor, comm: RankCollectives, clock: PhaseClock
+) -> None:
+    """The all-reduce at an index set every rank holds: out = mean_r acc_r at `indices`, 0 elsewhere."""
+    values = sum_in_rank_order(None, [acc[indices] for acc in accs])
+    comm.all_reduce_sum(values)
+    clock.mark("value_exchange")
+    out.zero_()
+    out[indices] = values.div_(comm.world_size)
+    clock.mark("scatter")
 
 
 def _all_gather_counts(selections: list[torch.Tensor], comm: RankCollectives, device: torch.device) -> torch.Tensor:
@@ -169,12 +196,6 @@ def _padded_rows(selections: list[torch.Tensor], width: int, device: torch.devic
     for row, selection in enumerate(selections):
         rows[row, : selection.numel()] = selection
     return rows
-
-
-def _union(all_indices: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-    """Sorted union of every rank's valid indices, as int64."""
-    valid = [all_indices[rank, : int(counts[rank])] for rank in range(all_indices.shape[0])]
-    return torch.unique(torch.cat(valid).long())
 
 
 def sum_in_rank_order(out: torch.Tensor | None, parts: list[torch.Tensor]) -> torch.Tensor:

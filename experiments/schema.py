@@ -73,6 +73,7 @@ class RunConfig:
     warmup_steps: int = 5  # steps left out of timing summaries
     checksum_every: int = 50  # steps between cross-rank parameter checks (0: never)
     eval_limit: Optional[int] = None  # evaluate on the first this-many test examples (smoke runs); None: all
+    kernels: str = "auto"  # selection kernels: auto | torch (the reference) | compiled (numba)
     tag: str = ""  # free text recorded with the run (experiment files name their paper figure)
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from experiments.exchange import INDEX_DTYPE, ExchangeResult, exchange, sum_in_rank_order
+from experiments.phases import NO_CLOCK, PhaseClock
 from experiments.replica import Replica
 from experiments.tasks import Task
 from experiments.world import World
@@ -98,9 +99,11 @@ def sparsify_and_exchange(
     out: torch.Tensor,
     step: int,
     measure_norms: bool = False,
+    clock: PhaseClock = NO_CLOCK,
 ) -> SparsifyOutcome:
     """Phases 2 to 5 for the hosted ranks: `accs` (one per rank, the residual buffers holding
-    acc) become residuals in place, and the aggregate is written into `out`."""
+    acc) become residuals in place, and the aggregate is written into `out`. `clock` times the
+    phases (the step benchmark); the default does nothing."""
     method = sparsifiers[0]  # every rank runs the same method
     ranks = world.local_ranks
 
@@ -119,6 +122,7 @@ def sparsify_and_exchange(
         plan_ms = _elapsed_ms(world, start)
         # Plans travel as int32 (like indices: every model here has < 2**31 elements).
         plan = world.comm.broadcast(mine, leader, INDEX_DTYPE, world.device).long()
+    clock.mark("plan")
 
     # 3. select: timed per rank, so max and mean over ranks mean what they say.
     selections, select_ms = [], []
@@ -126,14 +130,16 @@ def sparsify_and_exchange(
         start = time.perf_counter()
         selections.append(sparsifier.select(acc, step, plan))
         select_ms.append(_elapsed_ms(world, start) + (plan_ms if rank == leader else 0.0))
+    clock.mark("select")
 
     acc_norms = [float(acc.norm()) for acc in accs] if measure_norms else None
+    clock.start()  # norms are measured on logging steps only: no phase of the step
 
     # 4. exchange, with the coordinates every rank adds unexchanged (DEFT's common units): the
     # same on every rank by contract, so the first hosted rank's stand for all.
     start = time.perf_counter()
     shared = method.shared_indices(step)
-    result = exchange(method.exchange, selections, accs, out, world.comm, leader, shared)
+    result = exchange(method.exchange, selections, accs, out, world.comm, leader, shared, clock)
     exchange_ms = _elapsed_ms(world, start)
 
     # 5. feedback: what was transmitted leaves the residual; acc = transmitted + residual exactly.
@@ -145,5 +151,6 @@ def sparsify_and_exchange(
             acc[zeroed] = 0
         sparsifier.on_residual_zeroed(zeroed)
         sparsifier.observe(feedback)
+    clock.mark("residual")
     residual_norms = [float(acc.norm()) for acc in accs] if measure_norms else None
     return SparsifyOutcome(result, leader, plan, selections, select_ms, exchange_ms, acc_norms, residual_norms)

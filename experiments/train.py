@@ -23,6 +23,7 @@ from experiments.traffic import dense_allreduce_bytes
 from experiments.world import World
 from datasets.base import TaskData
 from sparsifiers.base import Sparsifier
+from sparsifiers.kernels import set_backend as set_kernel_backend
 from sparsifiers.layout import Layout
 
 
@@ -51,6 +52,7 @@ class Session:
 
 def build_session(cfg: DictConfig, world: World) -> Session:
     """Identical model on every rank (same seed), flat gradient buffer, one replica per hosted rank."""
+    set_kernel_backend(cfg.kernels)
     torch.manual_seed(cfg.seed)
     data = build_dataset(cfg)
     task = make_task(data)

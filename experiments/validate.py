@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments.build import knobs, target_of
 from sparsifiers.base import ConfigError
+from sparsifiers.kernels import BACKENDS, compiled_available
 from sparsifiers.layout import Layout
 
 GROUPS = ("sparsifier", "model", "dataset", "optimizer", "schedule")
@@ -86,6 +87,11 @@ def _check_choices(cfg: DictConfig) -> None:
     _require(
         cfg.logger.wandb_mode in ("offline", "online", "disabled"),
         f"logger.wandb_mode must be offline, online or disabled, got {cfg.logger.wandb_mode}",
+    )
+    _require(cfg.kernels in BACKENDS, f"kernels must be auto, torch or compiled, got {cfg.kernels}: auto is the default")
+    _require(
+        cfg.kernels != "compiled" or compiled_available(),
+        "kernels=compiled needs numba, which is not installed: pip install numba, or kernels=auto",
     )
     if cfg.device == "cuda":
         import torch

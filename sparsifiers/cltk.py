@@ -18,8 +18,8 @@ from typing import Any
 import torch
 
 from sparsifiers.base import ConfigError, ExchangeKind, SelectionScope, Sparsifier
+from sparsifiers.kernels import ExactTopK
 from sparsifiers.layout import Layout
-from sparsifiers.topk import ExactTopK
 
 SELECT_ON = ("leader", "all")
 
@@ -38,7 +38,7 @@ class CLTK(Sparsifier):
         if select_on not in SELECT_ON:
             raise ConfigError(f"sparsifier.select_on must be leader or all, got {select_on}")
         self.select_on = select_on
-        self._top_k = ExactTopK(self.k)
+        self._top_k = ExactTopK()
 
     # 1. the leader rotates.
     def plan_leader(self, step: int) -> int:
@@ -46,14 +46,14 @@ class CLTK(Sparsifier):
 
     # 2. the leader selects.
     def make_plan(self, acc: torch.Tensor, step: int) -> torch.Tensor:
-        return self._top_k(acc)
+        return self._top_k(acc, self.k)
 
     # 3. every rank takes the broadcast indices as its selection.
     def select(self, acc: torch.Tensor, step: int, plan: torch.Tensor | None = None) -> torch.Tensor:
         if plan is None:
             raise ValueError("cltk selects the leader's indices: the world must serve make_plan")
         if self.select_on == "all" and self.rank != self.plan_leader(step):
-            self._top_k(acc)  # the released code's wasted selection: its cost, not its result
+            self._top_k(acc, self.k)  # the released code's wasted selection: its cost, not its result
         return plan
 
     def describe(self) -> dict[str, Any]:

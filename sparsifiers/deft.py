@@ -4,7 +4,8 @@
     2. k per unit (every step): from the unit norms, k_l ~ k * norm_l / sum(norm), at least 1.
     3. Allocation (every step, leader t mod W): greedy largest-cost-first into W bins; units with
        k_l = size are "common" (sent whole, no load). The leader broadcasts the plan.
-    4. Selection: rank r takes bin (t + r) mod W: exact top-k_l of |acc| in each of its units.
+    4. Selection: rank r takes bin (t + r) mod W: exact top-k_l of |acc| in each of its units
+       (ties broken by lower index, sparsifiers/kernels/topk.py).
     5. Exchange: union_allreduce over the selections plus the common units; selections are
        disjoint, so build-up is 1.
 
@@ -38,8 +39,8 @@ from sparsifiers.deft_allocation import (
     unit_cost,
     unit_k,
 )
+from sparsifiers.kernels import ExactTopK
 from sparsifiers.layout import Layout
-from sparsifiers.workspace import scratch_like
 
 NORM_MODES = ("local", "global")
 COMMON_UNIT_MODES = ("released", "leader")
@@ -93,8 +94,8 @@ class DEFT(Sparsifier):
         self._k_key: tuple[int, int, int] | None = None  # which acc self._k was computed from
         # Preallocated: the hot path allocates no full-size tensor per step. |acc| lives in the
         # process's shared scratch (workspace.py); the selection buffers are this rank's own.
-        self._values = torch.empty(0)
-        self._indices = torch.empty(0, dtype=torch.int64)
+        self._indices = torch.empty(0, dtype=torch.int64)  # this rank's selection, grown as needed
+        self._top_k = ExactTopK()
         self._shared: tuple[tuple[int, ...], torch.Tensor] | None = None  # common units -> their indices
 
     # -- norms=global: the world averages unit norms before the plan ----------------------------
@@ -155,14 +156,11 @@ class DEFT(Sparsifier):
         whole = self._common if leads else []
         count = sum(ks[unit] for unit in mine) + sum(self.sizes[unit] for unit in whole)
         self._ensure_buffers(acc, count)
-        magnitude = scratch_like("magnitude", acc)
         position = 0
         for unit in mine:
             start, end = self.units[unit]
-            k_unit, out = ks[unit], slice(position, position + ks[unit])
-            torch.abs(acc[start:end], out=magnitude[start:end])
-            torch.topk(magnitude[start:end], k_unit, sorted=False, out=(self._values[out], self._indices[out]))
-            self._indices[out].add_(start)
+            k_unit = ks[unit]
+            self._indices[position : position + k_unit] = self._top_k(acc[start:end], k_unit, offset=start)
             position += k_unit
         for unit in whole:
             start, end = self.units[unit]
@@ -187,13 +185,11 @@ class DEFT(Sparsifier):
         return self._shared[1]
 
     def _ensure_buffers(self, acc: torch.Tensor, count: int) -> None:
-        if self._indices.device != acc.device or self._values.dtype != acc.dtype:
-            self._values = torch.empty(0, dtype=acc.dtype, device=acc.device)
+        if self._indices.device != acc.device:
             self._indices = torch.empty(0, dtype=torch.int64, device=acc.device)
         if self._indices.numel() < count:
             # Grows rarely (count is about k + the common units); never shrinks.
             capacity = max(count, 2 * self._indices.numel())
-            self._values = torch.empty(capacity, dtype=acc.dtype, device=acc.device)
             self._indices = torch.empty(capacity, dtype=torch.int64, device=acc.device)
 
     # -- method state -------------------------------------------------------------------------

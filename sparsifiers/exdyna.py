@@ -96,9 +96,7 @@ class ExDyna(Sparsifier):
         self._moved = 0  # blocks that crossed a boundary in the last allocation
         # What the last select used, for metrics: threshold, block boundaries, elements, moves.
         self._used = {"threshold": math.nan, "boundaries": self.boundaries(), "scanned": 0, "moved": 0}
-        largest = max(end - start for start, end in map(self.element_range, range(world_size)))
-        # Grows by half when a partition outgrows it.
-        self._scan = ThresholdScan(reserve=largest, comparison=self.comparison)
+        self._scan = ThresholdScan(comparison=self.comparison)
 
     # -- partitions ----------------------------------------------------------------------------
     def boundaries(self) -> list[int]:

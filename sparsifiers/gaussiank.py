@@ -42,7 +42,7 @@ class GaussianK(Sparsifier):
         self.max_scans = max_scans
         self.quantile = NormalDist().inv_cdf(1.0 - self.density / 2.0)  # Phi^-1(1 - d/2)
         self._last = {"threshold": math.nan, "scans": 0}  # the last step's, for metrics
-        self._scan = ThresholdScan(reserve=self.numel)  # |acc| and a mask: shared scratch
+        self._scan = ThresholdScan()
 
     def select(self, acc: torch.Tensor, step: int, plan: torch.Tensor | None = None) -> torch.Tensor:
         # 1. Fit: one reduction pass, no full-size temporary.

@@ -68,8 +68,7 @@ class Micro(Sparsifier):
         self.threshold = initial_threshold(self.k)  # what the next select uses
         self._used_threshold = math.nan  # what the last select used (metrics)
         self._scanned = 0
-        # The first partition is the largest: reserving it keeps every step allocation-free.
-        self._scan = ThresholdScan(reserve=self.partitions[0][1], comparison=self.comparison)
+        self._scan = ThresholdScan(comparison=self.comparison)
 
     def partition_of(self, step: int) -> tuple[int, int]:
         """2. Assignment: the (start, end) this rank scans at `step`; a permutation over ranks."""

@@ -71,8 +71,8 @@ class Sage(Sparsifier):
         self._previous_mean: float | None = None  # None until the first step has been sampled
         self._generator = torch.Generator().manual_seed(sample_seed(self.seed, rank))
         self._factors = {"alpha": 1.0, "beta": 1.0, "gamma": 1.0, "d_exam": math.nan}  # last step's, for metrics
-        # |acc| and a mask: shared scratch. Counting and selection both go through it: one rule.
-        self._scan = ThresholdScan(reserve=self.numel, comparison=self.comparison)
+        # Counting and selection both go through one scan: one comparison rule.
+        self._scan = ThresholdScan(comparison=self.comparison)
 
     def _sample_mean(self, acc: torch.Tensor) -> float:
         """Mean |acc| over s indices drawn uniformly (with replacement) from this rank's generator."""

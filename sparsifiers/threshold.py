@@ -52,8 +52,7 @@ class HardThreshold(Sparsifier):
         # 1. Threshold (once).
         self.threshold = initial_threshold(self.k) if threshold is None else float(threshold)
         self.threshold_source = "1/(2 sqrt(k))" if threshold is None else "sparsifier.threshold"
-        # |acc| and a mask: shared scratch.
-        self._scan = ThresholdScan(reserve=self.numel, comparison=self.comparison)
+        self._scan = ThresholdScan(comparison=self.comparison)
 
     def select(self, acc: torch.Tensor, step: int, plan: torch.Tensor | None = None) -> torch.Tensor:
         # 2. Selection: one comparison pass over the whole vector.

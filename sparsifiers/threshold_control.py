@@ -20,8 +20,8 @@ Three pieces, so that no method file copies them:
     exact     |x| >= lambda in real numbers: lambda rounded *up* to the tensor's dtype.
   The two differ only for elements within one ulp of lambda, where lambda rounds down.
   (Gaussian-k, not a method of the released code, keeps the exact comparison, the scan's default.)
-- `ThresholdScan`: the selection |x| >= lambda over a slice of the flat buffer, with scratch
-  buffers reused across steps and hosted ranks (the hot path allocates nothing of the slice's size).
+- `ThresholdScan`: the selection |x| >= lambda over a slice of the flat buffer, through the
+  selection kernels (sparsifiers/kernels), allocating nothing of the slice's size per step.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ import math
 import torch
 
 from sparsifiers.base import ConfigError
-from sparsifiers.workspace import scratch
+from sparsifiers.kernels import AtLeastSelector, count_at_least
 
 THRESHOLD_RULES = ("official", "symmetric")
 COMPARISONS = ("released", "exact")
@@ -97,45 +97,45 @@ def cutoff(threshold: float, dtype: torch.dtype, comparison: str) -> float:
 
 
 class ThresholdScan:
-    """|x| >= lambda over a contiguous slice in O(slice) work (|x| once, then one comparison per
-    threshold tried), allocating only the selection's indices.
+    """|x| >= lambda over a contiguous slice of the flat buffer, in O(slice) work.
 
-    |x| and the mask live in the process's shared scratch (workspace.py): hosted ranks select one
-    after another, so one buffer serves all of them. The scan asks for `reserve` elements at least,
-    and a slice larger than that raises the request by half again, so moving partitions (ExDyna)
-    reallocate a handful of times per run, not at every step.
+    `load` names the slice; `count` and `select` compare it with thresholds through the
+    selection kernels (sparsifiers/kernels: one read of the slice on the compiled path; |x|, a
+    mask and `nonzero` in shared scratch on the torch path). The indices live in a buffer this
+    scan owns, reused across steps.
 
     Every comparison of a scan (`mark`, `count`, `select`) follows its `comparison` (released or
     exact, see above), so a method that counts and selects with one scan applies one rule."""
 
-    def __init__(self, reserve: int = 0, comparison: str = "exact") -> None:
-        self.reserve = reserve  # elements requested from the scratch, at least
+    def __init__(self, comparison: str = "exact") -> None:
         self.comparison = check_comparison(comparison)
-        self._magnitude = torch.empty(0)
-        self._mask = torch.empty(0, dtype=torch.bool)
+        self._values = torch.empty(0)
+        self._marked: float | None = None
+        self._selector = AtLeastSelector()
 
     def load(self, values: torch.Tensor) -> None:
-        """Computes |values| once; `mark`, `count` and `indices` then compare it with thresholds."""
-        size = values.numel()
-        if size > self.reserve:
-            self.reserve = max(size, self.reserve * 3 // 2)
-        self._magnitude = scratch("magnitude", self.reserve, values.dtype, values.device)[:size]
-        self._mask = scratch("mask", self.reserve, torch.bool, values.device)[:size]
-        torch.abs(values, out=self._magnitude)
+        """Names the slice that `mark`, `count` and `indices` compare with thresholds."""
+        self._values = values
+        self._marked = None
+
+    def _cutoff(self, threshold: float) -> float:
+        return cutoff(threshold, self._values.dtype, self.comparison)
 
     def mark(self, threshold: float) -> None:
-        """Fills the mask with |x| >= threshold over the loaded slice (one comparison pass)."""
-        torch.ge(self._magnitude, cutoff(threshold, self._magnitude.dtype, self.comparison), out=self._mask)
+        """Chooses the threshold whose selection `indices` returns."""
+        self._marked = threshold
 
     def count(self, threshold: float) -> int:
-        """How many loaded |x| are >= threshold; the mask is left for `indices`."""
+        """How many loaded |x| are >= threshold; marks it for `indices`."""
         self.mark(threshold)
-        return int(torch.count_nonzero(self._mask))
+        return count_at_least(self._values, self._cutoff(threshold))
 
     def indices(self, offset: int) -> torch.Tensor:
-        """Global int64 indices of the marked positions: position in the slice + `offset`,
-        increasing. Read them before another rank's scan reuses the scratch."""
-        return torch.nonzero(self._mask).view(-1).add_(offset)
+        """Global int64 indices of the loaded |x| >= the marked threshold: position in the slice
+        + `offset`, increasing. A view of this scan's buffer, valid until its next selection."""
+        if self._marked is None:
+            raise RuntimeError("ThresholdScan.indices before mark or count")
+        return self._selector(self._values, self._cutoff(self._marked), offset)
 
     def select(self, values: torch.Tensor, threshold: float, offset: int) -> torch.Tensor:
         """Global indices offset + i of every |values[i]| >= threshold, increasing."""

@@ -23,6 +23,7 @@ from experiments.step import train_step  # noqa: E402
 from experiments.train import build_session  # noqa: E402
 from experiments.worker import exit_now  # noqa: E402
 from experiments.world import close_world, init_world  # noqa: E402
+from sparsifiers.kernels import current_backend  # noqa: E402
 
 TINY = ["dataset=synthetic", "dataset.num_train=512", "dataset.num_test=64", "model=mlp", "model.hidden=32", "batch_size=8"]
 
@@ -52,6 +53,7 @@ def run_method(spec: str, workers: int, steps: int, extra: list[str], world) -> 
                                                    session.method.current_k, session.method.current_density))
     record["params"] = torch.cat([p.detach().cpu().flatten() for p in session.model.parameters()])
     record["local_ranks"] = list(world.local_ranks)
+    record["kernels"] = current_backend()  # what the run's `kernels` key set
     return record
 
 

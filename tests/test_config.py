@@ -115,6 +115,7 @@ BAD_INPUTS = [
     (["sparsifier.exchange=carrier_pigeon"], "sparsifier.exchange=carrier_pigeon is not supported by topk"),
     (["workers=4", "processes=3"], "workers=4 is not a multiple of processes=3"),
     (["logger.wandb_mode=sometimes"], "logger.wandb_mode must be offline, online or disabled"),
+    (["kernels=fast"], "kernels must be auto, torch or compiled, got fast"),
     (["-m", "workers=2,0"], "workers must be >= 1, got 0"),
     (["network.bandwidth_gbit=0"], "network.bandwidth_gbit must be > 0, got 0"),
     (["network=carrier_pigeon"], "network=carrier_pigeon: no such option; choose one of: 100g_ib, 10gbe"),

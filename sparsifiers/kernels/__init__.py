@@ -1,0 +1,12 @@
+"""Selection kernels with two implementations each, chosen by one knob (`kernels`, backend.py):
+the plain torch reference and single-pass compiled kernels (numba) that return exactly the same
+results. Sparsifiers and the exchange call these, never the implementations directly."""
+from sparsifiers.kernels.backend import BACKENDS, compiled_available, current_backend, set_backend, use_compiled
+from sparsifiers.kernels.threshold import AtLeastSelector, count_at_least
+from sparsifiers.kernels.topk import ExactTopK
+from sparsifiers.kernels.union import sorted_union
+
+__all__ = [
+    "BACKENDS", "AtLeastSelector", "ExactTopK", "compiled_available", "count_at_least", "current_backend",
+    "set_backend", "sorted_union", "use_compiled",
+]

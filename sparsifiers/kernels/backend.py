@@ -1,0 +1,51 @@
+"""Which implementation the selection kernels use: one process-wide knob, `kernels`.
+
+    torch     the plain torch path: the reference, and the only path on a GPU.
+    compiled  single-pass kernels compiled with numba (CPU tensors of float32/float64); an
+              error if numba is missing.
+    auto      compiled where it applies (numba importable, a CPU float tensor), torch elsewhere.
+
+Both paths return exactly the same selections, unions and counts (tests/test_kernels.py); only
+their speed differs. The knob is set once per process (the rank process sets it from the run's
+`kernels` key; tests and benchmarks call `set_backend`).
+"""
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+from sparsifiers.base import ConfigError
+
+BACKENDS = ("auto", "torch", "compiled")
+COMPILED_DTYPES = (torch.float32, torch.float64)
+
+_backend = "auto"
+
+
+def compiled_available() -> bool:
+    """True if numba can be imported here (it is a dependency; this guards odd installs)."""
+    return importlib.util.find_spec("numba") is not None
+
+
+def set_backend(name: str) -> None:
+    """Chooses the kernels' implementation for this process; raises ConfigError naming the key."""
+    global _backend
+    if name not in BACKENDS:
+        raise ConfigError(f"kernels must be auto, torch or compiled, got {name}: auto is the default")
+    if name == "compiled" and not compiled_available():
+        raise ConfigError("kernels=compiled needs numba, which is not installed: pip install numba, or kernels=auto")
+    _backend = name
+
+
+def current_backend() -> str:
+    return _backend
+
+
+def use_compiled(*tensors: torch.Tensor) -> bool:
+    """Whether this call takes the compiled path: never under `torch`; otherwise only for CPU
+    tensors of a compiled dtype (a GPU tensor or float16 takes the torch path even under
+    `compiled`, as nothing else could run it)."""
+    if _backend == "torch" or not compiled_available():
+        return False
+    return all(t.device.type == "cpu" and (t.dtype in COMPILED_DTYPES or not t.is_floating_point()) for t in tensors)

@@ -1,0 +1,100 @@
+"""Exact top-k of |x|, with a defined answer when magnitudes tie: the k largest, ties at the k-th
+magnitude broken by lower index, NaN ranked as +inf; indices returned increasing. (torch.topk
+alone leaves the choice among ties unspecified.)
+
+Reference (torch): torch.topk finds the k-th magnitude v; every index above v is kept, then the
+lowest-index ones equal to v until there are k.
+
+Compiled, a candidate filter (compiled.py):
+    1. a cut from an evenly spaced sample of m magnitudes: the sample's r-th largest, r about
+       twice the m k / n the sample holds above the true k-th magnitude (plus a margin);
+    2. one pass gathers the candidates, |x| >= cut (and NaN);
+    3. if there are at least k, the top-k of the candidates is the top-k of x: the k-th magnitude
+       v of x is then >= cut, so every element >= v, ties included, is a candidate, and the same
+       rule picks the same ones;
+    4. otherwise retry with a lower cut (the sample's 8 r-th largest), then with every element a
+       candidate, which is always enough. The answer never depends on the sample: only the time.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from sparsifiers.kernels.backend import use_compiled
+from sparsifiers.workspace import scratch
+
+SAMPLE = 16384  # sampled magnitudes for the cut: a small fraction of a copy's time at N = 11M
+EVERYTHING = -1.0  # a cut below every magnitude: every element is a candidate
+
+
+def exact_topk_reference(values: torch.Tensor, k: int) -> torch.Tensor:
+    magnitude = torch.abs(values, out=scratch("magnitude", values.numel(), values.dtype, values.device))
+    magnitude.nan_to_num_(nan=math.inf, posinf=math.inf)
+    kth = torch.topk(magnitude, k, sorted=False).values.min()
+    above = torch.nonzero(magnitude > kth).view(-1)
+    at = torch.nonzero(magnitude == kth).view(-1)[: k - above.numel()]
+    return torch.cat([above, at]).sort().values
+
+
+def _sample_ranks(n: int, k: int, m: int) -> list[int]:
+    """Sample ranks to try as cuts, in order: about twice the expected count above the k-th
+    magnitude plus three standard deviations, then eight times that."""
+    expected = m * k / n
+    first = math.ceil(2 * expected + 3 * math.sqrt(expected) + 2)
+    return [rank for rank in (first, 8 * first) if rank <= m]
+
+
+class ExactTopK:
+    """Top-k of |x| into buffers owned by this object: the compiled path allocates nothing of the
+    input's size per call (candidate buffers grow by half when outgrown). The result is a view,
+    valid until the next call."""
+
+    def __init__(self) -> None:
+        self._out = torch.empty(0, dtype=torch.int64)
+        self._positions = torch.empty(0, dtype=torch.int64)
+        self._magnitudes = torch.empty(0, dtype=torch.float64)
+        self._sample = np.empty(0)
+
+    def __call__(self, values: torch.Tensor, k: int, offset: int = 0) -> torch.Tensor:
+        """Global indices offset + i of the top-k |values[i]|, increasing (1 <= k <= numel)."""
+        n = values.numel()
+        if not 1 <= k <= n:
+            raise ValueError(f"top-k needs 1 <= k <= {n}, got k = {k}")
+        if not use_compiled(values) or 4 * k >= n:
+            # A dense top-k gains nothing from a filter: the reference is as fast.
+            selected = exact_topk_reference(values, k)
+            return selected.add_(offset) if offset else selected
+        from sparsifiers.kernels import compiled
+
+        array = values.numpy()
+        if self._out.numel() < k:
+            self._out = torch.empty(k, dtype=torch.int64)
+        cuts = [EVERYTHING]
+        if n > 2 * SAMPLE:
+            if self._sample.shape[0] != SAMPLE or self._sample.dtype != array.dtype:
+                self._sample = np.empty(SAMPLE, dtype=array.dtype)
+            compiled.sample_magnitudes(array, self._sample)
+            cuts = [compiled.kth_largest(self._sample, rank) for rank in _sample_ranks(n, k, SAMPLE)] + cuts
+        for cut in cuts:
+            count = self._gather(array, array.dtype.type(cut), compiled)
+            if count >= k:
+                compiled.top_of_candidates(
+                    self._positions.numpy(), self._magnitudes.numpy(), count, k, offset, self._out.numpy()
+                )
+                return self._out[:k]
+        raise AssertionError("every element is a candidate, so there are at least k")  # pragma: no cover
+
+    def _gather(self, array: np.ndarray, cut, compiled) -> int:
+        """Candidates for `cut` into the owned buffers, grown and gathered again if outgrown."""
+        dtype = torch.float32 if array.dtype == np.float32 else torch.float64
+        if self._magnitudes.dtype != dtype:
+            self._magnitudes = torch.empty(self._positions.numel(), dtype=dtype)
+        count = compiled.gather_candidates(array, cut, self._positions.numpy(), self._magnitudes.numpy())
+        if count > self._positions.numel():
+            capacity = max(count, self._positions.numel() * 3 // 2)
+            self._positions = torch.empty(capacity, dtype=torch.int64)
+            self._magnitudes = torch.empty(capacity, dtype=dtype)
+            compiled.gather_candidates(array, cut, self._positions.numpy(), self._magnitudes.numpy())
+        return count
