@@ -20,7 +20,7 @@ from experiments.compose import compose_job
 from sparsifiers import kernels
 from sparsifiers.kernels import AtLeastSelector, ExactTopK, count_at_least, sorted_union
 from sparsifiers.kernels.threshold import count_at_least_reference, select_at_least_reference
-from sparsifiers.kernels.topk import SAMPLE, exact_topk_reference
+from sparsifiers.kernels.topk import SAMPLE, exact_topk_reference, sample_size
 from sparsifiers.kernels.union import sorted_union_reference
 from sparsifiers.layout import Layout
 from tests.harness import result_name
@@ -82,7 +82,7 @@ def test_topk_paths_agree_with_the_definition(n: int, dtype: torch.dtype) -> Non
 
 
 def test_topk_reference_is_the_definition_on_a_large_vector() -> None:
-    """The sampling filter only runs above 2 x SAMPLE elements: check it against the definition."""
+    """The sampling filter runs on large inputs only: check it against the definition there."""
     generator = torch.Generator().manual_seed(1)
     values = (torch.randint(0, 50, (2 * SAMPLE + 5000,), generator=generator) * 0.1).float()  # ties
     k = 3000
@@ -100,12 +100,13 @@ def test_topk_with_distinct_magnitudes_is_torch_topks_index_set() -> None:
 def test_topk_falls_back_when_the_sample_misleads_the_cut() -> None:
     """Large values exactly at the sampled positions and nowhere else: the sample's cut keeps only
     those, fewer than k; the filter must lower the cut until the answer is exact."""
-    n = 6 * SAMPLE
-    values = torch.rand(n, generator=torch.Generator().manual_seed(3)) * 1e-3
-    stride = n // SAMPLE
-    values[stride // 2 :: stride] = 10.0
-    for k in (SAMPLE + 100, 2 * SAMPLE, n // 4 - 1):
-        assert compiled_topk(values, k).tolist() == exact_topk_reference(values, k).tolist()
+    for n in (6 * SAMPLE, 300 * SAMPLE):
+        m = sample_size(n)
+        values = torch.rand(n, generator=torch.Generator().manual_seed(3)) * 1e-3
+        stride = n // m
+        values[stride // 2 :: stride][:m] = 10.0
+        for k in (m + 100, 2 * m, n // 4 - 1):
+            assert compiled_topk(values, k).tolist() == exact_topk_reference(values, k).tolist()
 
 
 def test_topk_buffers_grow_and_results_stay_exact_across_calls() -> None:

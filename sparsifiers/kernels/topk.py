@@ -6,14 +6,16 @@ Reference (torch): torch.topk finds the k-th magnitude v; every index above v is
 lowest-index ones equal to v until there are k.
 
 Compiled, a candidate filter (compiled.py):
-    1. a cut from an evenly spaced sample of m magnitudes: the sample's r-th largest, r about
-       twice the m k / n the sample holds above the true k-th magnitude (plus a margin);
+    1. a cut from an evenly spaced sample of m magnitudes (one in 128, 1,024 to 16,384): the
+       sample's r-th largest, r about twice the m k / n the sample holds above the true k-th
+       magnitude (plus a margin);
     2. one pass gathers the candidates, |x| >= cut (and NaN);
     3. if there are at least k, the top-k of the candidates is the top-k of x: the k-th magnitude
        v of x is then >= cut, so every element >= v, ties included, is a candidate, and the same
        rule picks the same ones;
     4. otherwise retry with a lower cut (the sample's 8 r-th largest), then with every element a
        candidate, which is always enough. The answer never depends on the sample: only the time.
+       Inputs under 8,192 elements skip the sample: every element is a candidate.
 """
 from __future__ import annotations
 
@@ -25,7 +27,8 @@ import torch
 from sparsifiers.kernels.backend import use_compiled
 from sparsifiers.workspace import scratch
 
-SAMPLE = 16384  # sampled magnitudes for the cut: a small fraction of a copy's time at N = 11M
+SAMPLE = 16384  # the most magnitudes sampled for the cut: a small fraction of a copy's time at N = 11M
+MIN_SAMPLE = 1024  # fewer would make the cut too coarse to be worth a pass
 EVERYTHING = -1.0  # a cut below every magnitude: every element is a candidate
 
 
@@ -36,6 +39,12 @@ def exact_topk_reference(values: torch.Tensor, k: int) -> torch.Tensor:
     above = torch.nonzero(magnitude > kth).view(-1)
     at = torch.nonzero(magnitude == kth).view(-1)[: k - above.numel()]
     return torch.cat([above, at]).sort().values
+
+
+def sample_size(n: int) -> int:
+    """Magnitudes sampled from n elements: one in 128, within [MIN_SAMPLE, SAMPLE]; 0 (no
+    sample: every element is a candidate) below 8 x MIN_SAMPLE, where a pass costs little."""
+    return 0 if n < 8 * MIN_SAMPLE else min(SAMPLE, max(MIN_SAMPLE, n // 128))
 
 
 def _sample_ranks(n: int, k: int, m: int) -> list[int]:
@@ -71,13 +80,7 @@ class ExactTopK:
         array = values.numpy()
         if self._out.numel() < k:
             self._out = torch.empty(k, dtype=torch.int64)
-        cuts = [EVERYTHING]
-        if n > 2 * SAMPLE:
-            if self._sample.shape[0] != SAMPLE or self._sample.dtype != array.dtype:
-                self._sample = np.empty(SAMPLE, dtype=array.dtype)
-            compiled.sample_magnitudes(array, self._sample)
-            cuts = [compiled.kth_largest(self._sample, rank) for rank in _sample_ranks(n, k, SAMPLE)] + cuts
-        for cut in cuts:
+        for cut in self._cuts(array, n, k, compiled):
             count = self._gather(array, array.dtype.type(cut), compiled)
             if count >= k:
                 compiled.top_of_candidates(
@@ -85,6 +88,18 @@ class ExactTopK:
                 )
                 return self._out[:k]
         raise AssertionError("every element is a candidate, so there are at least k")  # pragma: no cover
+
+    def _cuts(self, array: np.ndarray, n: int, k: int, compiled):
+        """The cuts to try, lazily (each costs a partition of the sample): from the sample when
+        the input is large enough to sample, always ending with EVERYTHING."""
+        size = sample_size(n)
+        if size:
+            if self._sample.shape[0] != size or self._sample.dtype != array.dtype:
+                self._sample = np.empty(size, dtype=array.dtype)
+            compiled.sample_magnitudes(array, self._sample)
+            for rank in _sample_ranks(n, k, size):
+                yield compiled.kth_largest(self._sample, rank)
+        yield EVERYTHING
 
     def _gather(self, array: np.ndarray, cut, compiled) -> int:
         """Candidates for `cut` into the owned buffers, grown and gathered again if outgrown."""
