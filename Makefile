@@ -42,9 +42,18 @@ data:
 		echo "Fashion-MNIST not found: run.py will say how to get it (or use: make run ARGS=dataset=digits)"; \
 	fi
 
-# Selection time of every sparsifier at W = 1, 4, 16, 64 on a ResNet-18-sized vector.
+# Benchmarks on a ResNet-18-sized vector. MODE=select (default): selection time of every
+# sparsifier at W = 1, 4, 16, 64. MODE=step: the whole sparsification step per phase in real
+# gloo processes (W = 2, 4), kernels torch beside auto, plus 64 ranks hosted in one process.
+MODE ?= select
 bench: $(STAMP)
+ifeq ($(MODE),step)
+	$(PY) -m experiments.benchmarks.step --hosted 64 $(ARGS)
+else ifeq ($(MODE),select)
 	$(PY) -m experiments.benchmarks.select $(ARGS)
+else
+	$(error MODE must be select or step, got $(MODE))
+endif
 
 lock: $(STAMP)
 	{ echo "# Exact pins of the whole stack (pip freeze of a fresh .venv on x86_64, Python 3.11)."; \

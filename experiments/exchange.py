@@ -175,12 +175,17 @@ def shared_allreduce(
 def _mean_at(
     indices: torch.Tensor, accs: list[torch.Tensor], out: torch.Tensor, comm: RankCollectives, clock: PhaseClock
 ) -> None:
-    """The all-reduce at an index set every rank holds: out = mean_r acc_r at `indices`, 0 elsewhere."""
-    values = sum_in_rank_order(None, [acc[indices] for acc in accs])
+    """The all-reduce at an index set every rank holds: out = mean_r acc_r at `indices`, 0 elsewhere.
+    `indices` are distinct (a union, or one selection), so index_copy_ is deterministic; the
+    index_* ops are the same arithmetic as advanced indexing at about half the cost."""
+    gathered = [acc.index_select(0, indices) for acc in accs]
+    values = gathered[0]
+    for part in gathered[1:]:  # hosted ranks in rank order, as sum_in_rank_order adds them
+        values.add_(part)
     comm.all_reduce_sum(values)
     clock.mark("value_exchange")
     out.zero_()
-    out[indices] = values.div_(comm.world_size)
+    out.index_copy_(0, indices, values.div_(comm.world_size))
     clock.mark("scatter")
 
 

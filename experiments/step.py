@@ -148,7 +148,7 @@ def sparsify_and_exchange(
         if zeroed is None or not sparsifier.error_feedback:
             acc.zero_()
         else:
-            acc[zeroed] = 0
+            acc.index_fill_(0, zeroed, 0)
         sparsifier.on_residual_zeroed(zeroed)
         sparsifier.observe(feedback)
     clock.mark("residual")

@@ -1,0 +1,78 @@
+"""The step benchmark (experiments/benchmarks/step.py) on a small vector: real gloo processes,
+one rank each, and one hosting process; every phase is reported and the numbers add up."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from experiments.benchmarks.step import (
+    REFERENCE_BACKEND,
+    Run,
+    gradient_std,
+    initial_lambda,
+    rotate_into,
+    run_distributed,
+    run_hosted,
+    start_residual,
+)
+from experiments.phases import PHASES
+
+NUMEL = 50_000
+METHODS = ["topk", "micro"]
+# Until sparsifiers.kernels has its knob, the torch path is the only one there is.
+BACKENDS = ["torch", "auto"]
+
+
+def check_rows(rows: list[dict], workers: int) -> None:
+    assert {(row["method"], row["backend"]) for row in rows} == {(m, b) for m in METHODS for b in BACKENDS}
+    for row in rows:
+        assert row["workers"] == workers
+        assert set(PHASES) <= set(row["phases_ms"]), row["method"]
+        for phases, total in zip(row["step_phases_ms"], row["step_totals_ms"]):
+            assert math.isclose(sum(phases.values()), total, rel_tol=1e-9)
+        assert row["total_ms"] > 0
+        assert row["aggregated_per_k"] > 0
+
+
+def test_distributed_ranks_report_every_phase():
+    rows = run_distributed(Run(2, METHODS, BACKENDS, settle=2, repeats=1, numel=NUMEL))
+    check_rows(rows, 2)
+    for row in rows:
+        assert row["copy_ms"] > 0
+        assert math.isclose(row["total_copies"], row["total_ms"] / row["copy_ms"])
+        assert set(row["phases_copies"]) == set(row["phases_ms"])
+
+
+def test_hosted_ranks_report_every_phase():
+    rows = run_hosted(Run(4, METHODS, BACKENDS, settle=1, repeats=1, numel=NUMEL))
+    check_rows(rows, 4)
+    for row in rows:
+        assert row["selection_ms"] == pytest.approx(row["phases_ms"]["plan"] + row["phases_ms"]["select"])
+
+
+def test_a_crashing_rank_fails_the_run_instead_of_hanging():
+    with pytest.raises(RuntimeError, match="no_such_method"):
+        run_distributed(Run(2, ["no_such_method"], [REFERENCE_BACKEND], settle=1, repeats=1, numel=NUMEL))
+
+
+def test_steady_gradients_cross_the_initial_threshold_at_the_density():
+    """From the steady start, one step pushes about density * N coordinates over lambda0."""
+    numel, density = 1_000_000, 0.001
+    residual, scratch = torch.empty(numel), torch.empty(numel)
+    start_residual(residual, scratch, density, "steady", seed=0)
+    lambda0 = initial_lambda(numel, density)
+    assert residual.abs().max() <= lambda0
+    step = torch.randn(numel, generator=torch.Generator().manual_seed(1))
+    residual.add_(step.mul_(gradient_std(numel, density, "steady")))
+    crossed = int((residual.abs() >= lambda0).sum())
+    assert 0.8 * density * numel < crossed < 1.2 * density * numel
+
+
+def test_rotate_into_adds_a_rolled_copy():
+    source, destination = torch.arange(10.0), torch.ones(10)
+    rotate_into(destination, source, 13, accumulate=True)
+    assert torch.equal(destination, torch.roll(source, 3) + 1)
+    rotate_into(destination, source, 0, accumulate=False)
+    assert torch.equal(destination, source)
