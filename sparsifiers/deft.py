@@ -160,7 +160,7 @@ class DEFT(Sparsifier):
         for unit in mine:
             start, end = self.units[unit]
             k_unit = ks[unit]
-            self._indices[position : position + k_unit] = self._top_k(acc[start:end], k_unit, offset=start)
+            self._top_k(acc[start:end], k_unit, offset=start, out=self._indices[position : position + k_unit])
             position += k_unit
         for unit in whole:
             start, end = self.units[unit]

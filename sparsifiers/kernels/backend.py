@@ -11,6 +11,7 @@ their speed differs. The knob is set once per process (the rank process sets it 
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 
 import torch
@@ -23,6 +24,7 @@ COMPILED_DTYPES = (torch.float32, torch.float64)
 _backend = "auto"
 
 
+@functools.cache
 def compiled_available() -> bool:
     """True if numba can be imported here (it is a dependency; this guards odd installs)."""
     return importlib.util.find_spec("numba") is not None
@@ -48,4 +50,7 @@ def use_compiled(*tensors: torch.Tensor) -> bool:
     `compiled`, as nothing else could run it)."""
     if _backend == "torch" or not compiled_available():
         return False
-    return all(t.device.type == "cpu" and (t.dtype in COMPILED_DTYPES or not t.is_floating_point()) for t in tensors)
+    for tensor in tensors:
+        if tensor.device.type != "cpu" or (tensor.is_floating_point() and tensor.dtype not in COMPILED_DTYPES):
+            return False
+    return True

@@ -126,6 +126,17 @@ def top_of_candidates(positions, magnitudes, count, k, offset, out):
 
 
 @_jit
+def topk_at_cut(values, cut, k, offset, positions, magnitudes, out):
+    """Gathers the candidates for `cut` and, when there are at least k and all fit in the
+    buffers, writes the top-k into out[:k]. Returns the candidates' count either way: below k,
+    the caller lowers the cut; above the buffers' size, it grows them and calls again."""
+    count = gather_candidates(values, cut, positions, magnitudes)
+    if k <= count <= positions.shape[0]:
+        top_of_candidates(positions, magnitudes, count, k, offset, out)
+    return count
+
+
+@_jit
 def kth_largest(sample, rank):
     """The rank-th largest (1-based) of `sample`."""
     m = sample.shape[0]

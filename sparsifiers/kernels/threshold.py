@@ -15,10 +15,9 @@ from sparsifiers.workspace import scratch
 
 
 def _cut_in_dtype(cut: float, dtype: torch.dtype):
-    """`cut` rounded to the dtype as torch rounds a Python scalar compared with a tensor (to
-    nearest), as the numpy scalar the kernel compares with."""
-    rounded = torch.tensor(cut, dtype=torch.float64).to(dtype).item()
-    return np.float32(rounded) if dtype == torch.float32 else np.float64(rounded)
+    """`cut` as the numpy scalar of the tensor's dtype the kernel compares with: rounded to
+    nearest, as torch rounds a Python scalar compared with a float32 tensor."""
+    return np.float32(cut) if dtype == torch.float32 else np.float64(cut)
 
 
 def count_at_least_reference(values: torch.Tensor, cut: float) -> int:

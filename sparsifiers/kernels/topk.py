@@ -6,7 +6,7 @@ Reference (torch): torch.topk finds the k-th magnitude v; every index above v is
 lowest-index ones equal to v until there are k.
 
 Compiled, a candidate filter (compiled.py):
-    1. a cut from an evenly spaced sample of m magnitudes (one in 128, 1,024 to 16,384): the
+    1. a cut from an evenly spaced sample of m magnitudes (one in 128, 256 to 16,384): the
        sample's r-th largest, r about twice the m k / n the sample holds above the true k-th
        magnitude (plus a margin);
     2. one pass gathers the candidates, |x| >= cut (and NaN);
@@ -15,7 +15,7 @@ Compiled, a candidate filter (compiled.py):
        rule picks the same ones;
     4. otherwise retry with a lower cut (the sample's 8 r-th largest), then with every element a
        candidate, which is always enough. The answer never depends on the sample: only the time.
-       Inputs under 8,192 elements skip the sample: every element is a candidate.
+       Inputs under 2,048 elements skip the sample: every element is a candidate.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from sparsifiers.kernels.backend import use_compiled
 from sparsifiers.workspace import scratch
 
 SAMPLE = 16384  # the most magnitudes sampled for the cut: a small fraction of a copy's time at N = 11M
-MIN_SAMPLE = 1024  # fewer would make the cut too coarse to be worth a pass
+MIN_SAMPLE = 256  # fewer would make the cut too coarse to be worth a pass
 EVERYTHING = -1.0  # a cut below every magnitude: every element is a candidate
 
 
@@ -66,27 +66,37 @@ class ExactTopK:
         self._magnitudes = torch.empty(0, dtype=torch.float64)
         self._sample = np.empty(0)
 
-    def __call__(self, values: torch.Tensor, k: int, offset: int = 0) -> torch.Tensor:
-        """Global indices offset + i of the top-k |values[i]|, increasing (1 <= k <= numel)."""
+    def __call__(self, values: torch.Tensor, k: int, offset: int = 0, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Global indices offset + i of the top-k |values[i]|, increasing (1 <= k <= numel), into
+        `out` (k int64) when given, else into a buffer of this object (valid until the next call)."""
         n = values.numel()
         if not 1 <= k <= n:
             raise ValueError(f"top-k needs 1 <= k <= {n}, got k = {k}")
         if not use_compiled(values) or 4 * k >= n:
             # A dense top-k gains nothing from a filter: the reference is as fast.
             selected = exact_topk_reference(values, k)
-            return selected.add_(offset) if offset else selected
+            if offset:
+                selected.add_(offset)
+            return selected if out is None else out.copy_(selected)
         from sparsifiers.kernels import compiled
 
-        array = values.numpy()
-        if self._out.numel() < k:
-            self._out = torch.empty(k, dtype=torch.int64)
+        if out is None:
+            if self._out.numel() < k:
+                self._out = torch.empty(k, dtype=torch.int64)
+            out = self._out[:k]
+        array, destination = values.numpy(), out.numpy()
+        if self._magnitudes.dtype != values.dtype:
+            self._magnitudes = torch.empty(self._positions.numel(), dtype=values.dtype)
         for cut in self._cuts(array, n, k, compiled):
-            count = self._gather(array, array.dtype.type(cut), compiled)
+            cut = array.dtype.type(cut)
+            count = compiled.topk_at_cut(array, cut, k, offset, self._positions.numpy(), self._magnitudes.numpy(), destination)
+            if count > self._positions.numel():
+                capacity = max(count, self._positions.numel() * 3 // 2)
+                self._positions = torch.empty(capacity, dtype=torch.int64)
+                self._magnitudes = torch.empty(capacity, dtype=values.dtype)
+                compiled.topk_at_cut(array, cut, k, offset, self._positions.numpy(), self._magnitudes.numpy(), destination)
             if count >= k:
-                compiled.top_of_candidates(
-                    self._positions.numpy(), self._magnitudes.numpy(), count, k, offset, self._out.numpy()
-                )
-                return self._out[:k]
+                return out
         raise AssertionError("every element is a candidate, so there are at least k")  # pragma: no cover
 
     def _cuts(self, array: np.ndarray, n: int, k: int, compiled):
@@ -100,16 +110,3 @@ class ExactTopK:
             for rank in _sample_ranks(n, k, size):
                 yield compiled.kth_largest(self._sample, rank)
         yield EVERYTHING
-
-    def _gather(self, array: np.ndarray, cut, compiled) -> int:
-        """Candidates for `cut` into the owned buffers, grown and gathered again if outgrown."""
-        dtype = torch.float32 if array.dtype == np.float32 else torch.float64
-        if self._magnitudes.dtype != dtype:
-            self._magnitudes = torch.empty(self._positions.numel(), dtype=dtype)
-        count = compiled.gather_candidates(array, cut, self._positions.numpy(), self._magnitudes.numpy())
-        if count > self._positions.numel():
-            capacity = max(count, self._positions.numel() * 3 // 2)
-            self._positions = torch.empty(capacity, dtype=torch.int64)
-            self._magnitudes = torch.empty(capacity, dtype=dtype)
-            compiled.gather_candidates(array, cut, self._positions.numpy(), self._magnitudes.numpy())
-        return count
