@@ -12,7 +12,8 @@ Processes are started once per W; inside, each rank runs every method and backen
 method first runs `--settle` untimed steps (adaptive thresholds settle), then `--repeats` timed
 steps. Printed: rank 0's medians per phase and the median of per-step totals (a step's total is
 the sum of its phases), each also as a multiple of one copy of N floats, timed in the same
-processes right before that method's timed steps, and |U| / k, the size of what was exchanged.
+processes between that method's timed steps (every rank at once, after a barrier; the median
+over the steps of the median of 3), and |U| / k, the size of what was exchanged.
 At W = 2 a target column holds the goals per rank in copies: topk <= 6, deft <= 5, micro, exdyna
 and threshold <= 4 (ok/MISSED on the `auto` rows).
 
@@ -62,7 +63,7 @@ FAST_BACKEND = "auto"
 GRADIENT_MODELS = ("steady", "fresh")  # see gradient_std
 GRADIENTS_PER_RANK = 3
 HOSTED_GRADIENTS = 2
-COPY_REPEATS = 10
+COPY_REPEATS = 3  # per timed step
 # The issue's goals at W = 2, per rank, as multiples of one copy of N floats.
 TARGET_COPIES_AT_W2 = {"topk": 6.0, "deft": 5.0, "micro": 4.0, "exdyna": 4.0, "threshold": 4.0}
 # ... and at the hosted scale: selection of 256 hosted ranks in at most 1 s per step.
@@ -94,6 +95,7 @@ class Run:
     threads: int = 1
     gradients: str = "steady"
     numel: int | None = None  # None: ResNet-18; a number: a small made-up layout (tests)
+    device: str = "cpu"  # cuda: one GPU per process, NCCL (the kernels' torch path runs there)
 
 
 # -- what every rank measures on --------------------------------------------------------------------
@@ -148,7 +150,7 @@ def start_residual(residual: torch.Tensor, scratch: torch.Tensor, density: float
         return
     lambda0 = initial_lambda(residual.numel(), density)
     edge = lambda0 + DISCRETE_BOUNDARY_SHIFT * gradient_std(residual.numel(), density, model)
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(device=residual.device).manual_seed(seed)
     residual.uniform_(generator=generator)
     residual.sub_(scratch.uniform_(generator=generator)).mul_(edge)
     magnitude = torch.abs(residual, out=scratch)
@@ -183,11 +185,14 @@ def build_method(name: str, workers: int, density: float, layout: Layout, rank: 
 
 
 def median_copy_ms(source: torch.Tensor, destination: torch.Tensor) -> float:
+    synchronize = torch.cuda.synchronize if source.is_cuda else (lambda: None)
     destination.copy_(source)  # untimed: touching fresh pages is no part of a copy
     times = []
     for _ in range(COPY_REPEATS):
+        synchronize()
         start = time.perf_counter()
         destination.copy_(source)
+        synchronize()
         times.append((time.perf_counter() - start) * 1e3)
     return statistics.median(times)
 
@@ -224,12 +229,13 @@ def measure_rank(run: Run) -> list[dict] | None:
     torch.set_num_threads(run.threads)
     finished = False
     try:
-        world = init_world(run.workers, "cpu", "gloo", timeout_s=RANK_TIMEOUT_S)
+        backend = "nccl" if run.device == "cuda" else "gloo"
+        world = init_world(run.workers, run.device, backend, timeout_s=RANK_TIMEOUT_S)
         rank = world.local_ranks[0]
         layout = benchmark_layout(run.numel)
         std = gradient_std(layout.numel, run.density, run.gradients)
-        gradients = [gaussian_gradient(layout.numel, std, rank, i) for i in range(GRADIENTS_PER_RANK)]
-        residual, out = torch.zeros(layout.numel), torch.zeros(layout.numel)
+        gradients = [gaussian_gradient(layout.numel, std, rank, i).to(world.device) for i in range(GRADIENTS_PER_RANK)]
+        residual, out = (torch.zeros(layout.numel, device=world.device) for _ in range(2))
         clock = PhaseClock(world.synchronize)
         results = []
         for name in run.methods:
@@ -251,14 +257,17 @@ def measure_rank(run: Run) -> list[dict] | None:
                 for step in range(run.settle):
                     one_step(step)
                 aggregated.clear()  # |U| of the timed steps only
-                # Every rank copies at once, as every rank sparsifies at once in a step: the copy
-                # meets the same contention for cores and memory bandwidth.
-                dist.barrier()
-                copy_ms = median_copy_ms(gradients[0], out)
-                per_step = []
+                # The copy is timed between the timed steps, every rank at once, as every rank
+                # sparsifies at once: it meets the same contention for cores and memory bandwidth
+                # over the same stretch of time (a copy timed once, before, swung 2x between
+                # methods of one run).
+                per_step, copies = [], []
                 for step in range(run.settle, run.settle + run.repeats):
                     dist.barrier()  # every rank starts the step together
                     per_step.append(one_step(step))
+                    dist.barrier()
+                    copies.append(median_copy_ms(gradients[0], out))
+                copy_ms = statistics.median(copies)
                 summary = phase_summary(per_step, aggregated, sparsifier.k)
                 results.append({"method": name, "backend": backend, "workers": run.workers, "copy_ms": copy_ms,
                                 **summary, **multiples(summary, copy_ms)})
@@ -417,11 +426,12 @@ def target_cell(row: dict) -> str:
     return f"<= {target:g}x " + ("ok" if row["total_copies"] <= target else "MISSED")
 
 
-def print_distributed(workers: int, rows: list[dict]) -> None:
+def print_distributed(workers: int, rows: list[dict], device: str = "cpu") -> None:
     """Two lines per method and backend: milliseconds, then the same as multiples of the copy."""
     phases = list(rows[0]["phases_ms"])
     with_target = workers == 2
-    print(f"\nW = {workers}: {workers} gloo processes, one rank each; rank 0's medians in ms, second line in "
+    processes = "NCCL processes, one rank and one GPU" if device == "cuda" else "gloo processes, one rank"
+    print(f"\nW = {workers}: {workers} {processes} each; rank 0's medians in ms, second line in "
           f"copies of N floats (that method's copy ms); |U|/k: coordinates exchanged / k")
     header = (f"{'method':<10}{'backend':<9}{'|U|/k':>7}{'copy ms':>8}{'total':>9}"
               + "".join(f"{SHORT_PHASE.get(p, p):>12}" for p in phases) + ("  target (W=2)" if with_target else ""))
@@ -471,6 +481,8 @@ def main() -> None:
     parser.add_argument("--hosted-methods", default=DEFAULT_HOSTED_METHODS)
     parser.add_argument("--hosted-settle", type=int, default=3)
     parser.add_argument("--hosted-repeats", type=int, default=3)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: one GPU per process and NCCL (W GPUs for W workers)")
     parser.add_argument("--json", type=Path, default=None, help="write every number here")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -486,14 +498,16 @@ def main() -> None:
     print(f"N = {numel:,} (CIFAR ResNet-18), density {args.density} (k = {int(args.density * numel):,}), "
           f"error feedback on, {args.gradients} gradients, W = {','.join(map(str, workers))}, "
           f"{args.threads} thread(s) per rank, backends {','.join(backends)}, "
-          f"median of {args.repeats} steps after {args.settle} untimed")
+          f"median of {args.repeats} steps after {args.settle} untimed, device {args.device}")
     report = {"numel": numel, "density": args.density, "threads": args.threads, "gradients": args.gradients,
+              "device": args.device,
               "settle": args.settle, "repeats": args.repeats, "backends": backends,
               "distributed": [], "hosted": [], "hosted_skipped": []}
     try:
         for w in workers:
-            rows = run_distributed(Run(w, comma_list(args.methods), settle=args.settle, repeats=args.repeats, **common))
-            print_distributed(w, rows)
+            rows = run_distributed(Run(w, comma_list(args.methods), settle=args.settle, repeats=args.repeats,
+                                       device=args.device, **common))
+            print_distributed(w, rows, args.device)
             report["distributed"].extend(rows)
         for w in hosted:
             vectors = hosted_vectors(w, args.gradients)
