@@ -24,6 +24,7 @@ from experiments.world import World
 from datasets.base import TaskData
 from sparsifiers.base import Sparsifier
 from sparsifiers.kernels import set_backend as set_kernel_backend
+from sparsifiers.kernels import warm_up as warm_up_kernels
 from sparsifiers.layout import Layout
 
 
@@ -58,6 +59,7 @@ def build_session(cfg: DictConfig, world: World) -> Session:
     task = make_task(data)
     model = build_model(cfg, data).to(world.device)
     flat, layout = bind_flat_grad(model)
+    warm_up_kernels(flat.dtype, flat.device)  # compiled now, not inside step 0's timings
     shards = [task.shard(r, cfg.workers, cfg.batch_size, cfg.seed, world.device) for r in world.local_ranks]
     sparsifiers = [build_sparsifier(cfg, layout, r) for r in world.local_ranks]
     optimizer = build_optimizer(cfg, model, sparsifiers[0])

@@ -302,3 +302,11 @@ def test_real_gloo_runs_are_identical_on_both_paths(tmp_path):
             assert repr(want["metrics"]) == repr(got["metrics"]), spec
             assert repr(want["exchange"]) == repr(got["exchange"]), spec
             assert torch.equal(want["params"], got["params"]), spec
+
+
+def test_warm_up_runs_only_where_the_compiled_path_would() -> None:
+    with backend("torch"):
+        assert not kernels.warm_up()
+    with backend("auto"):
+        assert kernels.warm_up(torch.float32) and kernels.warm_up(torch.float64)
+        assert not kernels.warm_up(torch.float16)

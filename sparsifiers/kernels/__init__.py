@@ -5,8 +5,9 @@ from sparsifiers.kernels.backend import BACKENDS, compiled_available, current_ba
 from sparsifiers.kernels.threshold import AtLeastSelector, count_at_least
 from sparsifiers.kernels.topk import ExactTopK
 from sparsifiers.kernels.union import sorted_union
+from sparsifiers.kernels.warm_up import warm_up
 
 __all__ = [
     "BACKENDS", "AtLeastSelector", "ExactTopK", "compiled_available", "count_at_least", "current_backend",
-    "set_backend", "sorted_union", "use_compiled",
+    "set_backend", "sorted_union", "use_compiled", "warm_up",
 ]

@@ -47,6 +47,13 @@ def select_at_least(values, cut, offset, out):
             hits += abs(values[i]) >= cut
         if hits == 0:
             continue
+        if count + CHUNK <= capacity:
+            # Branch-free: write every index, advance only past hits. A branch per element
+            # mispredicts when many elements hit (an unsettled threshold selects 30% of N).
+            for i in range(base, base + CHUNK):
+                out[count] = i + offset
+                count += abs(values[i]) >= cut
+            continue
         for i in range(base, base + CHUNK):
             if abs(values[i]) >= cut:
                 if count < capacity:
@@ -89,6 +96,12 @@ def gather_candidates(values, cut, positions, magnitudes):
         for i in range(base, base + CHUNK):
             hits += not (abs(values[i]) < cut)  # true for NaN too
         if hits == 0:
+            continue
+        if count + CHUNK <= capacity:  # branch-free, as in select_at_least
+            for i in range(base, base + CHUNK):
+                positions[count] = i
+                magnitudes[count] = _magnitude(values[i])
+                count += not (abs(values[i]) < cut)
             continue
         for i in range(base, base + CHUNK):
             if not (abs(values[i]) < cut):
