@@ -8,7 +8,7 @@ threshold that leaves a fraction d of |acc| above it, then corrects it with a fe
     2. Refine: count |acc| >= lambda; if the count is below 2k/3, halve lambda; if above 4k/3,
        multiply it by 1.5; else stop. At most `max_scans` counting passes (Shi et al.'s loop
        bound is 3); the last lambda counted is the one used.
-    3. Selection: every index with |acc| >= lambda, over the whole vector (the last pass's mask).
+    3. Selection: every index with |acc| >= lambda (the last lambda counted), over the whole vector.
     4. Exchange: union_allreduce (ranks overlap: build-up occurs).
 
 Each rank fits its own accumulator, so lambda is per rank and nothing carries over between steps.
@@ -48,7 +48,7 @@ class GaussianK(Sparsifier):
         # 1. Fit: one reduction pass, no full-size temporary.
         std, mean = torch.std_mean(acc, correction=1 if self.numel > 1 else 0)
         threshold = float(mean) + float(std) * self.quantile
-        # 2. Refine toward k with counting passes over the preallocated |acc|.
+        # 2. Refine toward k with counting passes (selection kernels: one read of acc each).
         self._scan.load(acc)
         scans = 0
         while True:
@@ -58,7 +58,7 @@ class GaussianK(Sparsifier):
                 break
             threshold *= 0.5 if count < 2 * self.k / 3 else 1.5
         self._last = {"threshold": threshold, "scans": scans}
-        # 3. Selection: the last pass's mask.
+        # 3. Selection at the last lambda counted.
         return self._scan.indices(0)
 
     def metrics(self) -> dict[str, float | list[float]]:

@@ -17,7 +17,10 @@ def scratch(name: str, numel: int, dtype: torch.dtype, device: torch.device) -> 
     key = (name, dtype, torch.device(device))
     buffer = _BUFFERS.get(key)
     if buffer is None or buffer.numel() < numel:
-        buffer = torch.empty(numel, dtype=dtype, device=device)
+        # Grown by half again: slices that creep up (ExDyna's moving partitions) reallocate a
+        # handful of times per run, not at every step.
+        grown = 0 if buffer is None else buffer.numel() * 3 // 2
+        buffer = torch.empty(max(numel, grown), dtype=dtype, device=device)
         _BUFFERS[key] = buffer
     return buffer[:numel]
 

@@ -1,5 +1,6 @@
 """The step benchmark (experiments/benchmarks/step.py) on a small vector: real gloo processes,
-one rank each, and one hosting process; every phase is reported and the numbers add up."""
+one rank each, and one hosting process; every phase is reported, and the torch and compiled
+kernel paths, run on the same inputs, exchange the same number of coordinates at every step."""
 from __future__ import annotations
 
 import math
@@ -21,7 +22,6 @@ from experiments.phases import PHASES
 
 NUMEL = 50_000
 METHODS = ["topk", "micro"]
-# Until sparsifiers.kernels has its knob, the torch path is the only one there is.
 BACKENDS = ["torch", "auto"]
 
 
@@ -34,6 +34,10 @@ def check_rows(rows: list[dict], workers: int) -> None:
             assert math.isclose(sum(phases.values()), total, rel_tol=1e-9)
         assert row["total_ms"] > 0
         assert row["aggregated_per_k"] > 0
+    # Same inputs, same method: the two kernel paths must agree on what was exchanged.
+    for method in METHODS:
+        torch_row, auto_row = (next(r for r in rows if (r["method"], r["backend"]) == (method, b)) for b in BACKENDS)
+        assert torch_row["aggregated_per_k"] == auto_row["aggregated_per_k"], method
 
 
 def test_distributed_ranks_report_every_phase():

@@ -26,8 +26,15 @@ _backend = "auto"
 
 @functools.cache
 def compiled_available() -> bool:
-    """True if numba can be imported here (it is a dependency; this guards odd installs)."""
-    return importlib.util.find_spec("numba") is not None
+    """True if the compiled kernels import here (numba is a dependency; this guards odd installs,
+    such as a numba that does not support the installed numpy: auto then takes the torch path)."""
+    if importlib.util.find_spec("numba") is None:
+        return False
+    try:
+        import sparsifiers.kernels.compiled  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def set_backend(name: str) -> None:

@@ -85,8 +85,9 @@ def sample_magnitudes(values, sample):
 
 @_jit
 def gather_candidates(values, cut, positions, magnitudes):
-    """Every i with |values[i]| >= cut or NaN, in increasing order, with its magnitude (NaN as
-    +inf), written while there is room; returns how many there are."""
+    """Every i with |values[i]| > cut or NaN, in increasing order, with its magnitude (NaN as
+    +inf), written while there is room; returns how many there are. Strictly above: a cut that
+    ties with many elements (a sampled 0 in a mostly-zero vector) does not take them all in."""
     n = values.shape[0]
     capacity = positions.shape[0]
     count = 0
@@ -94,23 +95,23 @@ def gather_candidates(values, cut, positions, magnitudes):
     for base in range(0, full, CHUNK):
         hits = 0
         for i in range(base, base + CHUNK):
-            hits += not (abs(values[i]) < cut)  # true for NaN too
+            hits += not (abs(values[i]) <= cut)  # true for NaN too
         if hits == 0:
             continue
         if count + CHUNK <= capacity:  # branch-free, as in select_at_least
             for i in range(base, base + CHUNK):
                 positions[count] = i
                 magnitudes[count] = _magnitude(values[i])
-                count += not (abs(values[i]) < cut)
+                count += not (abs(values[i]) <= cut)
             continue
         for i in range(base, base + CHUNK):
-            if not (abs(values[i]) < cut):
+            if not (abs(values[i]) <= cut):
                 if count < capacity:
                     positions[count] = i
                     magnitudes[count] = _magnitude(values[i])
                 count += 1
     for i in range(full, n):
-        if not (abs(values[i]) < cut):
+        if not (abs(values[i]) <= cut):
             if count < capacity:
                 positions[count] = i
                 magnitudes[count] = _magnitude(values[i])

@@ -9,9 +9,9 @@ Compiled, a candidate filter (compiled.py):
     1. a cut from an evenly spaced sample of m magnitudes (one in 128, 256 to 16,384): the
        sample's r-th largest, r about twice the m k / n the sample holds above the true k-th
        magnitude (plus a margin);
-    2. one pass gathers the candidates, |x| >= cut (and NaN);
+    2. one pass gathers the candidates, |x| > cut (and NaN);
     3. if there are at least k, the top-k of the candidates is the top-k of x: the k-th magnitude
-       v of x is then >= cut, so every element >= v, ties included, is a candidate, and the same
+       v of x is then > cut, so every element >= v, ties included, is a candidate, and the same
        rule picks the same ones;
     4. otherwise retry with a lower cut (the sample's 8 r-th largest), then with every element a
        candidate, which is always enough. The answer never depends on the sample: only the time.
@@ -29,13 +29,16 @@ from sparsifiers.workspace import scratch
 
 SAMPLE = 16384  # the most magnitudes sampled for the cut: a small fraction of a copy's time at N = 11M
 MIN_SAMPLE = 256  # fewer would make the cut too coarse to be worth a pass
-EVERYTHING = -1.0  # a cut below every magnitude: every element is a candidate
+EVERYTHING = -1.0  # a cut below every magnitude: every element is a candidate (|x| > -1)
 
 
 def exact_topk_reference(values: torch.Tensor, k: int) -> torch.Tensor:
     magnitude = torch.abs(values, out=scratch("magnitude", values.numel(), values.dtype, values.device))
     magnitude.nan_to_num_(nan=math.inf, posinf=math.inf)
-    kth = torch.topk(magnitude, k, sorted=False).values.min()
+    top = torch.topk(magnitude, k, sorted=False)
+    kth = top.values.min()
+    if int(torch.count_nonzero(magnitude >= kth)) == k:  # no tie at the k-th magnitude: torch.topk's set
+        return top.indices.sort().values
     above = torch.nonzero(magnitude > kth).view(-1)
     at = torch.nonzero(magnitude == kth).view(-1)[: k - above.numel()]
     return torch.cat([above, at]).sort().values
@@ -90,7 +93,7 @@ class ExactTopK:
         for cut in self._cuts(array, n, k, compiled):
             cut = array.dtype.type(cut)
             count = compiled.topk_at_cut(array, cut, k, offset, self._positions.numpy(), self._magnitudes.numpy(), destination)
-            if count > self._positions.numel():
+            if k <= count and count > self._positions.numel():  # below k the cut fails anyway: no regrowth
                 capacity = max(count, self._positions.numel() * 3 // 2)
                 self._positions = torch.empty(capacity, dtype=torch.int64)
                 self._magnitudes = torch.empty(capacity, dtype=values.dtype)

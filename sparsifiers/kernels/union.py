@@ -26,6 +26,6 @@ def sorted_union(rows: torch.Tensor, counts: torch.Tensor, numel: int) -> torch.
     from sparsifiers.kernels import compiled
 
     words = scratch("union_bitmap", (numel + 63) // 64, torch.int64, rows.device)
-    out = torch.empty(int(counts.sum()), dtype=torch.int64)
+    out = torch.empty(min(int(counts.sum()), numel), dtype=torch.int64)  # |U| <= N however much ranks overlap
     count = compiled.sorted_union(rows.numpy(), counts.numpy(), words.numpy().view(np.uint64), out.numpy())
     return out[:count]
