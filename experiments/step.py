@@ -1,6 +1,7 @@
 """One synchronous training step over the ranks this process hosts (DESIGN.md, "The flow").
 
-    1. compute   forward/backward per rank into the flat buffer; acc_r = grad_r + residual_r
+    1. compute   forward/backward per rank into the flat buffer; acc_r = grad_r + residual_r;
+                 a non-finite loss or acc fails the step (finite.py), as does a non-finite aggregate
     2. plan      averaged inputs (DEFT global norms), the leader's plan, broadcast, if declared
     3. select    S_r = sparsifier_r.select(acc_r)                              [timed per rank]
     4. exchange  collectives -> aggregate in the flat buffer (identical on all ranks)
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from experiments.exchange import INDEX_DTYPE, ExchangeResult, exchange, sum_in_rank_order
+from experiments.finite import check_accumulator, check_aggregate, check_loss
 from experiments.phases import NO_CLOCK, PhaseClock
 from experiments.replica import Replica
 from experiments.tasks import Task
@@ -78,8 +80,11 @@ def train_step(
             flat.zero_()
             loss = task.loss(model, batch, replica.task_state)
             loss.backward()
-        replica.residual.add_(replica.sparsifier.precondition(flat))
         losses.append(loss.item())
+        check_loss(losses[-1], step, replica.rank)
+        gradient = replica.sparsifier.precondition(flat)
+        replica.residual.add_(gradient)
+        check_accumulator(replica.residual, gradient, step, replica.rank)
         compute_ms.append(_elapsed_ms(world, start))
 
     # 2.-5. the aggregate overwrites the flat buffer (param.grad views).
@@ -88,6 +93,7 @@ def train_step(
     )
 
     # 6. update: identical aggregate, identical optimizer state -> identical parameters.
+    check_aggregate(flat, step)
     optimizer.step()
     return StepOutcome(sparsified, losses, compute_ms, _elapsed_ms(world, step_start))
 

@@ -1,5 +1,6 @@
-"""A sparsifier that crashes on purpose, to test that one failing rank ends the whole job
-cleanly. Selected from the command line: sparsifier._target_=tests.fault_injection.CrashingTopK."""
+"""Sparsifiers that fail on purpose, to test that one failing rank ends the whole job cleanly
+(CrashingTopK) and that a NaN fails the run at the step it appears (NaNGradientTopK). Selected
+from the command line: sparsifier._target_=tests.fault_injection.CrashingTopK."""
 from __future__ import annotations
 
 import torch
@@ -24,3 +25,20 @@ class CrashingTopK(TopK):
         if self.rank == self.crash_rank and step == self.crash_step:
             raise InjectedFault(f"injected fault on rank {self.rank} at step {step}")
         return super().select(acc, step, plan)
+
+
+class NaNGradientTopK(TopK):
+    """Top-k whose rank `nan_rank` sees a NaN in its gradient at step `nan_step` (its
+    `precondition` is called once per step, so it counts steps itself)."""
+
+    def __init__(self, layout: Layout, world_size: int, rank: int, density: float,
+                 nan_rank: int = 1, nan_step: int = 3, **knobs) -> None:
+        super().__init__(layout, world_size, rank, density, **knobs)
+        self.nan_rank, self.nan_step = nan_rank, nan_step
+        self._step = -1
+
+    def precondition(self, grad: torch.Tensor) -> torch.Tensor:
+        self._step += 1
+        if self.rank == self.nan_rank and self._step == self.nan_step:
+            grad[grad.numel() // 2] = float("nan")
+        return grad

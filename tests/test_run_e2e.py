@@ -3,6 +3,7 @@ run directory is read back and checked against the metric contract."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -115,6 +116,39 @@ def test_a_crash_in_one_rank_ends_the_job_and_marks_the_run_failed(tmp_path):
     assert [r["step"] for r in records if r["kind"] == "train"] == [0, 1, 2]
     assert (run_dir / "config.yaml").read_text().startswith("sparsifier:")
     assert not (run_dir / "summary.json").exists()
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_nan_gradient_fails_the_run_at_its_step_naming_the_rank(tmp_path, processes):
+    run_dir = tmp_path / "run"
+    result = run_cli([*TINY_RUN, "workers=2", f"processes={processes}", "max_steps=20", "logger.log_every=1",
+                      "sparsifier._target_=tests.fault_injection.NaNGradientTopK",
+                      "+sparsifier.nan_rank=1", "+sparsifier.nan_step=3", f"hydra.run.dir={run_dir}"], timeout=180)
+    assert result.returncode == 1
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["status"] == "failed"
+    assert "non-finite gradient at step 3 on rank 1" in status["error"], status["error"]
+    records = read_metrics(run_dir / "metrics.jsonl")  # steps 0-2 are logged, and nothing after
+    assert [r["step"] for r in records if r["kind"] == "train"] == [0, 1, 2]
+    assert not (run_dir / "summary.json").exists()
+
+
+def test_a_diverging_learning_rate_fails_at_the_first_non_finite_value(tmp_path):
+    """lr = 1e6 used to end "done" with loss nan. Here the gradient overflows before the loss
+    does, and the run fails at that step."""
+    import re
+
+    run_dir = tmp_path / "run"
+    result = run_cli([*TINY_RUN, "workers=2", "processes=1", "max_steps=30", "optimizer.lr=1e6",
+                      f"hydra.run.dir={run_dir}"], timeout=180)
+    assert result.returncode == 1
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["status"] == "failed", status
+    found = re.search(r"non-finite (loss|gradient|aggregate) at step (\d+)", status["error"])
+    assert found and "lower optimizer.lr" in status["error"], status["error"]
+    logged = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"]
+    assert [r["step"] for r in logged] == list(range(int(found.group(2))))  # every step before it, none after
+    assert all(math.isfinite(r["train/loss"]) for r in logged)
 
 
 def test_an_existing_run_directory_is_never_overwritten(tmp_path):

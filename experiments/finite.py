@@ -1,0 +1,50 @@
+"""Non-finite values fail the run at the step where they appear, naming the step and the rank.
+
+A diverged run (a learning rate far too large, an overflow in backward) would otherwise go on:
+NaN is never >= a threshold, so threshold methods leave it in the residual for good, top-k sends
+it, and the run can finish "done" with a NaN loss. Three checks, every step:
+
+    loss        the rank's loss (already a Python float: free)
+    gradient    acc = precondition(grad) + residual, summed once (one read of N per rank, small
+                beside a forward and backward): a NaN or inf anywhere makes the sum non-finite.
+                Only when it is does a second pass tell a non-finite gradient from a residual
+                that overflowed.
+    aggregate   the exchange's result, summed once per process (identical on every rank)
+
+A sum can overflow to inf with every term finite only near float32's limit (1e38), where the
+run has diverged anyway; the message then says so.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+HINT = "the run diverged: lower optimizer.lr (or check the data and the model)"
+
+
+class NonFiniteValue(RuntimeError):
+    """A loss, gradient or aggregate that is NaN or infinite."""
+
+
+def check_loss(loss: float, step: int, rank: int) -> None:
+    if not math.isfinite(loss):
+        raise NonFiniteValue(f"non-finite loss at step {step} on rank {rank} (loss = {loss}): {HINT}")
+
+
+def check_accumulator(acc: torch.Tensor, grad: torch.Tensor, step: int, rank: int) -> None:
+    """`acc` after the gradient `grad` was added to it."""
+    if math.isfinite(float(acc.sum())):
+        return
+    if not bool(torch.isfinite(grad).all()):
+        what = "gradient"
+    elif not bool(torch.isfinite(acc).all()):
+        what = "error-feedback accumulator (residual + gradient)"
+    else:
+        what = "accumulator sum (every element finite, their sum beyond float range)"
+    raise NonFiniteValue(f"non-finite {what} at step {step} on rank {rank}: {HINT}")
+
+
+def check_aggregate(aggregate: torch.Tensor, step: int) -> None:
+    if not math.isfinite(float(aggregate.sum())):
+        raise NonFiniteValue(f"non-finite aggregate at step {step} (the same on every rank): {HINT}")
