@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 
 from experiments.compose import check_top_level_keys, preflight
 from experiments.launch import launch
+from experiments.lifetime import Stopped
 from experiments.schema import register
 from experiments.validate import validate
 from sparsifiers.base import ConfigError
@@ -52,6 +53,9 @@ def run(cfg: DictConfig) -> dict:
         summary = launch(cfg, run_dir, job)
     except ConfigError as error:
         fail_config(error)
+    except Stopped as stop:
+        # The job's processes are gone and the run is marked failed; a sweep stops here too.
+        sys.exit(128 + int(stop.signal))
     if summary["status"] != "done":
         FAILED_JOBS.append(str(run_dir))
     return summary

@@ -2,14 +2,13 @@
 
 Ranks are started by torchrun as a subprocess (max_restarts=0, explicit c10d rendezvous), so a
 crash in any rank ends the whole job: torchrun stops the other ranks, and this process, which
-survives them, marks the run failed with the rank's error. Nothing already written is touched.
+survives them, marks the run failed with the rank's error. A signal to this process stops the
+job's whole process group first (lifetime.py). Nothing already written is touched.
 """
 from __future__ import annotations
 
 import hashlib
 import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.environment import REPO_ROOT, collect_environment, resolve_runtime
+from experiments.lifetime import Stopped, run_job
 from experiments.report import format_summary
 from experiments.store import CONFIG, ENV, SUMMARY, RunStore, write_atomic
 from sparsifiers.base import ConfigError
@@ -81,26 +81,18 @@ def rank_errors(run_dir: Path) -> str | None:
     return "; ".join(messages) or None
 
 
-def run_ranks(command: list[str], env: dict[str, str]) -> int:
-    """Runs torchrun; Ctrl-C stops it (and its ranks) before we record the run as failed."""
-    process = subprocess.Popen(command, env=env, cwd=REPO_ROOT)
-    try:
-        return process.wait()
-    except KeyboardInterrupt:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        return -int(signal.SIGINT)
-
-
 def launch(cfg: DictConfig, run_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
     """Runs one job to completion; returns its summary (with `status`)."""
     store, environment = prepare_run_dir(cfg, run_dir, job)
     resolved = environment["resolved"]
     started = time.time()
-    returncode = run_ranks(rank_command(cfg, resolved, run_dir), rank_environment(resolved, run_dir))
+    returncode, stopped_by = run_job(rank_command(cfg, resolved, run_dir), rank_environment(resolved, run_dir),
+                                     str(REPO_ROOT))
+    if stopped_by is not None:
+        stop = Stopped(stopped_by)
+        store.set_status("failed", ended=time.time(), returncode=returncode, error=str(stop), signal=stopped_by.name)
+        print(f"run stopped: {stop}\n  details: {run_dir}/status.json", file=sys.stderr, flush=True)
+        raise stop
     summary = store.read_json(SUMMARY)
     if returncode == 0 and summary is not None:
         store.set_status("done", ended=time.time(), elapsed_s=time.time() - started)

@@ -8,12 +8,14 @@ run.py to report, and the process group is always destroyed at exit.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import traceback
 
 import torch
 from omegaconf import OmegaConf
 
+from experiments.lifetime import die_with_parent
 from experiments.network import NetworkModel
 from experiments.sinks import JsonlSink, MultiSink, NullSink, WandbSink
 from experiments.store import CONFIG, ENV, SUMMARY, RunStore
@@ -45,6 +47,8 @@ def make_sink(cfg, world: World, store: RunStore, env: dict):
 
 
 def main(run_dir: str) -> None:
+    # torchrun killed (even by SIGKILL) must not leave this rank training on, orphaned.
+    die_with_parent(signal.SIGKILL)
     store = RunStore(run_dir)
     cfg = OmegaConf.load(store.path(CONFIG))
     env = store.read_json(ENV)

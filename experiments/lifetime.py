@@ -1,0 +1,72 @@
+"""A job's processes live and die together.
+
+run.py starts torchrun (or the single worker) in a process group of its own, and:
+- a signal to run.py (SIGTERM, SIGHUP, Ctrl-C) is passed to that whole group; whatever is still
+  alive after STOP_GRACE_S is killed, so nothing outlives the job;
+- every process of the job asks the kernel for a signal when its parent dies
+  (PR_SET_PDEATHSIG): torchrun gets SIGTERM when run.py is killed, even by SIGKILL, which no
+  handler sees, and a rank gets SIGKILL when torchrun dies, instead of training on as an orphan.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+
+STOP_GRACE_S = 5.0  # torchrun stops its ranks on SIGTERM within this, or they are killed
+FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: signal.Signals) -> None:
+    """Asks Linux to send `sig` to this process when its parent exits (elsewhere: nothing)."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig))
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os.kill(os.getpid(), sig)
+
+
+class Stopped(Exception):
+    """run.py got a signal: the job was stopped, and so is what would have come after it."""
+
+    def __init__(self, sig: signal.Signals) -> None:
+        super().__init__(f"stopped by {sig.name} to run.py (pid {os.getpid()})")
+        self.signal = sig
+
+
+def run_job(command: list[str], env: dict[str, str], cwd: str) -> tuple[int, signal.Signals | None]:
+    """Runs `command` in its own process group; returns its exit code and the signal run.py got
+    while it ran (None if none). On a signal the group is stopped before this returns."""
+    received: list[signal.Signals] = []
+
+    def forward(signum, frame) -> None:
+        received.append(signal.Signals(signum))
+        _signal_group(process.pid, signal.SIGTERM)
+
+    process = subprocess.Popen(command, env=env, cwd=cwd, start_new_session=True,
+                               preexec_fn=lambda: die_with_parent(signal.SIGTERM))
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+    try:
+        while True:
+            try:
+                returncode = process.wait(timeout=STOP_GRACE_S if received else None)
+                break
+            except subprocess.TimeoutExpired:
+                _signal_group(process.pid, signal.SIGKILL)
+        if received:
+            _signal_group(process.pid, signal.SIGKILL)  # stragglers of the group, if any
+        return returncode, (received[0] if received else None)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
