@@ -178,10 +178,8 @@ def _mean_at(
     """The all-reduce at an index set every rank holds: out = mean_r acc_r at `indices`, 0 elsewhere.
     `indices` are distinct (a union, or one selection), so index_copy_ is deterministic; the
     index_* ops are the same arithmetic as advanced indexing at about half the cost."""
-    gathered = [acc.index_select(0, indices) for acc in accs]
-    values = gathered[0]
-    for part in gathered[1:]:  # hosted ranks in rank order, as sum_in_rank_order adds them
-        values.add_(part)
+    gathered = [acc.index_select(0, indices) for acc in accs]  # fresh tensors: sum into the first
+    values = sum_in_rank_order(gathered[0], gathered)
     comm.all_reduce_sum(values)
     clock.mark("value_exchange")
     out.zero_()
@@ -204,8 +202,9 @@ def _padded_rows(selections: list[torch.Tensor], width: int, device: torch.devic
 
 
 def sum_in_rank_order(out: torch.Tensor | None, parts: list[torch.Tensor]) -> torch.Tensor:
-    """Sums hosted ranks' tensors in rank order (a fixed order keeps runs repeatable)."""
-    total = parts[0].clone() if out is None else out.copy_(parts[0])
+    """Sums hosted ranks' tensors in rank order (a fixed order keeps runs repeatable) into `out`
+    (which may be parts[0] itself: summed in place), or into a new tensor when `out` is None."""
+    total = parts[0].clone() if out is None else out if out is parts[0] else out.copy_(parts[0])
     for part in parts[1:]:
         total.add_(part)
     return total
