@@ -5,6 +5,7 @@
     python run.py sparsifier=topk workers=8         # any override
     python run.py -m sparsifier=dense,topk workers=2,4   # a sweep: one run directory per job
     python run.py --cfg job                         # print the composed config
+    python run.py resume=outputs/runs/<run>         # continue a stopped run from its last checkpoint
 
 Bad input ends here with one line naming the key and the fix, exit code 2, before any process
 starts. Ranks read the resolved config this process writes; they never run @hydra.main.
@@ -22,6 +23,7 @@ from omegaconf import DictConfig
 from experiments.compose import check_top_level_keys, preflight
 from experiments.launch import launch
 from experiments.lifetime import Stopped
+from experiments.resume import resume, resume_argument
 from experiments.schema import register
 from experiments.validate import validate
 from sparsifiers.base import ConfigError
@@ -61,8 +63,22 @@ def run(cfg: DictConfig) -> dict:
     return summary
 
 
+def resume_and_exit(directory: str) -> None:
+    """`python run.py resume=DIR`: no composition, the run's own config.yaml (experiments/resume.py)."""
+    try:
+        summary = resume(directory)
+    except ConfigError as error:
+        fail_config(error)
+    except Stopped as stop:
+        sys.exit(128 + int(stop.signal))
+    sys.exit(0 if summary["status"] == "done" else 1)
+
+
 if __name__ == "__main__":
     try:
+        directory = resume_argument(sys.argv[1:])
+        if directory is not None:
+            resume_and_exit(directory)
         preflight(sys.argv[1:])
     except ConfigError as error:
         fail_config(error)

@@ -5,6 +5,8 @@ aggregate is written back into it before the optimizer step: no per-step concate
 """
 from __future__ import annotations
 
+import hashlib
+
 import torch
 
 from sparsifiers.layout import Layout
@@ -34,3 +36,12 @@ def parameter_checksum(module: torch.nn.Module) -> torch.Tensor:
         total[0] += values.sum().cpu()
         total[1] += values.square().sum().cpu()
     return total
+
+
+def parameters_sha256(module: torch.nn.Module) -> str:
+    """A digest of every parameter's bytes, in order: two runs trained to bitwise-equal
+    parameters, and only those, share it (summary.json records it)."""
+    digest = hashlib.sha256()
+    for parameter in module.parameters():
+        digest.update(parameter.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()

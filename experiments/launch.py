@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +33,10 @@ def prepare_run_dir(cfg: DictConfig, run_dir: Path, job: dict[str, Any]) -> tupl
     run_dir.mkdir(parents=True, exist_ok=True)
     resolved = resolve_runtime(cfg)
     write_atomic(store.path(CONFIG), OmegaConf.to_yaml(cfg, resolve=True))
+    job = {**job, "wandb_id": uuid.uuid4().hex[:12]}  # kept by every resume of this run
     environment = collect_environment(resolved, job)
     store.write_json(ENV, environment)
-    store.set_status("running", started=time.time())
+    store.set_status("running", started=time.time(), pid=os.getpid(), host=socket.gethostname())
     return store, environment
 
 
@@ -84,7 +87,12 @@ def rank_errors(run_dir: Path) -> str | None:
 def launch(cfg: DictConfig, run_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
     """Runs one job to completion; returns its summary (with `status`)."""
     store, environment = prepare_run_dir(cfg, run_dir, job)
-    resolved = environment["resolved"]
+    return run_to_end(cfg, store, environment["resolved"])
+
+
+def run_to_end(cfg: DictConfig, store: RunStore, resolved: dict[str, Any]) -> dict[str, Any]:
+    """Starts the ranks of a prepared (or resumed) run directory and records how they ended."""
+    run_dir = store.dir
     started = time.time()
     returncode, stopped_by = run_job(rank_command(cfg, resolved, run_dir), rank_environment(resolved, run_dir),
                                      str(REPO_ROOT))

@@ -50,6 +50,16 @@ class NetworkConfig:
 
 
 @dataclass
+class CheckpointConfig:
+    """Run-level checkpoints (experiments/checkpoint.py): what `python run.py resume=DIR` and
+    torchrun's restarts continue from."""
+
+    every_steps: int = 0  # also every this many steps (0: only at epoch ends)
+    epoch_end: bool = True  # at the end of every epoch but the last
+    keep: int = 2  # the newest this many are kept
+
+
+@dataclass
 class RunConfig:
     """Top level: what to train, on how many workers, for how long."""
 
@@ -61,6 +71,7 @@ class RunConfig:
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     network: NetworkConfig = field(default_factory=NetworkConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     workers: int = 4  # data-parallel workers W
     processes: Optional[int] = None  # torchrun processes; None: one per worker
     epochs: int = 1

@@ -54,6 +54,7 @@ class WandbSink:
         group: str,
         config: dict[str, Any],
         tags: list[str],
+        run_id: str | None = None,
     ) -> None:
         import wandb  # lazy: slow to import, and not needed when disabled
 
@@ -71,6 +72,10 @@ class WandbSink:
             config=config,
             tags=tags,
             reinit="finish_previous",
+            # The run directory's own id: a resumed run (resume=DIR, a torchrun restart) continues
+            # the same W&B run instead of starting another.
+            id=run_id,
+            resume="allow" if run_id else None,
         )
 
     def log(self, record: dict[str, Any], step: int) -> None:

@@ -24,6 +24,7 @@ ENV = "env.json"
 STATUS = "status.json"
 METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
+DROPPED_METRICS = "metrics.dropped.jsonl"  # lines a resumed run logs again
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -75,6 +76,10 @@ class RunStore:
     def status(self) -> dict[str, Any] | None:
         return self.read_json(STATUS)
 
+    def drop_metrics_from(self, next_step: int) -> int:
+        """metrics.jsonl without the steps from `next_step` on, which go to metrics.dropped.jsonl."""
+        return truncate_metrics(self.path(METRICS), next_step, self.path(DROPPED_METRICS))
+
     def open_metrics(self) -> "MetricsWriter":
         return MetricsWriter(self.path(METRICS))
 
@@ -91,6 +96,28 @@ class MetricsWriter:
 
     def close(self) -> None:
         self._handle.close()
+
+
+def truncate_metrics(path: Path, next_step: int, aside: Path) -> int:
+    """Before a resumed run appends to metrics.jsonl: keeps the lines of steps before
+    `next_step` (what the checkpoint saw logged) and moves the rest, which the resumed run will
+    log again, to `aside`, so that no step appears twice and nothing written is lost. A line cut
+    by the kill goes aside too. Atomic: readers see the old file or the new one. Returns how
+    many lines moved."""
+    if not path.exists():
+        return 0
+    kept, moved = [], []
+    for line in path.read_text().splitlines(keepends=True):
+        try:
+            record = json.loads(line) if line.endswith("\n") else None
+        except json.JSONDecodeError:
+            record = None
+        (kept if record is not None and record.get("step", -1) < next_step else moved).append(line)
+    if moved:
+        with open(aside, "a") as handle:
+            handle.writelines(line if line.endswith("\n") else line + "\n" for line in moved)
+        write_atomic(path, "".join(kept))
+    return len(moved)
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

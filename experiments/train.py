@@ -12,7 +12,8 @@ import torch
 from omegaconf import DictConfig
 
 from experiments.build import build_dataset, build_model, build_optimizer, build_schedule, build_sparsifier
-from experiments.flat_grad import bind_flat_grad, parameter_checksum
+from experiments.checkpoint import Checkpointer, Resumed, restore
+from experiments.flat_grad import bind_flat_grad, parameter_checksum, parameters_sha256
 from experiments.metrics import RANK_STATS, MetricContext, SummaryAccumulator, exchange_metrics, rank_metrics
 from experiments.replica import Replica, make_replicas
 from experiments.report import EpochTable
@@ -84,8 +85,9 @@ def _dense_model_ms(world: World, nbytes: int) -> float | None:
     return None if network is None else network.all_reduce_s(world.world_size, nbytes) * 1e3
 
 
-def train(cfg: DictConfig, world: World, sink, run_dir: Path) -> dict[str, Any] | None:
-    """Trains; returns the summary on the process hosting rank 0 (None elsewhere)."""
+def train(cfg: DictConfig, world: World, sink, run_dir: Path, resumed: Resumed | None = None) -> dict[str, Any] | None:
+    """Trains (from `resumed`, a loaded checkpoint, if given); returns the summary on the
+    process hosting rank 0 (None elsewhere)."""
     session = build_session(cfg, world)
     data, task, model, flat, layout = session.data, session.task, session.model, session.flat, session.layout
     optimizer, schedule, replicas, context, method = session.optimizer, session.schedule, session.replicas, session.context, session.method
@@ -100,19 +102,27 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path) -> dict[str, Any] 
     table = EpochTable(enabled=world.hosts_rank_zero, metric=task.metric)
     table.header(method.describe(), layout.numel, cfg.workers, world.kind)
     log_every, started = cfg.logger.log_every, time.perf_counter()
+    step = 0 if resumed is None else resumed.step
+    checkpoints = Checkpointer(cfg, run_dir, world, steps_per_epoch, total_steps, step if resumed else None)
 
-    # -- epochs
-    step = 0
-    for epoch in range(cfg.epochs):
+    # -- epochs (a resumed run starts in the epoch of its checkpoint, `skip` batches in)
+    for epoch in range(step // steps_per_epoch, cfg.epochs):
         if step >= total_steps:
             break
         model.train()
         for replica in replicas:
             replica.sparsifier.start_epoch(epoch, steps_per_epoch)
             task.start_epoch(replica.task_state)
-        epoch_steps = min(steps_per_epoch, total_steps - step)
+        if resumed is not None:  # after start_epoch: the checkpoint was taken after it too
+            restore(resumed.state, session, accumulator, world)
+            started -= resumed.state["elapsed_s"]
+            resumed = None
+        skip = step - epoch * steps_per_epoch
+        epoch_steps = min(steps_per_epoch - skip, total_steps - step)
         progress = _progress(cfg, world, epoch, epoch_steps)
-        for batches in islice(zip(*(r.batches.epoch(epoch) for r in replicas)), epoch_steps):
+        for batches in islice(zip(*(r.batches.epoch(epoch) for r in replicas)), skip, skip + epoch_steps):
+            if checkpoints.due(step):
+                checkpoints.save(step, session, accumulator, time.perf_counter() - started)
             logging_step = step % log_every == 0 or step == total_steps - 1
             world.comm.meter.reset()
             lr = schedule.set_epoch(epoch + (step - epoch * steps_per_epoch) / steps_per_epoch)
@@ -152,6 +162,7 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path) -> dict[str, Any] 
     summary.update(
         steps=step,
         epochs_run=epoch + 1,
+        parameters_sha256=parameters_sha256(model),
         wall_s=time.perf_counter() - started,
         world=world.kind,
         workers=cfg.workers,

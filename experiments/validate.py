@@ -12,6 +12,7 @@ import os
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.build import knobs, target_of
+from experiments.checkpoint import check_config as check_checkpoint_config
 from sparsifiers.base import ConfigError
 from sparsifiers.kernels import BACKENDS, compiled_available
 from sparsifiers.layout import Layout
@@ -31,6 +32,7 @@ RUNTIME_ARGUMENTS = {
 def validate(cfg: DictConfig) -> None:
     """Raises ConfigError for the first bad value found."""
     _check_sizes(cfg)
+    check_checkpoint_config(cfg)
     _check_choices(cfg)
     for group in GROUPS:
         _check_knobs(cfg, group)

@@ -15,6 +15,7 @@ import traceback
 import torch
 from omegaconf import OmegaConf
 
+from experiments.checkpoint import load_agreed
 from experiments.lifetime import die_with_parent
 from experiments.network import NetworkModel
 from experiments.sinks import JsonlSink, MultiSink, NullSink, WandbSink
@@ -39,6 +40,7 @@ def make_sink(cfg, world: World, store: RunStore, env: dict):
                 entity=cfg.logger.entity,
                 name=job["name"],
                 group=job["group"],
+                run_id=job.get("wandb_id"),
                 config={**OmegaConf.to_container(cfg, resolve=True), "resolved": env["resolved"]},
                 tags=[cfg.sparsifier.name, f"W{cfg.workers}", env["resolved"]["world"]],
             )
@@ -54,23 +56,35 @@ def main(run_dir: str) -> None:
     env = store.read_json(ENV)
     resolved = env["resolved"]
     torch.set_num_threads(resolved["threads_per_process"])
-    sink, failed = NullSink(), True
+    failed = True
     try:
         network = NetworkModel(cfg.network.name, cfg.network.latency_us, cfg.network.bandwidth_gbit)
         world = init_world(cfg.workers, resolved["device"], resolved["backend"], cfg.launcher.timeout_s, network)
-        sink = make_sink(cfg, world, store, env)
-        summary = train(cfg, world, sink, store.dir)
-        if summary is not None:
-            summary["wandb_mode"] = os.environ.get("WANDB_MODE") or cfg.logger.wandb_mode
-            store.write_json(SUMMARY, summary)
+        train_run(store, cfg, env, world)
         failed = False
     except BaseException:
         process = os.environ.get("RANK", "0")
         store.path(f"error.rank{process}.txt").write_text(traceback.format_exc())
         raise
     finally:
-        sink.close(failed)
         close_world(wait_for_peers=not failed)
+
+
+def train_run(store: RunStore, cfg, env: dict, world: World) -> None:
+    """This process's part of the run in a prepared run directory: continue from its newest
+    checkpoint if it has one (resume=DIR, or a torchrun restart), log, train, write the summary."""
+    resumed = load_agreed(store.dir, world)
+    if world.hosts_rank_zero:  # the steps after the checkpoint are logged again
+        store.drop_metrics_from(0 if resumed is None else resumed.step)
+    sink, failed = make_sink(cfg, world, store, env), True
+    try:
+        summary = train(cfg, world, sink, store.dir, resumed)
+        if summary is not None:
+            summary["wandb_mode"] = os.environ.get("WANDB_MODE") or cfg.logger.wandb_mode
+            store.write_json(SUMMARY, summary)
+        failed = False
+    finally:
+        sink.close(failed)
 
 
 def exit_now() -> None:

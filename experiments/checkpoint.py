@@ -1,0 +1,183 @@
+"""Run-level checkpoints: everything a run needs to continue exactly where it stopped.
+
+    <run>/checkpoints/step-00000030/process-0.pt    one file per process (its hosted ranks)
+    <run>/checkpoints/step-00000030/complete.json   written once every process's file is in place
+
+A checkpoint "at step s" is the state right before step s runs (after the `start_epoch` calls
+of s's epoch): model and optimizer, and for every hosted rank its residual, sparsifier state
+(DGC's momenta, MiCRO's threshold, ExDyna's partitions, RNGs), BatchNorm buffers and task state
+(the LSTM's hidden state); the process's RNG; the summary accumulator. Data order needs no state:
+a rank's batches are a function of (seed, rank, epoch), so a resumed epoch replays its first
+batches without training on them (`skip`), drawing the same augmentation numbers.
+
+Writing is atomic: each file goes to a temporary name, is fsynced and renamed, and
+`complete.json` (the marker) comes only after every process reported its file written. A run
+killed while writing leaves an unmarked directory, which loading ignores. The newest `keep`
+marked checkpoints are kept.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from experiments.metrics import SummaryAccumulator
+from experiments.store import write_atomic
+from sparsifiers.base import ConfigError
+
+CHECKPOINTS = "checkpoints"
+MARKER = "complete.json"
+FORMAT = 1  # bump when the layout of a process file changes
+
+
+def check_config(cfg: DictConfig) -> None:
+    """The checkpoint knobs, before launch."""
+    every, keep = cfg.checkpoint.every_steps, cfg.checkpoint.keep
+    if not isinstance(every, int) or every < 0:
+        raise ConfigError(f"checkpoint.every_steps must be an integer >= 0 (0: only at epoch ends), got {every}")
+    if not isinstance(keep, int) or keep < 1:
+        raise ConfigError(f"checkpoint.keep must be an integer >= 1, got {keep}: set e.g. checkpoint.keep=2")
+
+
+def step_dir(run_dir: Path, step: int) -> Path:
+    return Path(run_dir) / CHECKPOINTS / f"step-{step:08d}"
+
+
+def complete_steps(run_dir: Path) -> list[int]:
+    """Steps of the marked (complete) checkpoints in a run directory, oldest first."""
+    root = Path(run_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    return sorted(int(d.name.removeprefix("step-")) for d in root.glob("step-*") if (d / MARKER).exists())
+
+
+@dataclass
+class Resumed:
+    """A checkpoint loaded by this process: the step to run next and the state to restore."""
+
+    step: int
+    state: dict[str, Any]
+
+
+def _process_file(run_dir: Path, step: int, process: int) -> Path:
+    return step_dir(run_dir, step) / f"process-{process}.pt"
+
+
+def load_agreed(run_dir: Path, world) -> Resumed | None:
+    """The newest checkpoint that every process of the job has, loaded, or None (a fresh run).
+    Processes agree through one tiny gather, so that a marker one node saw and another did not
+    (a crash between the two) cannot make them resume at different steps."""
+    mine = [s for s in complete_steps(run_dir) if _process_file(run_dir, s, world.process_index).exists()]
+    newest = torch.tensor([[float(mine[-1] if mine else -1)]], dtype=torch.float64, device=world.device)
+    agreed = int(world.comm.gather_stats(newest).min().item())
+    if agreed < 0:
+        return None
+    if agreed not in mine:
+        raise RuntimeError(f"checkpoint step {agreed} is missing process {world.process_index}'s file: "
+                           f"{_process_file(run_dir, agreed, world.process_index)}")
+    state = torch.load(_process_file(run_dir, agreed, world.process_index), map_location=world.device,
+                       weights_only=False)
+    if state["format"] != FORMAT or state["local_ranks"] != world.local_ranks or state["workers"] != world.world_size:
+        raise RuntimeError(f"checkpoint step {agreed} was written by another layout of ranks "
+                           f"({state['workers']} workers, ranks {state['local_ranks']} here): cannot resume")
+    return Resumed(agreed, state)
+
+
+class Checkpointer:
+    """Decides when a checkpoint is due and writes it (every process its own file)."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path, world, steps_per_epoch: int, total_steps: int,
+                 resumed_at: int | None) -> None:
+        self.every = cfg.checkpoint.every_steps
+        self.at_epoch_start = cfg.checkpoint.epoch_end  # the end of one epoch is the start of the next
+        self.keep = cfg.checkpoint.keep
+        self.run_dir, self.world = Path(run_dir), world
+        self.steps_per_epoch, self.total_steps = steps_per_epoch, total_steps
+        self.resumed_at = resumed_at
+
+    def due(self, step: int) -> bool:
+        """Before `step` runs. Never at step 0 (nothing to keep), after the last step (the run
+        is over), or at the step a run just resumed from (that checkpoint is on disk)."""
+        if step == 0 or step >= self.total_steps or step == self.resumed_at:
+            return False
+        return bool(self.every and step % self.every == 0) or (self.at_epoch_start and step % self.steps_per_epoch == 0)
+
+    def save(self, step: int, session, accumulator: SummaryAccumulator, elapsed_s: float) -> None:
+        directory = step_dir(self.run_dir, step)
+        directory.mkdir(parents=True, exist_ok=True)
+        path = _process_file(self.run_dir, step, self.world.process_index)
+        temp = path.with_name(f".{path.name}.tmp")
+        with open(temp, "wb") as handle:
+            torch.save(capture(session, accumulator, step, elapsed_s, self.world), handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+        # Every process has its file in place once this gather returns: only then the marker.
+        self.world.comm.gather_stats(torch.zeros(1, 1, dtype=torch.float64, device=self.world.device))
+        if int(os.environ.get("LOCAL_RANK", 0)) == 0:  # one writer per node (run dirs need not be shared)
+            write_atomic(directory / MARKER, json.dumps({"step": step, "processes": self.world.processes}) + "\n")
+            self._prune()
+
+    def _prune(self) -> None:
+        """Keeps the newest `keep` marked checkpoints; unmarked ones older than those go too."""
+        marked = complete_steps(self.run_dir)
+        kept = set(marked[-self.keep:])
+        oldest_kept = min(kept)
+        for directory in (self.run_dir / CHECKPOINTS).glob("step-*"):
+            step = int(directory.name.removeprefix("step-"))
+            if step not in kept and (step in marked or step < oldest_kept):
+                (directory / MARKER).unlink(missing_ok=True)  # unmarked first: never half a checkpoint
+                shutil.rmtree(directory, ignore_errors=True)
+
+
+def capture(session, accumulator: SummaryAccumulator, step: int, elapsed_s: float, world) -> dict[str, Any]:
+    """This process's state before `step` (tensors are serialized as they are now)."""
+    state = {
+        "format": FORMAT,
+        "step": step,
+        "workers": world.world_size,
+        "local_ranks": list(world.local_ranks),
+        "model": session.model.state_dict(),
+        "optimizer": session.optimizer.state_dict(),
+        "ranks": [
+            {
+                "rank": replica.rank,
+                "residual": replica.residual,
+                "sparsifier": replica.sparsifier.state_dict(),
+                "buffers": replica.buffers,
+                "task_state": replica.task_state,
+            }
+            for replica in session.replicas
+        ],
+        "rng": {"torch": torch.get_rng_state()},
+        "accumulator": vars(accumulator),
+        "elapsed_s": elapsed_s,
+    }
+    if world.device.type == "cuda":
+        state["rng"]["cuda"] = torch.cuda.get_rng_state(world.device)
+    return state
+
+
+def restore(state: dict[str, Any], session, accumulator: SummaryAccumulator, world) -> None:
+    """Puts a captured state back, in place (param.grad views and buffers stay bound)."""
+    session.model.load_state_dict(state["model"])
+    session.optimizer.load_state_dict(state["optimizer"])
+    for replica, saved in zip(session.replicas, state["ranks"], strict=True):
+        assert replica.rank == saved["rank"]
+        replica.residual.copy_(saved["residual"])
+        replica.sparsifier.load_state_dict(saved["sparsifier"])
+        if replica.buffers is not None:
+            for mine, stored in zip(replica.buffers, saved["buffers"], strict=True):
+                mine.copy_(stored)
+        replica.task_state.clear()
+        replica.task_state.update(saved["task_state"])
+    torch.set_rng_state(state["rng"]["torch"].cpu())
+    if "cuda" in state["rng"]:
+        torch.cuda.set_rng_state(state["rng"]["cuda"].cpu(), world.device)
+    vars(accumulator).update(state["accumulator"])

@@ -1,0 +1,97 @@
+"""`python run.py resume=<run dir>`: continue a stopped run in its own directory.
+
+The run goes on with the config it was started with (its config.yaml, not a new composition),
+from its newest complete checkpoint (experiments/checkpoint.py), or from step 0 if it stopped
+before the first one. metrics.jsonl keeps the steps the checkpoint had seen; the lines logged
+after it move to metrics.dropped.jsonl, so no step appears twice. The W&B run is the same one
+(its id is in env.json). A resume is recorded in env.json (`resumes`) and status.json.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from experiments.checkpoint import complete_steps
+from experiments.launch import run_to_end
+from experiments.store import CONFIG, ENV, RunStore
+from experiments.validate import validate
+from sparsifiers.base import ConfigError
+
+PREVIOUS = "previous"  # error files of earlier attempts move here: they do not blame this one
+
+
+def resume_argument(args: list[str]) -> str | None:
+    """The run directory of `resume=DIR`, or None; `resume=` takes no other override."""
+    given = [arg for arg in args if arg.split("=")[0] == "resume"]
+    if not given:
+        return None
+    others = [arg for arg in args if arg not in given]
+    if others or len(given) > 1:
+        raise ConfigError(f"resume=DIR continues a run with its own config.yaml and takes no other argument, "
+                          f"got {' '.join(others or given[1:])}: start a new run to change the config")
+    directory = given[0].split("=", 1)[1]
+    if not directory:
+        raise ConfigError("resume needs a run directory: python run.py resume=outputs/runs/<time>_<method>_w<W>")
+    return directory
+
+
+def _alive(status: dict[str, Any]) -> bool:
+    """Whether the run.py that marked the run `running` still runs (on this host)."""
+    pid = status.get("pid")
+    if pid is None or status.get("host") != socket.gethostname():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def check_resumable(directory: str) -> RunStore:
+    """The run directory's store, if it holds a run that can be resumed; else ConfigError."""
+    store = RunStore(Path(directory))
+    status = store.status()
+    if status is None or not store.path(CONFIG).exists() or store.read_json(ENV) is None:
+        raise ConfigError(f"resume={directory}: no run there (status.json, config.yaml and env.json are what "
+                          f"run.py writes): give a run directory, e.g. outputs/runs/<time>_<method>_w<W>")
+    if status["status"] == "done":
+        raise ConfigError(f"resume={directory}: that run is done already (status.json): nothing to resume")
+    if status["status"] == "running" and _alive(status):
+        raise ConfigError(f"resume={directory}: that run is still running (run.py pid {status['pid']}): "
+                          "stop it first (kill it, or Ctrl-C), then resume")
+    return store
+
+
+def resume(directory: str) -> dict[str, Any]:
+    """Validates and resumes the run in `directory`; returns its summary (with `status`)."""
+    store = check_resumable(directory)
+    cfg = OmegaConf.load(store.path(CONFIG))
+    validate(cfg)  # the data, the output directory and W&B may have changed since
+    steps = complete_steps(store.dir)
+    from_step = steps[-1] if steps else 0
+    env = store.read_json(ENV)
+    resumes = env.setdefault("resumes", [])
+    resumes.append({"time": time.time(), "from_step": from_step, "host": socket.gethostname(), "argv": sys.argv})
+    store.write_json(ENV, env)
+    _set_aside_errors(store, len(resumes))
+    store.set_status("running", pid=os.getpid(), host=socket.gethostname(), resumed=time.time(), resumes=len(resumes))
+    print(f"resuming {store.dir} from step {from_step}" + ("" if steps else " (no checkpoint yet)"), flush=True)
+    return run_to_end(cfg, store, env["resolved"])
+
+
+def _set_aside_errors(store: RunStore, attempt: int) -> None:
+    """Earlier attempts' error files go to previous/<attempt>/, kept but not read as this one's."""
+    errors = sorted(store.dir.glob("error.rank*.txt"))
+    if errors:
+        aside = store.dir / PREVIOUS / str(attempt)
+        aside.mkdir(parents=True, exist_ok=True)
+        for path in errors:
+            path.rename(aside / path.name)
