@@ -69,8 +69,9 @@ class RunStore:
     def set_status(self, status: str, **details: Any) -> None:
         previous = self.read_json(STATUS) or {}
         record = {"status": status, "updated": time.time(), **details}
-        if "started" in previous:
-            record.setdefault("started", previous["started"])
+        for key in ("started", "resumes"):  # facts of the whole run, not of one attempt
+            if key in previous:
+                record.setdefault(key, previous[key])
         self.write_json(STATUS, record)
 
     def status(self) -> dict[str, Any] | None:

@@ -3,6 +3,10 @@
 from the command line: sparsifier._target_=tests.fault_injection.CrashingTopK."""
 from __future__ import annotations
 
+import os
+import signal
+from pathlib import Path
+
 import torch
 
 from sparsifiers.layout import Layout
@@ -42,3 +46,20 @@ class NaNGradientTopK(TopK):
         if self.rank == self.nan_rank and self._step == self.nan_step:
             grad[grad.numel() // 2] = float("nan")
         return grad
+
+
+class KilledOnceTopK(TopK):
+    """Top-k whose rank `kill_rank` kills its own process with SIGKILL before selecting at
+    `kill_step`, once: the file `marker` records that it happened, so a restarted or resumed
+    run goes on (torchrun restarts, resume)."""
+
+    def __init__(self, layout: Layout, world_size: int, rank: int, density: float,
+                 kill_step: int = 3, marker: str = "", kill_rank: int = 1, **knobs) -> None:
+        super().__init__(layout, world_size, rank, density, **knobs)
+        self.kill_step, self.marker, self.kill_rank = kill_step, Path(marker), kill_rank
+
+    def select(self, acc: torch.Tensor, step: int, plan: torch.Tensor | None = None) -> torch.Tensor:
+        if self.rank == self.kill_rank and step == self.kill_step and not self.marker.exists():
+            self.marker.touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().select(acc, step, plan)

@@ -1,0 +1,174 @@
+"""Exact resume: a run stopped at a step and continued from its checkpoint ends with the same
+parameters and logs the same metrics (timings aside) as a run never stopped.
+
+- every sparsifier, hosted (one process, W = 4) and distributed (two gloo processes): stopped
+  twice, once resuming at an epoch boundary and once mid-epoch (tests/resume_harness.py);
+- through the command line: SIGTERM to run.py at a step, then `python run.py resume=DIR`;
+  a rank killed by SIGKILL with launcher.max_restarts=1, which torchrun restarts from the
+  checkpoint on its own;
+- the checkpoint files themselves: atomic, pruned to `keep`, unmarked ones ignored.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from experiments.checkpoint import MARKER, complete_steps, step_dir
+from experiments.store import read_metrics
+from tests.conftest import REPO, TINY_RUN, run_cli
+
+METHODS = sorted(path.stem for path in (REPO / "conf" / "sparsifier").glob("*.yaml"))
+TIMING = ("time/", "wall_s")
+
+
+def without_timings(record: dict) -> dict:
+    return {key: value for key, value in record.items() if not key.startswith(TIMING)}
+
+
+def assert_same_run(uninterrupted: Path, resumed: Path) -> None:
+    """Same parameters (their digest), same metric lines in the same order, same summary."""
+    expected = [without_timings(r) for r in read_metrics(uninterrupted / "metrics.jsonl")]
+    got = [without_timings(r) for r in read_metrics(resumed / "metrics.jsonl")]
+    assert [(r["step"], r["kind"]) for r in got] == [(r["step"], r["kind"]) for r in expected]
+    for want, have in zip(expected, got):
+        assert have == want, f"step {want['step']} ({want['kind']}) differs"
+    summary_a = json.loads((uninterrupted / "summary.json").read_text())
+    summary_b = json.loads((resumed / "summary.json").read_text())
+    assert summary_b["parameters_sha256"] == summary_a["parameters_sha256"]
+    assert without_timings(summary_b) == without_timings(summary_a)
+
+
+def run_harness(out: Path, workers: int, processes: int, stops: tuple[int, ...]) -> None:
+    command = [sys.executable, str(REPO / "tests" / "resume_harness.py"), str(out), f"--workers={workers}",
+               f"--methods={','.join(METHODS)}", f"--stops={','.join(map(str, stops))}"]
+    if processes > 1:
+        command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={processes}",
+                   "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:0", *command[1:]]
+    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+# (workers, processes, stops, the checkpoints they resume from): checkpoints every 5 steps and at
+# epoch ends; an epoch is 11 steps at W = 4 and 22 at W = 2 (digits, batch 32). The first stop
+# resumes at an epoch boundary, the second mid-epoch.
+LAYOUTS = [(4, 1, (13, 18), (11, 15)), (2, 2, (24, 33), (22, 30))]
+
+
+@pytest.fixture(scope="module", params=LAYOUTS, ids=["hosted-w4", "distributed-w2"])
+def resumed_runs(request, tmp_path_factory) -> tuple[Path, tuple[int, ...], tuple[int, ...]]:
+    workers, processes, stops, resumed_from = request.param
+    out = tmp_path_factory.mktemp(f"resume-w{workers}-p{processes}")
+    run_harness(out, workers, processes, stops)
+    return out, stops, resumed_from
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", METHODS)
+def test_every_sparsifier_resumes_exactly(resumed_runs, method):
+    out, stops, resumed_from = resumed_runs
+    uninterrupted, interrupted = out / method / "uninterrupted", out / method / "interrupted"
+    assert_same_run(uninterrupted, interrupted)
+    # It did stop and resume where it should: the train rows logged after each checkpoint were
+    # set aside, once per stop.
+    dropped = [r["step"] for r in read_metrics(interrupted / "metrics.dropped.jsonl") if r["kind"] == "train"]
+    assert dropped == [s for start, stop in zip(resumed_from, stops) for s in range(start, stop)]
+    assert complete_steps(interrupted) == complete_steps(uninterrupted)
+
+
+def _start(args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "run.py", *args], cwd=REPO, env={**os.environ, "WANDB_MODE": "disabled"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_step(run_dir: Path, step: int, process: subprocess.Popen) -> None:
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        metrics = run_dir / "metrics.jsonl"
+        if metrics.exists() and any(r["step"] >= step for r in read_metrics(metrics)):
+            return
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.05)
+    process.kill()
+    raise AssertionError(f"no step {step} within 120 s")
+
+
+CLI_RUN = [*TINY_RUN, "model=mlp", "workers=2", "epochs=3", "max_steps=50", "checkpoint.every_steps=7"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("processes", [1, 2], ids=["hosted", "processes"])
+def test_sigterm_then_resume_from_the_command_line(tmp_path, processes):
+    args = [*CLI_RUN, "sparsifier=micro", f"processes={processes}"]
+    reference = tmp_path / "reference"
+    assert run_cli([*args, f"hydra.run.dir={reference}"]).returncode == 0
+    stopped = tmp_path / "stopped"
+    process = _start([*args, f"hydra.run.dir={stopped}"])
+    _wait_for_step(stopped, 30, process)
+    process.send_signal(signal.SIGTERM)
+    process.communicate(timeout=30)
+    assert json.loads((stopped / "status.json").read_text())["status"] == "failed"
+    last_checkpoint = complete_steps(stopped)[-1]
+    assert last_checkpoint >= 28
+
+    result = run_cli([f"resume={stopped}"])
+    assert result.returncode == 0, result.stderr
+    assert f"from step {last_checkpoint}" in result.stdout
+    status = json.loads((stopped / "status.json").read_text())
+    assert status["status"] == "done" and status["resumes"] == 1
+    assert_same_run(reference, stopped)
+    env = json.loads((stopped / "env.json").read_text())
+    assert [r["from_step"] for r in env["resumes"]] == [last_checkpoint]
+
+
+@pytest.mark.slow
+def test_torchrun_restart_resumes_from_the_checkpoint(tmp_path):
+    """A rank killed by SIGKILL at step 17: torchrun (max_restarts=1) starts the ranks again, and
+    they continue from the checkpoint at step 14 on their own."""
+    common = [*CLI_RUN, "processes=2", "launcher.max_restarts=1"]
+    reference = tmp_path / "reference"
+    assert run_cli([*common, "sparsifier=topk", f"hydra.run.dir={reference}"]).returncode == 0
+    marker = tmp_path / "killed-once"
+    restarted = tmp_path / "restarted"
+    result = run_cli([*common, "sparsifier=topk", "sparsifier._target_=tests.fault_injection.KilledOnceTopK",
+                      f"+sparsifier.kill_step=17", f"+sparsifier.marker={marker}", f"hydra.run.dir={restarted}"])
+    assert result.returncode == 0, result.stderr
+    assert marker.exists()  # the kill happened
+    dropped = [r["step"] for r in read_metrics(restarted / "metrics.dropped.jsonl")]
+    assert dropped and min(dropped) == 14
+    assert_same_run(reference, restarted)
+
+
+def test_resume_refuses_what_it_cannot_resume(tmp_path):
+    done = tmp_path / "done"
+    assert run_cli([*TINY_RUN, "model=mlp", "workers=2", "processes=1", "max_steps=3", f"hydra.run.dir={done}"]).returncode == 0
+    cases = [
+        ([f"resume={done}"], "that run is done already"),
+        ([f"resume={tmp_path / 'nothing'}"], "no run there"),
+        ([f"resume={done}", "workers=4"], "takes no other argument"),
+        (["resume="], "resume needs a run directory"),
+    ]
+    for args, message in cases:
+        result = run_cli(args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert message in result.stderr and "Traceback" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_checkpoints_are_pruned_and_unmarked_ones_ignored(tmp_path):
+    run_dir = tmp_path / "run"
+    args = [*TINY_RUN, "model=mlp", "workers=2", "processes=1", "epochs=2", "max_steps=30", "checkpoint.every_steps=4",
+            "checkpoint.keep=3", f"hydra.run.dir={run_dir}"]
+    assert run_cli(args).returncode == 0
+    # 22 steps an epoch: every 4 steps and at the epoch's end, the newest 3 kept.
+    assert complete_steps(run_dir) == [22, 24, 28]
+    # A checkpoint cut by a kill has no marker: it does not count.
+    (step_dir(run_dir, 28) / MARKER).unlink()
+    assert complete_steps(run_dir) == [22, 24]
