@@ -5,6 +5,7 @@
     status.json     running | done | failed (with the error), rewritten atomically
     metrics.jsonl   one JSON object per line, append-only, flushed per line
     summary.json    final numbers, written atomically at the end
+    checkpoints/    run-level checkpoints (checkpoint.py); metrics.dropped.jsonl after a resume
 
 Atomic writes (temp file + rename) mean a crash leaves either the old file or the new one,
 never half of one; appending and flushing line by line means a killed run keeps every complete

@@ -83,8 +83,8 @@ def test_every_sparsifier_resumes_exactly(resumed_runs, method):
     assert complete_steps(interrupted) == complete_steps(uninterrupted)
 
 
-def _start(args: list[str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "run.py", *args], cwd=REPO, env={**os.environ, "WANDB_MODE": "disabled"},
+def _start(args: list[str], wandb_mode: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "run.py", *args], cwd=REPO, env={**os.environ, "WANDB_MODE": wandb_mode},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -106,11 +106,13 @@ CLI_RUN = [*TINY_RUN, "model=mlp", "workers=2", "epochs=3", "max_steps=50", "che
 @pytest.mark.slow
 @pytest.mark.parametrize("processes", [1, 2], ids=["hosted", "processes"])
 def test_sigterm_then_resume_from_the_command_line(tmp_path, processes):
+    """Hosted, with W&B offline: the resumed run continues the same W&B run (same id)."""
     args = [*CLI_RUN, "sparsifier=micro", f"processes={processes}"]
+    wandb_mode = "offline" if processes == 1 else "disabled"
     reference = tmp_path / "reference"
     assert run_cli([*args, f"hydra.run.dir={reference}"]).returncode == 0
     stopped = tmp_path / "stopped"
-    process = _start([*args, f"hydra.run.dir={stopped}"])
+    process = _start([*args, f"hydra.run.dir={stopped}"], wandb_mode)
     _wait_for_step(stopped, 30, process)
     process.send_signal(signal.SIGTERM)
     process.communicate(timeout=30)
@@ -118,7 +120,7 @@ def test_sigterm_then_resume_from_the_command_line(tmp_path, processes):
     last_checkpoint = complete_steps(stopped)[-1]
     assert last_checkpoint >= 28
 
-    result = run_cli([f"resume={stopped}"])
+    result = run_cli([f"resume={stopped}"], env={"WANDB_MODE": wandb_mode})
     assert result.returncode == 0, result.stderr
     assert f"from step {last_checkpoint}" in result.stdout
     status = json.loads((stopped / "status.json").read_text())
@@ -126,6 +128,10 @@ def test_sigterm_then_resume_from_the_command_line(tmp_path, processes):
     assert_same_run(reference, stopped)
     env = json.loads((stopped / "env.json").read_text())
     assert [r["from_step"] for r in env["resumes"]] == [last_checkpoint]
+    if wandb_mode == "offline":  # two attempts, one W&B run: `wandb sync` joins them
+        attempts = sorted((stopped / "wandb").glob("offline-run-*"))
+        assert len(attempts) == 2
+        assert {path.name.rsplit("-", 1)[1] for path in attempts} == {env["job"]["wandb_id"]}
 
 
 @pytest.mark.slow
