@@ -1,7 +1,7 @@
 """Trains every sparsifier three ways in one world, to test exact resume with the real code:
 
-    A  uninterrupted, in run directory OUT/<method>/uninterrupted
-    B  in OUT/<method>/interrupted: stopped at STOPS[0], continued from its newest checkpoint,
+    A  uninterrupted, in run directory OUT/<case>/uninterrupted
+    B  in OUT/<case>/interrupted: stopped at STOPS[0], continued from its newest checkpoint,
        stopped again at STOPS[1], continued again to the end
 
 Each attempt is what a rank process does (`experiments.worker.train_run` in a run directory
@@ -10,7 +10,6 @@ has, move the metrics logged after it aside, train, write the summary. A stop is
 raised on every process right before the step runs, like a job killed there: what it had
 logged stays in metrics.jsonl, and only complete checkpoints count.
 
-    python tests/harness.py ...  style:
     python tests/resume_harness.py OUT --workers 4                       # one process, hosted
     torchrun --nproc-per-node=2 tests/resume_harness.py OUT --workers 2  # two processes
 
@@ -38,6 +37,14 @@ TINY = ["dataset=digits", "model=mlp", "model.hidden=32", "batch_size=32", "logg
         "logger.progress=false", "warmup_steps=0", "epochs=2", "checkpoint.every_steps=5", "checkpoint.keep=2"]
 
 
+# Other tasks, as `<method>+<task>`: the LSTM carries hidden state between steps and draws
+# dropout from the process's RNG.
+TASKS = {
+    "lstm": ["dataset=wikitext2", "dataset.if_missing=stand_in", "dataset.stand_in_verses=1000", "model=lstm",
+             "model.hidden=16", "model.layers=2", "batch_size=4"],
+}
+
+
 class Interrupted(Exception):
     """The stand-in for a kill: raised on every process before a chosen step."""
 
@@ -62,21 +69,24 @@ def prepared(cfg, run_dir: Path, world) -> tuple[RunStore, dict]:
     return store, store.read_json(ENV)
 
 
-def run_method(method: str, workers: int, processes: int, stops: list[int], out: Path, world) -> None:
-    cfg = compose_job([f"sparsifier={method}", f"workers={workers}", f"processes={processes}", *TINY])
+def run_method(case: str, workers: int, processes: int, stops: list[int], out: Path, world) -> None:
+    method, *task = case.split("+")
+    cfg = compose_job([f"sparsifier={method}", f"workers={workers}", f"processes={processes}", *TINY,
+                       *(TASKS[task[0]] if task else [])])
+    out = out / case
     with open_dict(cfg):
         del cfg["hydra"]
-    store, env = prepared(cfg, out / method / "uninterrupted", world)
+    store, env = prepared(cfg, out / "uninterrupted", world)
     train_run(store, cfg, env, world)
 
-    store, env = prepared(cfg, out / method / "interrupted", world)
+    store, env = prepared(cfg, out / "interrupted", world)
     real = experiments.train.train_step
     try:
         for stop in stops:
             experiments.train.train_step = stopping_at(stop, real)
             try:
                 train_run(store, cfg, env, world)
-                raise AssertionError(f"{method}: the run did not reach step {stop}")
+                raise AssertionError(f"{case}: the run did not reach step {stop}")
             except Interrupted:
                 pass
     finally:
@@ -88,14 +98,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
     parser.add_argument("--workers", type=int, required=True)
-    parser.add_argument("--methods", required=True, help="comma-separated conf/sparsifier/ options")
+    parser.add_argument("--methods", required=True, help="comma-separated conf/sparsifier/ options, or <option>+lstm")
     parser.add_argument("--stops", default="13,18", help="steps before which the interrupted run stops")
     args = parser.parse_args()
     torch.set_num_threads(1)
     world = init_world(args.workers, "cpu", "gloo", 120)
     try:
-        for method in args.methods.split(","):
-            run_method(method, args.workers, world.processes, [int(s) for s in args.stops.split(",")], args.out, world)
+        for case in args.methods.split(","):
+            run_method(case, args.workers, world.processes, [int(s) for s in args.stops.split(",")], args.out, world)
     finally:
         close_world(wait_for_peers=True)
 
