@@ -74,6 +74,9 @@ def resume(directory: str) -> dict[str, Any]:
     """Validates and resumes the run in `directory`; returns its summary (with `status`)."""
     store = check_resumable(directory)
     cfg = OmegaConf.load(store.path(CONFIG))
+    if "checkpoint" not in cfg:
+        raise ConfigError(f"resume={directory}: that run was started by a sparsebench without checkpoints "
+                          "(no checkpoint section in its config.yaml): start it again")
     validate(cfg)  # the data, the output directory and W&B may have changed since
     steps = complete_steps(store.dir)
     from_step = steps[-1] if steps else 0
