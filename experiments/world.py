@@ -56,15 +56,30 @@ def init_world(
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if processes > 1 or "WORLD_SIZE" in os.environ:
+        timeout = datetime.timedelta(seconds=timeout_s)
         dist.init_process_group(
             backend=backend,
-            timeout=datetime.timedelta(seconds=timeout_s),
+            store=_attempt_store(process_index, processes, timeout),
+            rank=process_index,
+            world_size=processes,
+            timeout=timeout,
             device_id=device if device.type == "cuda" else None,
         )
     per_process = workers // processes
     local_ranks = list(range(process_index * per_process, (process_index + 1) * per_process))
     comm = RankCollectives(workers, local_ranks, use_process_group=processes > 1, network=network)
     return World(workers, processes, process_index, local_ranks, device, comm)
+
+
+def _attempt_store(rank: int, world_size: int, timeout: datetime.timedelta) -> dist.Store:
+    """torchrun's store, with keys of this attempt only. After a restart (launcher.max_restarts)
+    the agent's store still holds the last attempt's keys, and gloo's rendezvous read a dead
+    rank's address from it ("connectFullMesh failed ... Connection refused"): the restart
+    count in the prefix keeps each attempt to its own keys."""
+    agent_serves = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
+                          is_master=rank == 0 and not agent_serves, timeout=timeout, multi_tenant=not agent_serves)
+    return dist.PrefixStore(f"sparsebench/attempt{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
 
 
 def close_world(wait_for_peers: bool = False) -> None:
