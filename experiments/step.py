@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from experiments.exchange import INDEX_DTYPE, ExchangeResult, exchange, sum_in_rank_order
+from experiments.exchange import INDEX_DTYPE, ExchangeResult, exchange
 from experiments.finite import check_accumulator, check_aggregate, check_loss
 from experiments.phases import NO_CLOCK, PhaseClock
 from experiments.replica import Replica
@@ -117,7 +117,7 @@ def sparsify_and_exchange(
     # average (DEFT's global norms): one small allreduce, then the leader's plan, broadcast.
     inputs = [sparsifier.averaged_inputs(acc, step) for sparsifier, acc in zip(sparsifiers, accs)]
     if inputs[0] is not None:
-        mean = world.comm.all_reduce_sum(sum_in_rank_order(None, inputs)).div_(world.world_size)
+        mean = world.comm.sum_over_ranks(inputs).div_(world.world_size)
         for sparsifier in sparsifiers:
             sparsifier.receive_average(mean, step)
     leader, plan, plan_ms = method.plan_leader(step), None, 0.0

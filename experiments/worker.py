@@ -57,7 +57,9 @@ def main(run_dir: str) -> None:
     sink, failed = NullSink(), True
     try:
         network = NetworkModel(cfg.network.name, cfg.network.latency_us, cfg.network.bandwidth_gbit)
-        world = init_world(cfg.workers, resolved["device"], resolved["backend"], cfg.launcher.timeout_s, network)
+        world = init_world(
+            cfg.workers, resolved["device"], resolved["backend"], cfg.launcher.timeout_s, network, cfg.reduction
+        )
         sink = make_sink(cfg, world, store, env)
         summary = train(cfg, world, sink, store.dir)
         if summary is not None:
