@@ -55,6 +55,7 @@ def run_method(spec: str, workers: int, steps: int, extra: list[str], world) -> 
                                                    session.method.current_k, session.method.current_density))
     record["params"] = torch.cat([p.detach().cpu().flatten() for p in session.model.parameters()])
     record["local_ranks"] = list(world.local_ranks)
+    record["steps_per_epoch"] = session.replicas[0].batches.steps_per_epoch
     record["kernels"] = current_backend()  # what the run's `kernels` key set
     return record
 
