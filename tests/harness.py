@@ -29,10 +29,25 @@ from sparsifiers.kernels import current_backend  # noqa: E402
 TINY = ["dataset=synthetic", "dataset.num_train=512", "dataset.num_test=64", "model=mlp", "model.hidden=32", "batch_size=8"]
 
 
+# Spec knobs that are the world's, not the sparsifier's: `micro:reduction=ring`.
+WORLD_KNOBS = ("reduction",)
+
+
 def run_method(spec: str, workers: int, steps: int, extra: list[str], world) -> dict:
-    """`spec` is a sparsifier option, optionally with knobs: `topk:exchange=sparse_allgather`."""
+    """`spec` is a sparsifier option, optionally with knobs: `topk:exchange=sparse_allgather`;
+    `reduction=ring` among them sets the world's reduction mode for this method only."""
     method, *knobs = spec.split(":")
-    cfg = compose_job([f"sparsifier={method}", f"workers={workers}", *TINY, *extra, *(f"sparsifier.{k}" for k in knobs)])
+    ours = [k for k in knobs if k.split("=")[0] in WORLD_KNOBS]
+    sparsifier_knobs = [f"sparsifier.{k}" for k in knobs if k not in ours]
+    cfg = compose_job([f"sparsifier={method}", f"workers={workers}", *TINY, *extra, *sparsifier_knobs, *ours])
+    default_reduction, world.comm.reduction = world.comm.reduction, cfg.reduction
+    try:
+        return _run(cfg, steps, world)
+    finally:
+        world.comm.reduction = default_reduction
+
+
+def _run(cfg, steps: int, world) -> dict:
     session = build_session(cfg, world)
     record = {"selections": [], "counts": [], "aggregated": [], "metrics": [], "exchange": [], "losses": []}
     epoch_batches = [iter(r.batches.epoch(0)) for r in session.replicas]
