@@ -76,7 +76,7 @@ class RunConfig:
     kernels: str = "auto"  # selection kernels: auto | torch (the reference) | compiled (numba)
     reduction: str = "ring"  # ring (gloo's all-reduce) | rank_order (bitwise equal however ranks are hosted)
     on_nonfinite: str = "fail"  # fail | skip: a step with a non-finite loss, gradient or aggregate
-    max_skipped_steps: int = 10  # skip: this many skipped steps in a row fail the run
+    max_skipped_steps: int = 10  # skip: more skipped steps in a row than this fail the run
     tag: str = ""  # free text recorded with the run (experiment files name their paper figure)
 
 

@@ -33,12 +33,13 @@ from tests.harness import result_name
 
 pytestmark = pytest.mark.slow
 
-METHODS = sorted(p.stem for p in (CONF_DIR / "sparsifier").glob("*.yaml"))
+# Every sparsifier, and DEFT with global norms: its averaged inputs are a value reduction too.
+METHODS = sorted(p.stem for p in (CONF_DIR / "sparsifier").glob("*.yaml")) + ["deft:norms=global"]
 WORKERS = 4
 # Two ranks per process, for one method of each exchange kind (dense, union_allreduce with and
 # without averaged inputs, sparse_allgather, leader_broadcast, shared_allreduce): the cost of a
 # third world for every method is not worth what it adds over these.
-TWO_PER_PROCESS = ["cltk", "deft", "dense", "dgc", "micro", "randomk"]
+TWO_PER_PROCESS = ["cltk", "deft:norms=global", "dense", "dgc", "micro", "randomk"]
 EPOCH_STEPS = 16  # 2,048 images / 4 workers / batch 32
 QUICKSTART_SHAPED = [
     "model=cnn", "model.hidden=128", "batch_size=32", "dataset=synthetic", "dataset.image_size=28",
@@ -76,7 +77,7 @@ def worlds(tmp_path_factory) -> dict[int, Path]:
 
 def merged(out: Path, method: str, processes: int) -> dict:
     """The records of every process, with per-rank entries (selections, losses) merged."""
-    records = [torch.load(out / f"{method}.process{p}.pt") for p in range(processes)]
+    records = [torch.load(out / f"{result_name(method)}.process{p}.pt") for p in range(processes)]
     first = records[0]  # process 0 hosts rank 0: its sparsifier metrics are rank 0's
     for key in ("selections", "losses"):
         first[key] = [{rank: v for record in records for rank, v in record[key][step].items()}
@@ -125,7 +126,7 @@ def test_ring_reassociates_the_sum_so_the_comparison_can_fail(worlds):
     # Hosted, ring and rank_order are the same arithmetic (one process sums its ranks in rank
     # order; no ring): test_reduction_modes.py checks that, so the hosted rank_order run stands in.
     hosted = merged(worlds[1], "micro", 1)
-    spread = merged(worlds[4], result_name(RING), 4)
+    spread = merged(worlds[4], RING, 4)
     difference = first_difference(hosted, spread)
     assert difference is not None, "ring and hosted agreed to the bit: this test no longer shows anything"
     assert not torch.equal(hosted["params"], spread["params"])
