@@ -105,7 +105,7 @@ def _check_choices(cfg: DictConfig) -> None:
     )
     _require(
         cfg.max_skipped_steps >= 1,
-        f"max_skipped_steps must be >= 1 (skipped steps in a row that fail the run), got {cfg.max_skipped_steps}",
+        f"max_skipped_steps must be >= 1 (more skipped steps in a row than this fail the run), got {cfg.max_skipped_steps}",
     )
     if cfg.device == "cuda":
         import torch
