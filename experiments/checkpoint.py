@@ -108,13 +108,13 @@ class Checkpointer:
             return False
         return bool(self.every and step % self.every == 0) or (self.at_epoch_start and step % self.steps_per_epoch == 0)
 
-    def save(self, step: int, session, accumulator: SummaryAccumulator, elapsed_s: float) -> None:
+    def save(self, step: int, session, accumulator: SummaryAccumulator, elapsed_s: float, guard=None) -> None:
         directory = step_dir(self.run_dir, step)
         directory.mkdir(parents=True, exist_ok=True)
         path = _process_file(self.run_dir, step, self.world.process_index)
         temp = path.with_name(f".{path.name}.tmp")
         with open(temp, "wb") as handle:
-            torch.save(capture(session, accumulator, step, elapsed_s, self.world), handle)
+            torch.save(capture(session, accumulator, step, elapsed_s, self.world, guard), handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temp, path)
@@ -136,8 +136,9 @@ class Checkpointer:
                 shutil.rmtree(directory, ignore_errors=True)
 
 
-def capture(session, accumulator: SummaryAccumulator, step: int, elapsed_s: float, world) -> dict[str, Any]:
-    """This process's state before `step` (tensors are serialized as they are now)."""
+def capture(session, accumulator: SummaryAccumulator, step: int, elapsed_s: float, world, guard=None) -> dict[str, Any]:
+    """This process's state before `step` (tensors are serialized as they are now); `guard`,
+    on_nonfinite=skip's SkipGuard, keeps its counters."""
     state = {
         "format": FORMAT,
         "step": step,
@@ -157,6 +158,7 @@ def capture(session, accumulator: SummaryAccumulator, step: int, elapsed_s: floa
         ],
         "rng": {"torch": torch.get_rng_state()},
         "accumulator": vars(accumulator),
+        "skip_guard": None if guard is None else guard.state_dict(),
         "elapsed_s": elapsed_s,
     }
     if world.device.type == "cuda":
@@ -164,7 +166,7 @@ def capture(session, accumulator: SummaryAccumulator, step: int, elapsed_s: floa
     return state
 
 
-def restore(state: dict[str, Any], session, accumulator: SummaryAccumulator, world) -> None:
+def restore(state: dict[str, Any], session, accumulator: SummaryAccumulator, world, guard=None) -> None:
     """Puts a captured state back, in place (param.grad views and buffers stay bound)."""
     session.model.load_state_dict(state["model"])
     session.optimizer.load_state_dict(state["optimizer"])
@@ -181,3 +183,5 @@ def restore(state: dict[str, Any], session, accumulator: SummaryAccumulator, wor
     if "cuda" in state["rng"]:
         torch.cuda.set_rng_state(state["rng"]["cuda"].cpu(), world.device)
     vars(accumulator).update(state["accumulator"])
+    if guard is not None and state["skip_guard"] is not None:
+        guard.load_state_dict(state["skip_guard"])

@@ -6,6 +6,18 @@ data between processes. Either way the traffic of all W ranks is recorded as if 
 own process (see traffic.py), so hosted and distributed runs count the same bytes.
 
 Ranks are laid out contiguously: process p hosts ranks [p * L, (p + 1) * L), L = W / P.
+
+Value reductions (`sum_over_ranks`) come in two modes, the run's `reduction` key:
+
+- ring (the default): the process sums its hosted ranks in rank order, then gloo's ring
+  all-reduce sums the P partial sums. Float addition is not associative, and the ring adds in
+  an order that depends on P and on each element's chunk, so hosted and distributed runs agree
+  to rounding only; thresholds and top-k decisions amplify that last bit into different
+  selections after some steps.
+- rank_order: every rank's own tensor is gathered and every process sums the W of them in rank
+  order 0, 1, ..., W-1, so the sum is bit for bit the same however the ranks are hosted. It is
+  metered as the all-gather it is, (W-1)*m per rank instead of the all-reduce's 2(W-1)/W*m, and
+  holds the W gathered tensors in memory while it sums.
 """
 from __future__ import annotations
 
@@ -15,13 +27,23 @@ import torch.distributed as dist
 from experiments.network import NetworkModel
 from experiments.traffic import TrafficMeter
 
+REDUCTIONS = ("ring", "rank_order")
+
 
 class RankCollectives:
     """Rank-level all-gather, all-reduce and broadcast for the ranks this process hosts."""
 
     def __init__(
-        self, world_size: int, local_ranks: list[int], use_process_group: bool, network: NetworkModel | None = None
+        self,
+        world_size: int,
+        local_ranks: list[int],
+        use_process_group: bool,
+        network: NetworkModel | None = None,
+        reduction: str = "ring",
     ) -> None:
+        if reduction not in REDUCTIONS:
+            raise ValueError(f"reduction must be one of {', '.join(REDUCTIONS)}, got {reduction}")
+        self.reduction = reduction
         self.world_size = world_size
         self.local_ranks = local_ranks
         self.local_size = len(local_ranks)
@@ -47,6 +69,22 @@ class RankCollectives:
         if self.processes > 1:
             dist.all_reduce(local_sum, op=dist.ReduceOp.SUM)
         return local_sum
+
+    def sum_over_ranks(self, parts: list[torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
+        """The sum over all W ranks of each rank's tensor, on every rank. `parts`: the hosted
+        ranks' tensors, in rank order; the sum goes into `out` (which may be parts[0]), or into
+        a new tensor when `out` is None. The mode is `reduction` (module docstring)."""
+        if self.reduction == "ring":
+            return self.all_reduce_sum(sum_in_rank_order(out, parts))
+        self.meter.all_gather(parts[0].numel(), parts[0].element_size())
+        if self.processes == 1:
+            return sum_in_rank_order(out, parts)  # all W ranks are here, in rank order
+        # Every rank's own tensor, not the process's partial sum: (a0+a1)+(a2+a3) != ((a0+a1)+a2)+a3.
+        local = torch.stack(parts)  # a copy: `out` may be parts[0]
+        per_process = [torch.empty_like(local) for _ in range(self.processes)]
+        dist.all_gather(per_process, local)
+        rows = [row for block in per_process for row in block.unbind(0)]  # rank order 0..W-1
+        return sum_in_rank_order(out if out is not None else torch.empty_like(parts[0]), rows)
 
     def broadcast(self, tensor: torch.Tensor | None, root: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """A 1-D tensor from rank `root` to all ranks; a one-element size header goes first so
@@ -74,3 +112,12 @@ class RankCollectives:
         parts = [torch.empty_like(local_rows) for _ in range(self.processes)]
         dist.all_gather(parts, local_rows.contiguous())
         return torch.cat(parts, dim=0)
+
+
+def sum_in_rank_order(out: torch.Tensor | None, parts: list[torch.Tensor]) -> torch.Tensor:
+    """Sums hosted ranks' tensors in rank order (a fixed order keeps runs repeatable) into `out`
+    (which may be parts[0] itself: summed in place), or into a new tensor when `out` is None."""
+    total = parts[0].clone() if out is None else out if out is parts[0] else out.copy_(parts[0])
+    for part in parts[1:]:
+        total.add_(part)
+    return total

@@ -34,7 +34,12 @@ def resolve_runtime(cfg: DictConfig) -> dict[str, Any]:
     backend = cfg.launcher.backend
     if backend == "auto":
         backend = "nccl" if device == "cuda" else "gloo"
-    threads = cfg.launcher.threads_per_process or max(1, (os.cpu_count() or 1) // per_node)
+    # rank_order promises the same bits however the ranks are hosted, and torch's CPU kernels
+    # split their reductions (a conv's weight gradient over the batch) by thread: every layout
+    # then gets the thread count of one rank per process.
+    workers_per_node = cfg.workers // cfg.launcher.nnodes
+    threads_for = workers_per_node if cfg.reduction == "rank_order" else per_node
+    threads = cfg.launcher.threads_per_process or max(1, (os.cpu_count() or 1) // threads_for)
     return {
         "device": device,
         "backend": backend,

@@ -66,8 +66,7 @@ def dense_allreduce(
     accs: list[torch.Tensor], out: torch.Tensor, comm: RankCollectives, clock: PhaseClock = NO_CLOCK
 ) -> ExchangeResult:
     """agg = mean_r acc_r over the whole vector."""
-    sum_in_rank_order(out, accs)
-    comm.all_reduce_sum(out)
+    comm.sum_over_ranks(accs, out)
     out.div_(comm.world_size)
     clock.mark("value_exchange")
     numel = out.numel()
@@ -179,8 +178,7 @@ def _mean_at(
     `indices` are distinct (a union, or one selection), so index_copy_ is deterministic; the
     index_* ops are the same arithmetic as advanced indexing at about half the cost."""
     gathered = [acc.index_select(0, indices) for acc in accs]  # fresh tensors: sum into the first
-    values = sum_in_rank_order(gathered[0], gathered)
-    comm.all_reduce_sum(values)
+    values = comm.sum_over_ranks(gathered, gathered[0])
     clock.mark("value_exchange")
     out.zero_()
     out.index_copy_(0, indices, values.div_(comm.world_size))
@@ -200,11 +198,3 @@ def _padded_rows(selections: list[torch.Tensor], width: int, device: torch.devic
         rows[row, : selection.numel()] = selection
     return rows
 
-
-def sum_in_rank_order(out: torch.Tensor | None, parts: list[torch.Tensor]) -> torch.Tensor:
-    """Sums hosted ranks' tensors in rank order (a fixed order keeps runs repeatable) into `out`
-    (which may be parts[0] itself: summed in place), or into a new tensor when `out` is None."""
-    total = parts[0].clone() if out is None else out if out is parts[0] else out.copy_(parts[0])
-    for part in parts[1:]:
-        total.add_(part)
-    return total

@@ -23,13 +23,23 @@ import torch
 HINT = "the run diverged: lower optimizer.lr (or check the data and the model)"
 
 
+GRADIENT = "gradient"
+ACCUMULATOR = "error-feedback accumulator (residual + gradient)"
+OVERFLOW = "accumulator sum (every element finite, their sum beyond float range)"
+KINDS = ("loss", GRADIENT, ACCUMULATOR, OVERFLOW, "aggregate")  # what can be non-finite
+
+
 class NonFiniteValue(RuntimeError):
-    """A loss, gradient or aggregate that is NaN or infinite."""
+    """A loss, gradient or aggregate that is NaN or infinite; `what` is one of KINDS."""
+
+    def __init__(self, message: str, what: str) -> None:
+        super().__init__(message)
+        self.what = what
 
 
 def check_loss(loss: float, step: int, rank: int) -> None:
     if not math.isfinite(loss):
-        raise NonFiniteValue(f"non-finite loss at step {step} on rank {rank} (loss = {loss}): {HINT}")
+        raise NonFiniteValue(f"non-finite loss at step {step} on rank {rank} (loss = {loss}): {HINT}", "loss")
 
 
 def check_accumulator(acc: torch.Tensor, grad: torch.Tensor, step: int, rank: int) -> None:
@@ -37,14 +47,14 @@ def check_accumulator(acc: torch.Tensor, grad: torch.Tensor, step: int, rank: in
     if math.isfinite(float(acc.sum())):
         return
     if not bool(torch.isfinite(grad).all()):
-        what = "gradient"
+        what = GRADIENT
     elif not bool(torch.isfinite(acc).all()):
-        what = "error-feedback accumulator (residual + gradient)"
+        what = ACCUMULATOR
     else:
-        what = "accumulator sum (every element finite, their sum beyond float range)"
-    raise NonFiniteValue(f"non-finite {what} at step {step} on rank {rank}: {HINT}")
+        what = OVERFLOW
+    raise NonFiniteValue(f"non-finite {what} at step {step} on rank {rank}: {HINT}", what)
 
 
 def check_aggregate(aggregate: torch.Tensor, step: int) -> None:
     if not math.isfinite(float(aggregate.sum())):
-        raise NonFiniteValue(f"non-finite aggregate at step {step} (the same on every rank): {HINT}")
+        raise NonFiniteValue(f"non-finite aggregate at step {step} (the same on every rank): {HINT}", "aggregate")

@@ -85,6 +85,9 @@ class RunConfig:
     checksum_every: int = 50  # steps between cross-rank parameter checks (0: never)
     eval_limit: Optional[int] = None  # evaluate on the first this-many test examples (smoke runs); None: all
     kernels: str = "auto"  # selection kernels: auto | torch (the reference) | compiled (numba)
+    reduction: str = "ring"  # ring (gloo's all-reduce) | rank_order (bitwise equal however ranks are hosted)
+    on_nonfinite: str = "fail"  # fail | skip: a step with a non-finite loss, gradient or aggregate
+    max_skipped_steps: int = 10  # skip: more skipped steps in a row than this fail the run
     tag: str = ""  # free text recorded with the run (experiment files name their paper figure)
 
 

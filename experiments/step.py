@@ -7,6 +7,10 @@
     4. exchange  collectives -> aggregate in the flat buffer (identical on all ranks)
     5. feedback  residual_r = acc_r with transmitted coordinates zeroed; observe(counts)
     6. update    optimizer.step() on the aggregate
+
+With a `SkipGuard` (on_nonfinite=skip, skip.py) a non-finite value skips the step on every rank
+instead: the ranks agree after phase 1, before anything is exchanged, and the guard puts back
+the state phase 1 changed; a non-finite aggregate skips it after phase 5 the same way.
 """
 from __future__ import annotations
 
@@ -15,10 +19,11 @@ from dataclasses import dataclass
 
 import torch
 
-from experiments.exchange import INDEX_DTYPE, ExchangeResult, exchange, sum_in_rank_order
-from experiments.finite import check_accumulator, check_aggregate, check_loss
+from experiments.exchange import INDEX_DTYPE, ExchangeResult, exchange
+from experiments.finite import NonFiniteValue, check_accumulator, check_aggregate, check_loss
 from experiments.phases import NO_CLOCK, PhaseClock
 from experiments.replica import Replica
+from experiments.skip import SkipGuard, SkippedStep
 from experiments.tasks import Task
 from experiments.world import World
 from sparsifiers.base import Feedback, Sparsifier
@@ -40,10 +45,11 @@ class SparsifyOutcome:
 
 @dataclass
 class StepOutcome:
-    sparsified: SparsifyOutcome
+    sparsified: SparsifyOutcome | None  # None when the step was skipped before the exchange
     losses: list[float]  # per hosted rank
     compute_ms: list[float]  # per hosted rank
     step_ms: float  # this process
+    skipped: SkippedStep | None = None  # on_nonfinite=skip: why the step left no trace
 
     @property
     def result(self) -> ExchangeResult:
@@ -69,23 +75,37 @@ def train_step(
     batches: list[tuple[torch.Tensor, torch.Tensor]],
     step: int,
     measure_norms: bool,
+    guard: SkipGuard | None = None,
 ) -> StepOutcome:
+    """One step; a non-finite value fails it (NonFiniteValue), or with `guard` skips it."""
     step_start = time.perf_counter()
+    if guard is not None:
+        guard.save(replicas, model)
 
     # 1. compute: each rank's gradient lands in the flat buffer, then in its accumulator.
     losses, compute_ms = [], []
-    for replica, batch in zip(replicas, batches):
+    for index, (replica, batch) in enumerate(zip(replicas, batches)):
         start = time.perf_counter()
         with replica.own_buffers(model):
             flat.zero_()
             loss = task.loss(model, batch, replica.task_state)
             loss.backward()
         losses.append(loss.item())
-        check_loss(losses[-1], step, replica.rank)
-        gradient = replica.sparsifier.precondition(flat)
-        replica.residual.add_(gradient)
-        check_accumulator(replica.residual, gradient, step, replica.rank)
+        try:
+            check_loss(losses[-1], step, replica.rank)
+            gradient = replica.sparsifier.precondition(flat)
+            replica.residual.add_(gradient)
+            check_accumulator(replica.residual, gradient, step, replica.rank)
+        except NonFiniteValue as error:
+            if guard is None:
+                raise
+            guard.found(index, error)
         compute_ms.append(_elapsed_ms(world, start))
+    if guard is not None:
+        skipped = guard.agree(world, step)
+        if skipped is not None:
+            guard.restore(replicas, model)
+            return StepOutcome(None, losses, compute_ms, _elapsed_ms(world, step_start), skipped)
 
     # 2.-5. the aggregate overwrites the flat buffer (param.grad views).
     sparsified = sparsify_and_exchange(
@@ -93,7 +113,14 @@ def train_step(
     )
 
     # 6. update: identical aggregate, identical optimizer state -> identical parameters.
-    check_aggregate(flat, step)
+    try:
+        check_aggregate(flat, step)
+    except NonFiniteValue:
+        if guard is None:
+            raise
+        guard.restore(replicas, model)  # the same on every rank: no agreement needed
+        skipped = SkippedStep(step, None, "aggregate")
+        return StepOutcome(sparsified, losses, compute_ms, _elapsed_ms(world, step_start), skipped)
     optimizer.step()
     return StepOutcome(sparsified, losses, compute_ms, _elapsed_ms(world, step_start))
 
@@ -117,7 +144,7 @@ def sparsify_and_exchange(
     # average (DEFT's global norms): one small allreduce, then the leader's plan, broadcast.
     inputs = [sparsifier.averaged_inputs(acc, step) for sparsifier, acc in zip(sparsifiers, accs)]
     if inputs[0] is not None:
-        mean = world.comm.all_reduce_sum(sum_in_rank_order(None, inputs)).div_(world.world_size)
+        mean = world.comm.sum_over_ranks(inputs).div_(world.world_size)
         for sparsifier in sparsifiers:
             sparsifier.receive_average(mean, step)
     leader, plan, plan_ms = method.plan_leader(step), None, 0.0

@@ -18,6 +18,7 @@ from experiments.metrics import RANK_STATS, MetricContext, SummaryAccumulator, e
 from experiments.replica import Replica, make_replicas
 from experiments.report import EpochTable
 from experiments.schedule import StepSchedule
+from experiments.skip import SkipGuard, log_skipped
 from experiments.step import train_step
 from experiments.tasks import Task, describe_task, make_task
 from experiments.traffic import dense_allreduce_bytes
@@ -102,6 +103,7 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path, resumed: Resumed |
     table = EpochTable(enabled=world.hosts_rank_zero, metric=task.metric)
     table.header(method.describe(), layout.numel, cfg.workers, world.kind)
     log_every, started = cfg.logger.log_every, time.perf_counter()
+    guard = SkipGuard(cfg.max_skipped_steps) if cfg.on_nonfinite == "skip" else None
     step = 0 if resumed is None else resumed.step
     checkpoints = Checkpointer(cfg, run_dir, world, steps_per_epoch, total_steps, step if resumed else None)
 
@@ -114,7 +116,7 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path, resumed: Resumed |
             replica.sparsifier.start_epoch(epoch, steps_per_epoch)
             task.start_epoch(replica.task_state)
         if resumed is not None:  # after start_epoch: the checkpoint was taken after it too
-            restore(resumed.state, session, accumulator, world)
+            restore(resumed.state, session, accumulator, world, guard)
             started -= resumed.state["elapsed_s"]
             resumed = None
         skip = step - epoch * steps_per_epoch
@@ -122,23 +124,31 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path, resumed: Resumed |
         progress = _progress(cfg, world, epoch, epoch_steps)
         for batches in islice(zip(*(r.batches.epoch(epoch) for r in replicas)), skip, skip + epoch_steps):
             if checkpoints.due(step):
-                checkpoints.save(step, session, accumulator, time.perf_counter() - started)
+                checkpoints.save(step, session, accumulator, time.perf_counter() - started, guard)
             logging_step = step % log_every == 0 or step == total_steps - 1
             world.comm.meter.reset()
             lr = schedule.set_epoch(epoch + (step - epoch * steps_per_epoch) / steps_per_epoch)
-            outcome = train_step(world, model, task, flat, optimizer, replicas, list(batches), step, logging_step)
-            metrics = exchange_metrics(outcome.result, world.comm.meter, context, method.current_k, method.current_density)
-            accumulator.add_step(metrics, world.comm.meter.sent)
-            if logging_step:
-                metrics.update(rank_metrics(_gather_rank_stats(world, outcome)))
-                metrics.update(method.metrics())
-                metrics["epoch"] = epoch
-                metrics["train/lr"] = lr
-                metrics["time/elapsed_s"] = time.perf_counter() - started
-                accumulator.add_logged(step, metrics)
-                sink.log({"kind": "train", **metrics}, step)
-                if progress is not None:
-                    progress.set_postfix(loss=f"{metrics['train/loss']:.3f}", refresh=False)
+            outcome = train_step(world, model, task, flat, optimizer, replicas, list(batches), step, logging_step, guard)
+            if guard is not None:
+                guard.count(outcome.skipped)
+            if outcome.skipped is not None:  # on_nonfinite=skip: logged, then failed past the limit
+                log_skipped(sink, guard, outcome.skipped, world.hosts_rank_zero,
+                            {"epoch": epoch, "train/lr": lr, "time/elapsed_s": time.perf_counter() - started})
+            else:
+                metrics = exchange_metrics(outcome.result, world.comm.meter, context, method.current_k, method.current_density)
+                accumulator.add_step(metrics, world.comm.meter.sent)
+                if logging_step:
+                    metrics.update(rank_metrics(_gather_rank_stats(world, outcome)))
+                    metrics.update(method.metrics())
+                    metrics["epoch"] = epoch
+                    metrics["train/lr"] = lr
+                    metrics["time/elapsed_s"] = time.perf_counter() - started
+                    if guard is not None:
+                        metrics["train/skipped"] = 0.0
+                    accumulator.add_logged(step, metrics)
+                    sink.log({"kind": "train", **metrics}, step)
+                    if progress is not None:
+                        progress.set_postfix(loss=f"{metrics['train/loss']:.3f}", refresh=False)
             if cfg.checksum_every and step % cfg.checksum_every == 0:
                 _check_replicas_agree(world, model, step)
             if progress is not None:
@@ -176,6 +186,8 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path, resumed: Resumed |
         task={**describe_task(task), "eval_limit": cfg.eval_limit},
         dataset=data.describe(),
     )
+    if guard is not None:
+        summary["train/skipped_steps"] = guard.total
     return summary
 
 

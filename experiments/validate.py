@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments.build import knobs, target_of
 from experiments.checkpoint import check_config as check_checkpoint_config
+from experiments.collectives import REDUCTIONS
 from sparsifiers.base import ConfigError
 from sparsifiers.kernels import BACKENDS, compiled_available
 from sparsifiers.layout import Layout
@@ -94,6 +95,19 @@ def _check_choices(cfg: DictConfig) -> None:
     _require(
         cfg.kernels != "compiled" or compiled_available(),
         "kernels=compiled needs numba, which is not installed: pip install numba, or kernels=auto",
+    )
+    _require(
+        cfg.reduction in REDUCTIONS,
+        f"reduction must be ring or rank_order, got {cfg.reduction}: ring is the default, "
+        "rank_order sums every value reduction in rank order (bitwise equal hosted or distributed)",
+    )
+    _require(
+        cfg.on_nonfinite in ("fail", "skip"),
+        f"on_nonfinite must be fail or skip, got {cfg.on_nonfinite}: fail is the default",
+    )
+    _require(
+        cfg.max_skipped_steps >= 1,
+        f"max_skipped_steps must be >= 1 (more skipped steps in a row than this fail the run), got {cfg.max_skipped_steps}",
     )
     if cfg.device == "cuda":
         import torch

@@ -59,7 +59,9 @@ def main(run_dir: str) -> None:
     failed = True
     try:
         network = NetworkModel(cfg.network.name, cfg.network.latency_us, cfg.network.bandwidth_gbit)
-        world = init_world(cfg.workers, resolved["device"], resolved["backend"], cfg.launcher.timeout_s, network)
+        world = init_world(
+            cfg.workers, resolved["device"], resolved["backend"], cfg.launcher.timeout_s, network, cfg.reduction
+        )
         train_run(store, cfg, env, world)
         failed = False
     except BaseException:

@@ -43,9 +43,15 @@ class World:
 
 
 def init_world(
-    workers: int, device_name: str, backend: str, timeout_s: int, network: NetworkModel | None = None
+    workers: int,
+    device_name: str,
+    backend: str,
+    timeout_s: int,
+    network: NetworkModel | None = None,
+    reduction: str = "ring",
 ) -> World:
-    """Joins the process group if torchrun started us; otherwise hosts every rank here."""
+    """Joins the process group if torchrun started us; otherwise hosts every rank here.
+    `reduction`: how value reductions sum across ranks (collectives.py: ring | rank_order)."""
     if "WORLD_SIZE" in os.environ:
         processes = int(os.environ["WORLD_SIZE"])
         process_index = int(os.environ["RANK"])
@@ -67,7 +73,7 @@ def init_world(
         )
     per_process = workers // processes
     local_ranks = list(range(process_index * per_process, (process_index + 1) * per_process))
-    comm = RankCollectives(workers, local_ranks, use_process_group=processes > 1, network=network)
+    comm = RankCollectives(workers, local_ranks, use_process_group=processes > 1, network=network, reduction=reduction)
     return World(workers, processes, process_index, local_ranks, device, comm)
 
 

@@ -4,8 +4,9 @@ tests can compare ranks, processes and worlds. Uses the real set-up and step of 
     torchrun --nproc-per-node=P tests/harness.py OUT --workers W --methods topk,dense --steps 6
     python tests/harness.py OUT --workers W ...     # one process hosting all W ranks
 
-Writes OUT/<method>.process<p>.pt with, per step, every hosted rank's selection (sorted), the
-exchange counts and |U|, rank 0's sparsifier metrics, and at the end the parameters.
+Writes OUT/<method>.process<p>.pt with, per step, every hosted rank's selection (sorted) and
+loss, the exchange counts and |U|, rank 0's sparsifier metrics, and at the end the parameters.
+`--reduction rank_order` runs the world in the deterministic reduction mode (collectives.py).
 """
 from __future__ import annotations
 
@@ -28,12 +29,27 @@ from sparsifiers.kernels import current_backend  # noqa: E402
 TINY = ["dataset=synthetic", "dataset.num_train=512", "dataset.num_test=64", "model=mlp", "model.hidden=32", "batch_size=8"]
 
 
+# Spec knobs that are the world's, not the sparsifier's: `micro:reduction=ring`.
+WORLD_KNOBS = ("reduction",)
+
+
 def run_method(spec: str, workers: int, steps: int, extra: list[str], world) -> dict:
-    """`spec` is a sparsifier option, optionally with knobs: `topk:exchange=sparse_allgather`."""
+    """`spec` is a sparsifier option, optionally with knobs: `topk:exchange=sparse_allgather`;
+    `reduction=ring` among them sets the world's reduction mode for this method only."""
     method, *knobs = spec.split(":")
-    cfg = compose_job([f"sparsifier={method}", f"workers={workers}", *TINY, *extra, *(f"sparsifier.{k}" for k in knobs)])
+    ours = [k for k in knobs if k.split("=")[0] in WORLD_KNOBS]
+    sparsifier_knobs = [f"sparsifier.{k}" for k in knobs if k not in ours]
+    cfg = compose_job([f"sparsifier={method}", f"workers={workers}", *TINY, *extra, *sparsifier_knobs, *ours])
+    default_reduction, world.comm.reduction = world.comm.reduction, cfg.reduction
+    try:
+        return _run(cfg, steps, world)
+    finally:
+        world.comm.reduction = default_reduction
+
+
+def _run(cfg, steps: int, world) -> dict:
     session = build_session(cfg, world)
-    record = {"selections": [], "counts": [], "aggregated": [], "metrics": [], "exchange": []}
+    record = {"selections": [], "counts": [], "aggregated": [], "metrics": [], "exchange": [], "losses": []}
     epoch_batches = [iter(r.batches.epoch(0)) for r in session.replicas]
     for replica in session.replicas:
         replica.sparsifier.start_epoch(0, replica.batches.steps_per_epoch)
@@ -46,6 +62,7 @@ def run_method(spec: str, workers: int, steps: int, extra: list[str], world) -> 
             replica.rank: (None if selection is None else torch.sort(selection.detach().cpu().long()).values)
             for replica, selection in zip(session.replicas, outcome.selections)
         })
+        record["losses"].append({replica.rank: loss for replica, loss in zip(session.replicas, outcome.losses)})
         record["counts"].append(outcome.result.counts.clone())
         record["aggregated"].append(outcome.result.aggregated)
         record["metrics"].append(session.method.metrics())
@@ -53,6 +70,7 @@ def run_method(spec: str, workers: int, steps: int, extra: list[str], world) -> 
                                                    session.method.current_k, session.method.current_density))
     record["params"] = torch.cat([p.detach().cpu().flatten() for p in session.model.parameters()])
     record["local_ranks"] = list(world.local_ranks)
+    record["steps_per_epoch"] = session.replicas[0].batches.steps_per_epoch
     record["kernels"] = current_backend()  # what the run's `kernels` key set
     return record
 
@@ -67,14 +85,16 @@ def main() -> None:
     parser.add_argument("--workers", type=int, required=True)
     parser.add_argument("--methods", required=True)
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--reduction", default="ring", help="ring | rank_order (collectives.py)")
     parser.add_argument("overrides", nargs="*")
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()  # overrides may follow the options
     torch.set_num_threads(1)
-    world = init_world(args.workers, "cpu", "gloo", timeout_s=120)
+    world = init_world(args.workers, "cpu", "gloo", timeout_s=120, reduction=args.reduction)
+    overrides = [*args.overrides, f"reduction={args.reduction}"]
     finished = False
     try:
         for spec in args.methods.split(","):
-            record = run_method(spec, args.workers, args.steps, args.overrides, world)
+            record = run_method(spec, args.workers, args.steps, overrides, world)
             torch.save(record, Path(args.out) / f"{result_name(spec)}.process{world.process_index}.pt")
         finished = True
     finally:

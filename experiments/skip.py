@@ -1,0 +1,140 @@
+"""on_nonfinite=skip: a step whose loss, gradient or aggregate is non-finite on any rank is skipped
+on every rank, leaving the run exactly as it was before that step.
+
+The checks are finite.py's. What skipping adds:
+
+- agreement: every process must take the same path (a skipped step issues no exchange), so the
+  hosted ranks' verdicts are gathered from every process (one tiny unmetered all-gather of a
+  code per rank) before anything of the step is exchanged. The aggregate is identical on every
+  rank, so its check needs no agreement.
+- undo: hosted ranks share one gradient buffer, so every rank's gradient is already in its
+  residual (and DGC's momentum) before the verdicts are known; float addition cannot be undone
+  exactly. The guard therefore keeps, from the start of each step, a copy of every hosted
+  rank's residual, sparsifier state, BatchNorm buffers and task state, and puts them back: error
+  feedback never absorbs the bad gradient. The optimizer does not step. The cost, in skip mode
+  only: one residual copy per hosted rank (memory and a copy of N per step) and the state copy.
+- a limit: more than `max_skipped_steps` skipped steps in a row fail the run (it diverged).
+"""
+from __future__ import annotations
+
+import copy
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from experiments.finite import HINT, KINDS, NonFiniteValue
+from experiments.replica import Replica
+from experiments.world import World
+
+OK = 0  # verdict code of a finite rank; others are 1 + KINDS.index(kind)
+
+
+@dataclass(frozen=True)
+class SkippedStep:
+    """Why a step was skipped: the first rank (in rank order) whose value was non-finite."""
+
+    step: int
+    rank: int | None  # None: the aggregate (the same on every rank)
+    what: str
+
+    def describe(self) -> str:
+        where = "" if self.rank is None else f" on rank {self.rank}"
+        return f"non-finite {self.what} at step {self.step}{where}"
+
+
+@dataclass
+class _Saved:
+    residual: torch.Tensor
+    sparsifier: dict[str, Any]
+    buffers: list[torch.Tensor] | None
+    task_state: dict[str, Any]
+
+
+class SkipGuard:
+    """Saves the hosted ranks' state at the start of a step, decides with every process whether
+    the step is skipped, restores, and counts skipped steps."""
+
+    def __init__(self, max_in_a_row: int) -> None:
+        self.max_in_a_row = max_in_a_row
+        self.in_a_row = 0
+        self.total = 0
+        self._saved: list[_Saved] = []
+        self._model_buffers: list[torch.Tensor] = []
+        self._verdicts: list[int] = []
+
+    # -- one step ------------------------------------------------------------------------------
+    def save(self, replicas: list[Replica], model: torch.nn.Module) -> None:
+        """Before phase 1: what the step may change besides parameters and optimizer state."""
+        if len(self._saved) != len(replicas):
+            self._saved = [_Saved(torch.empty_like(r.residual), {}, None, {}) for r in replicas]
+        for saved, replica in zip(self._saved, replicas):
+            saved.residual.copy_(replica.residual)
+            saved.sparsifier = copy.deepcopy(replica.sparsifier.state_dict())
+            saved.buffers = None if replica.buffers is None else [b.clone() for b in replica.buffers]
+            saved.task_state = copy.deepcopy(replica.task_state)
+        self._model_buffers = [b.detach().clone() for b in model.buffers()]
+        self._verdicts = [OK] * len(replicas)
+
+    def found(self, index: int, error: NonFiniteValue) -> None:
+        """Hosted rank number `index` (0-based here) had a non-finite value in phase 1."""
+        self._verdicts[index] = 1 + KINDS.index(error.what)
+
+    def agree(self, world: World, step: int) -> SkippedStep | None:
+        """Every process's verdicts, the same on every rank: the first bad rank, or None."""
+        local = torch.tensor(self._verdicts, dtype=torch.float64, device=world.device).view(-1, 1)
+        codes = world.comm.gather_stats(local).view(-1).tolist()  # unmetered: bookkeeping
+        for rank, code in enumerate(codes):
+            if code != OK:
+                return SkippedStep(step, rank, KINDS[int(code) - 1])
+        return None
+
+    def restore(self, replicas: list[Replica], model: torch.nn.Module) -> None:
+        """Puts back what `save` kept: the step leaves no trace but its consumed batches."""
+        for saved, replica in zip(self._saved, replicas):
+            replica.residual.copy_(saved.residual)
+            replica.sparsifier.load_state_dict(copy.deepcopy(saved.sparsifier))
+            if saved.buffers is not None:
+                for mine, kept in zip(replica.buffers, saved.buffers):
+                    mine.copy_(kept)
+            replica.task_state.clear()
+            replica.task_state.update(saved.task_state)
+        for buffer, kept in zip(model.buffers(), self._model_buffers):
+            buffer.copy_(kept)
+
+    # -- the run -------------------------------------------------------------------------------
+    def count(self, skipped: SkippedStep | None) -> None:
+        """After every step: skipped steps in a row and in all."""
+        if skipped is None:
+            self.in_a_row = 0
+        else:
+            self.in_a_row += 1
+            self.total += 1
+
+    def state_dict(self) -> dict[str, int]:
+        """The counters a checkpoint keeps (a resumed run counts on from them)."""
+        return {"in_a_row": self.in_a_row, "total": self.total}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.in_a_row, self.total = int(state["in_a_row"]), int(state["total"])
+
+    def fail_past_limit(self, skipped: SkippedStep) -> None:
+        """More than `max_in_a_row` skips in a row: the run diverged; fail it."""
+        if self.in_a_row > self.max_in_a_row:
+            raise NonFiniteValue(
+                f"{self.in_a_row} steps in a row skipped (on_nonfinite=skip, max_skipped_steps="
+                f"{self.max_in_a_row}), the last with {skipped.describe()}: {HINT}",
+                skipped.what,
+            )
+
+
+def log_skipped(sink, guard: SkipGuard, skipped: SkippedStep, hosts_rank_zero: bool, fields: dict[str, Any]) -> None:
+    """A skipped step's metric row (logged whether or not it is a logging step: it is an event),
+    a warning on the terminal, and the run's failure past the limit. Every process calls it."""
+    sink.log({"kind": "train", "train/skipped": 1.0, "train/skipped_total": float(guard.total),
+              "train/skipped_rank": -1 if skipped.rank is None else skipped.rank, **fields}, skipped.step)
+    if hosts_rank_zero:
+        print(f"warning: step {skipped.step} skipped ({skipped.describe()}; on_nonfinite=skip): "
+              f"{guard.in_a_row} in a row, {guard.total} in all", file=sys.stderr, flush=True)
+    guard.fail_past_limit(skipped)
