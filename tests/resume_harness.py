@@ -18,6 +18,7 @@ tests/test_resume.py compares A and B file by file.
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 from pathlib import Path
 
@@ -51,11 +52,12 @@ class Interrupted(Exception):
 
 def stopping_at(step_to_stop: int, real):
     """`real` (train_step), raising Interrupted right before `step_to_stop`."""
+    signature = inspect.signature(real)
 
-    def train_step(world, model, task, flat, optimizer, replicas, batches, step, measure_norms):
-        if step == step_to_stop:
-            raise Interrupted(f"stopped before step {step}")
-        return real(world, model, task, flat, optimizer, replicas, batches, step, measure_norms)
+    def train_step(*args, **kwargs):
+        if signature.bind(*args, **kwargs).arguments["step"] == step_to_stop:
+            raise Interrupted(f"stopped before step {step_to_stop}")
+        return real(*args, **kwargs)
 
     return train_step
 
