@@ -12,6 +12,8 @@ import os
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.build import knobs, target_of
+from experiments.knob_types import check_knob_types
+from experiments.launcher_checks import check_launcher
 from sparsifiers.base import ConfigError
 from sparsifiers.kernels import BACKENDS, compiled_available
 from sparsifiers.layout import Layout
@@ -31,11 +33,13 @@ RUNTIME_ARGUMENTS = {
 def validate(cfg: DictConfig) -> None:
     """Raises ConfigError for the first bad value found."""
     _check_sizes(cfg)
+    check_launcher(cfg)
     _check_choices(cfg)
     for group in GROUPS:
         _check_knobs(cfg, group)
     _check_dataset_available(cfg)
     _check_model_fits_dataset(cfg)
+    _check_every_worker_has_a_batch(cfg)
     _check_optimizer_fits_sparsifier(cfg)
     _check_optimizer_builds(cfg)
     _check_schedule(cfg)
@@ -63,6 +67,7 @@ def _check_sizes(cfg: DictConfig) -> None:
         cfg.workers % processes == 0,
         f"workers={cfg.workers} is not a multiple of processes={processes}: set processes to a divisor of workers",
     )
+    _require(cfg.launcher.nnodes >= 1, f"launcher.nnodes must be >= 1, got {cfg.launcher.nnodes}")
     _require(
         processes % cfg.launcher.nnodes == 0,
         f"processes={processes} is not a multiple of launcher.nnodes={cfg.launcher.nnodes}",
@@ -75,7 +80,7 @@ def _check_sizes(cfg: DictConfig) -> None:
     _require(cfg.warmup_steps >= 0, f"warmup_steps must be >= 0, got {cfg.warmup_steps}")
     _require(cfg.checksum_every >= 0, f"checksum_every must be >= 0 (0 disables), got {cfg.checksum_every}")
     _require(cfg.launcher.timeout_s > 0, f"launcher.timeout_s must be > 0, got {cfg.launcher.timeout_s}")
-    _require(cfg.launcher.nnodes >= 1, f"launcher.nnodes must be >= 1, got {cfg.launcher.nnodes}")
+    _require(cfg.seed >= 0, f"seed must be >= 0, got {cfg.seed}: set e.g. seed=0")
 
 
 def _check_choices(cfg: DictConfig) -> None:
@@ -119,21 +124,21 @@ def _accepted_parameters(target) -> list[str] | None:
 
 
 def _check_knobs(cfg: DictConfig, group: str) -> None:
-    """Every knob of a group node must be a parameter of its target."""
+    """Every knob of a group node must be a parameter of its target, of its type and range."""
     node = cfg[group]
     try:
         target = target_of(node)
     except Exception as error:
         raise ConfigError(f"{group}._target_={node._target_} cannot be imported ({error})") from None
     accepted = _accepted_parameters(target)
-    if accepted is None:
-        return
-    accepted = [name for name in accepted if name not in RUNTIME_ARGUMENTS[group]]
-    for key in knobs(node):
-        _require(
-            key in accepted,
-            f"{group}.{key} is not a knob of {group}={node.get('name', '?')}; its knobs: {', '.join(accepted)}",
-        )
+    if accepted is not None:
+        accepted = [name for name in accepted if name not in RUNTIME_ARGUMENTS[group]]
+        for key in knobs(node):
+            _require(
+                key in accepted,
+                f"{group}.{key} is not a knob of {group}={node.get('name', '?')}; its knobs: {', '.join(accepted)}",
+            )
+    check_knob_types(group, target, knobs(node))  # types from the signature, ranges from knob_types.RANGES
 
 
 def _check_dataset_available(cfg: DictConfig) -> None:
@@ -174,6 +179,28 @@ def _check_model_fits_dataset(cfg: DictConfig) -> None:
         not missing,
         f"model={cfg.model.get('name', '?')} does not fit dataset={cfg.dataset.get('name', '?')} "
         f"(a {data.kind} task, which provides {', '.join(data.model_inputs())}): choose a {data.kind} model",
+    )
+
+
+# Dataset knobs that set how much training data there is (by the option that has them), and
+# which way to turn each for more.
+DATA_SIZE_KNOBS = {"num_train": "raise", "stand_in_train": "raise", "stand_in_verses": "raise", "test_fraction": "lower"}
+
+
+def _check_every_worker_has_a_batch(cfg: DictConfig) -> None:
+    """Rank 0's shard is cut the way the task cuts it in the ranks (every rank has as many steps
+    per epoch): no full batch means no step, which the ranks would only find after launch."""
+    from experiments.tasks import make_task
+
+    data = _dataset_for(OmegaConf.to_yaml(cfg.dataset, resolve=True))
+    batches = make_task(data).shard(0, cfg.workers, cfg.batch_size, cfg.seed, None)
+    if batches.steps_per_epoch >= 1:
+        return
+    sized_by = "".join(f", or {way} dataset.{key}" for key, way in DATA_SIZE_KNOBS.items() if cfg.dataset.get(key) is not None)
+    raise ConfigError(
+        f"batch_size={cfg.batch_size} leaves each of workers={cfg.workers} without a batch: a worker's shard of "
+        f"dataset={cfg.dataset.get('name', '?')} holds {batches.examples} examples per epoch; lower batch_size or "
+        f"workers{sized_by}"
     )
 
 
