@@ -39,6 +39,7 @@ def validate(cfg: DictConfig) -> None:
         _check_knobs(cfg, group)
     _check_dataset_available(cfg)
     _check_model_fits_dataset(cfg)
+    _check_resources(cfg)
     _check_every_worker_has_a_batch(cfg)
     _check_optimizer_fits_sparsifier(cfg)
     _check_optimizer_builds(cfg)
@@ -182,6 +183,17 @@ def _check_model_fits_dataset(cfg: DictConfig) -> None:
     )
 
 
+def _check_resources(cfg: DictConfig) -> None:
+    """Memory (model, optimizer, residual per hosted rank, scratch, dataset per process) and
+    processes per core, estimated on the real model before launch (resources.py)."""
+    from experiments.resources import check_resources
+
+    dataset_yaml = OmegaConf.to_yaml(cfg.dataset, resolve=True)
+    layout = _layout_for(OmegaConf.to_yaml(cfg.model, resolve=True), dataset_yaml)
+    owns_momentum = bool(getattr(target_of(cfg.sparsifier), "owns_momentum", False))
+    check_resources(cfg, layout.numel, _dataset_for(dataset_yaml), target_of(cfg.optimizer), owns_momentum)
+
+
 # Dataset knobs that set how much training data there is (by the option that has them), and
 # which way to turn each for more.
 DATA_SIZE_KNOBS = {"num_train": "raise", "stand_in_train": "raise", "stand_in_verses": "raise", "test_fraction": "lower"}
@@ -278,3 +290,6 @@ def _check_wandb(cfg: DictConfig) -> None:
             "logger.wandb_mode=online needs a W&B key: set WANDB_API_KEY (or run `wandb login`), "
             "or use logger=wandb_offline",
         )
+        from experiments.environment_checks import check_wandb_reachable
+
+        check_wandb_reachable()  # a few seconds now, instead of ~100 s blocked after launch
