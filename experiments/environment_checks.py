@@ -32,8 +32,11 @@ def job_run_dir(cfg: DictConfig, multirun: bool, num: int) -> Path:
     with open_dict(whole):
         whole.hydra.job.num = num
     HydraConfig.instance().set_config(whole)  # `${hydra:runtime.choices...}` resolves through it
-    hydra = whole.hydra
-    return Path(f"{hydra.sweep.dir}/{hydra.sweep.subdir}" if multirun else hydra.run.dir)
+    try:
+        hydra = whole.hydra
+        return Path(f"{hydra.sweep.dir}/{hydra.sweep.subdir}" if multirun else hydra.run.dir)
+    finally:
+        HydraConfig.instance().cfg = None  # @hydra.main sets its own; leave no trace for it
 
 
 def _nearest_existing(path: Path) -> Path:
