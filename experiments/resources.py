@@ -25,7 +25,7 @@ ELEMENT_BYTES = 4  # float32 gradients, residuals and parameters
 # A rank process before its tensors: interpreter, torch, numba's kernels (~0.4-1.1 GiB measured here).
 PROCESS_BASE_BYTES = 400 * 2**20
 SCRATCH_VECTORS = 2  # |acc| and a mask (sparsifiers/workspace.py), one set per process
-MAX_PROCESSES_PER_CORE = 8  # beyond this a node only time-slices: refuse, suggest hosted ranks
+MAX_PROCESSES_PER_CORE = 32  # far beyond what time-slicing makes useful: refuse, suggest hosted ranks
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 
 

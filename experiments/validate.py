@@ -208,7 +208,12 @@ def _check_every_worker_has_a_batch(cfg: DictConfig) -> None:
     batches = make_task(data).shard(0, cfg.workers, cfg.batch_size, cfg.seed, None)
     if batches.steps_per_epoch >= 1:
         return
-    sized_by = "".join(f", or {way} dataset.{key}" for key, way in DATA_SIZE_KNOBS.items() if cfg.dataset.get(key) is not None)
+    from datasets.base import REAL
+
+    # Stand-in knobs size the data only when the stand-in is what was loaded.
+    relevant = [key for key in DATA_SIZE_KNOBS if cfg.dataset.get(key) is not None
+                and not (key.startswith("stand_in") and data.source == REAL)]
+    sized_by = "".join(f", or {DATA_SIZE_KNOBS[key]} dataset.{key}" for key in relevant)
     raise ConfigError(
         f"batch_size={cfg.batch_size} leaves each of workers={cfg.workers} without a batch: a worker's shard of "
         f"dataset={cfg.dataset.get('name', '?')} holds {batches.examples} examples per epoch; lower batch_size or "

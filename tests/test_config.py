@@ -12,7 +12,7 @@ from experiments.validate import validate
 from sparsifiers.base import ConfigError, Sparsifier
 from tests.conftest import run_cli
 
-SMALL = ["dataset=synthetic", "dataset.num_train=64", "dataset.num_test=16", "model=mlp", "model.hidden=16"]
+SMALL = ["dataset=synthetic", "dataset.num_train=64", "dataset.num_test=16", "model=mlp", "model.hidden=16", "batch_size=8"]
 
 
 def options(group: str) -> list[str]:
