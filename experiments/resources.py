@@ -1,4 +1,5 @@
-"""Memory and processes a job needs, estimated before launch and refused when they cannot fit.
+"""Memory, processes and data a job needs, estimated before launch and refused when they
+cannot fit (and, at the end, a batch for every worker).
 
 One process hosting L ranks of a model with N gradient elements (float32) needs about
 
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from datasets.base import REAL
+from experiments.tasks import make_task
 from sparsifiers.base import ConfigError
 
 ELEMENT_BYTES = 4  # float32 gradients, residuals and parameters
@@ -132,3 +135,25 @@ def check_resources(cfg: DictConfig, numel: int, data: object, optimizer_target:
     if memory.processes_per_node > MAX_PROCESSES_PER_CORE * cores:
         raise ConfigError(f"{where} starts {memory.processes_per_node} processes on a node with {cores} cores "
                           f"(at most {MAX_PROCESSES_PER_CORE} per core): host ranks in fewer processes, e.g. processes=1")
+
+
+# Dataset knobs that set how much training data there is (by the option that has them), and
+# which way to turn each for more.
+DATA_SIZE_KNOBS = {"num_train": "raise", "stand_in_train": "raise", "stand_in_verses": "raise", "test_fraction": "lower"}
+
+
+def check_every_worker_has_a_batch(cfg: DictConfig, data: object) -> None:
+    """Rank 0's shard is cut the way the task cuts it in the ranks (every rank has as many steps
+    per epoch): no full batch means no step, which the ranks would only find after launch."""
+    batches = make_task(data).shard(0, cfg.workers, cfg.batch_size, cfg.seed, None)
+    if batches.steps_per_epoch >= 1:
+        return
+    # Stand-in knobs size the data only when the stand-in is what was loaded.
+    relevant = [key for key in DATA_SIZE_KNOBS if cfg.dataset.get(key) is not None
+                and not (key.startswith("stand_in") and data.source == REAL)]
+    sized_by = "".join(f", or {DATA_SIZE_KNOBS[key]} dataset.{key}" for key in relevant)
+    raise ConfigError(
+        f"batch_size={cfg.batch_size} leaves each of workers={cfg.workers} without a batch: a worker's shard of "
+        f"dataset={cfg.dataset.get('name', '?')} holds {batches.examples} examples per epoch; lower batch_size or "
+        f"workers{sized_by}"
+    )

@@ -39,14 +39,15 @@ def validate(cfg: DictConfig) -> None:
         _check_knobs(cfg, group)
     _check_dataset_available(cfg)
     _check_model_fits_dataset(cfg)
-    _check_resources(cfg)
-    _check_every_worker_has_a_batch(cfg)
     _check_optimizer_fits_sparsifier(cfg)
     _check_optimizer_builds(cfg)
     _check_schedule(cfg)
     _check_sparsifier_builds(cfg)
-    _check_wandb(cfg)
     _check_network(cfg)
+    # What the knobs ask of this machine and data, once every knob is known to be good:
+    _check_resources(cfg)
+    _check_every_worker_has_a_batch(cfg)
+    _check_wandb(cfg)  # last: the only check that may wait (a few seconds) on the network
 
 
 def _require(condition: bool, message: str) -> None:
@@ -194,31 +195,10 @@ def _check_resources(cfg: DictConfig) -> None:
     check_resources(cfg, layout.numel, _dataset_for(dataset_yaml), target_of(cfg.optimizer), owns_momentum)
 
 
-# Dataset knobs that set how much training data there is (by the option that has them), and
-# which way to turn each for more.
-DATA_SIZE_KNOBS = {"num_train": "raise", "stand_in_train": "raise", "stand_in_verses": "raise", "test_fraction": "lower"}
-
-
 def _check_every_worker_has_a_batch(cfg: DictConfig) -> None:
-    """Rank 0's shard is cut the way the task cuts it in the ranks (every rank has as many steps
-    per epoch): no full batch means no step, which the ranks would only find after launch."""
-    from experiments.tasks import make_task
+    from experiments.resources import check_every_worker_has_a_batch
 
-    data = _dataset_for(OmegaConf.to_yaml(cfg.dataset, resolve=True))
-    batches = make_task(data).shard(0, cfg.workers, cfg.batch_size, cfg.seed, None)
-    if batches.steps_per_epoch >= 1:
-        return
-    from datasets.base import REAL
-
-    # Stand-in knobs size the data only when the stand-in is what was loaded.
-    relevant = [key for key in DATA_SIZE_KNOBS if cfg.dataset.get(key) is not None
-                and not (key.startswith("stand_in") and data.source == REAL)]
-    sized_by = "".join(f", or {DATA_SIZE_KNOBS[key]} dataset.{key}" for key in relevant)
-    raise ConfigError(
-        f"batch_size={cfg.batch_size} leaves each of workers={cfg.workers} without a batch: a worker's shard of "
-        f"dataset={cfg.dataset.get('name', '?')} holds {batches.examples} examples per epoch; lower batch_size or "
-        f"workers{sized_by}"
-    )
+    check_every_worker_has_a_batch(cfg, _dataset_for(OmegaConf.to_yaml(cfg.dataset, resolve=True)))
 
 
 def _check_optimizer_fits_sparsifier(cfg: DictConfig) -> None:
