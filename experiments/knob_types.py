@@ -45,13 +45,13 @@ POSITIVE = Range(1)  # counts and sizes: at least one
 NON_NEGATIVE = Range(0)
 FRACTION = Range(0, 1, low_open=True, high_open=True)
 PROBABILITY = Range(0, 1, high_open=True)  # dropout: 1 would drop everything
-# `group.knob` -> its range, for whichever option of the group has that knob.
+# `group.knob` -> its range, for whichever option of the group has that knob (the sparsifiers
+# range their own knobs, sparsifier.density included, in their constructors).
 RANGES: dict[str, Range] = {
     "optimizer.lr": NON_NEGATIVE,
     "optimizer.momentum": PROBABILITY,
     "optimizer.weight_decay": NON_NEGATIVE,
     "optimizer.norm_weight_decay": NON_NEGATIVE,
-    "sparsifier.density": Range(0, 1, low_open=True),
     "model.hidden": POSITIVE,
     "model.depth": NON_NEGATIVE,  # 0: a linear classifier
     "model.width": POSITIVE,
