@@ -8,7 +8,7 @@ One process hosting L ranks of a model with N gradient elements (float32) needs 
     + L x N x 4 bytes x (residual + the method's own per-rank vectors)
     + N x 4 bytes x SCRATCH_VECTORS (full-size scratch, shared by the hosted ranks)
 
-and a node runs `processes / nnodes` such processes. The formula counts only what is surely
+(on a GPU, one per process, all but the first line; untested here: no GPU) and a node runs `processes / nnodes` such processes. The formula counts only what is surely
 allocated (it is a lower bound), so what it refuses would certainly not fit.
 experiments/benchmarks/hosted_memory.py measures real sessions beside the same formula.
 """
@@ -21,6 +21,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from datasets.base import REAL
+from experiments.environment import resolve_runtime
 from experiments.tasks import make_task
 from sparsifiers.base import ConfigError
 
@@ -128,7 +129,16 @@ def check_resources(cfg: DictConfig, numel: int, data: object, optimizer_target:
                       optimizer_slots(optimizer_target, optimizer, owns_momentum), method_vectors(owns_momentum))
     available = available_memory()
     where = f"workers={cfg.workers} processes={processes}" + (f" launcher.nnodes={cfg.launcher.nnodes}" if cfg.launcher.nnodes > 1 else "")
-    if available is not None and memory.node_bytes > available:
+    host_bytes = memory.node_bytes
+    if resolve_runtime(cfg)["device"] == "cuda":
+        # One GPU per process holds the tensors; the host keeps the runtime and the dataset.
+        gpu_bytes = memory.process_bytes - memory.base_bytes - memory.dataset_bytes
+        gpu_total = torch.cuda.get_device_properties(0).total_memory
+        if gpu_bytes > gpu_total:
+            raise ConfigError(f"{where} needs about {_size(gpu_bytes)} per GPU ({memory.describe()}), but a GPU here has "
+                              f"{_size(gpu_total)}: lower workers per process")
+        host_bytes = memory.processes_per_node * (memory.base_bytes + memory.dataset_bytes)
+    if available is not None and host_bytes > available:
         hint = "lower workers" if memory.hosted_ranks > 1 else "host several ranks per process (processes=1) or lower workers"
         raise ConfigError(f"{where} needs about {memory.describe()}, but this node has {_size(available)} available: {hint}")
     cores = os.cpu_count() or 1
