@@ -144,8 +144,8 @@ def _describe(annotation: Any, default: Any) -> str:
         annotation = type(default)
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin in (typing.Union, types.UnionType):
-        return " or ".join(_describe(arg, default) for arg in args if _is_config_type(arg) or arg is type(None)
-                           or typing.get_origin(arg) is not None)
+        kinds = [_describe(arg, default) for arg in args if _is_config_type(arg) or arg is type(None) or typing.get_origin(arg) is not None]
+        return " or ".join(dict.fromkeys(kinds))  # list[float] | tuple[float, ...]: said once
     if origin in (list, tuple, collections.abc.Sequence):
         inner = [arg for arg in args if arg is not Ellipsis]
         return f"a list of {_describe(inner[0], None).removeprefix('a ').removeprefix('an ')}s" if inner else "a list"
@@ -163,7 +163,8 @@ def check_knob(group: str, key: str, value: Any, annotation: Any, default: Any) 
     if bounds is not None:
         for number in numbers:
             if isinstance(number, (int, float)) and not isinstance(number, bool) and not bounds.holds(number):
-                raise ConfigError(f"{group}.{key} must be {bounds.describe()}, got {value}{_example(group, key, default)}")
+                what = f"every entry of {group}.{key}" if isinstance(value, (list, tuple)) else f"{group}.{key}"
+                raise ConfigError(f"{what} must be {bounds.describe()}, got {value}{_example(group, key, default)}")
 
 
 def _example(group: str, key: str, default: Any) -> str:

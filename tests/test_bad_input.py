@@ -126,6 +126,8 @@ PREFLIGHT_CASES = [
     # schedule
     ("schedule.milestones=abc", ["schedule=step"], r"schedule\.milestones must be a list of numbers"),
     ("schedule.decay_factor=0", ["schedule=step"], r"schedule\.decay_factor must be > 0"),
+    ("schedule.milestones=[10,-1]", ["schedule=step"], r"every entry of schedule\.milestones must be >= 0"),
+    ("sparsifier.clip_norm=abc", ["sparsifier=dgc"], r"sparsifier\.clip_norm must be a number or null"),
     # top level, launcher, logger, network
     ("workers=four", [], r"workers=four: Value 'four'"),
     ("seed=-1", [], r"seed must be >= 0"),
