@@ -245,3 +245,13 @@ def test_a_rendezvous_that_cannot_complete_fails_after_its_timeout(tmp_path):
     assert time.monotonic() - started < 60
     assert result.returncode == 1
     assert "the rendezvous at localhost:29531 did not complete within launcher.rdzv_timeout_s=3 s" in result.stderr
+
+
+def test_a_sweep_into_an_existing_sweep_is_refused_naming_the_job_dir(tmp_path):
+    """Each job's directory (sweep.dir/subdir, as Hydra names it) is checked, not only the first."""
+    job = tmp_path / "sweep" / "1_topk_w2"
+    job.mkdir(parents=True)
+    RunStore(job).set_status("done", ended=1.0)
+    assert preflight(["-m", "workers=1,2", *BASE, f"hydra.sweep.dir={tmp_path / 'other'}"]) == 2
+    with pytest.raises(ConfigError, match=rf"hydra\.sweep\.dir: {re.escape(str(job))} already holds a run"):
+        preflight(["-m", "workers=1,2", *BASE, f"hydra.sweep.dir={tmp_path / 'sweep'}"])
