@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from datasets import files
 from datasets.base import DatasetNotFound, DatasetSplits, standardize
 
 DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
@@ -22,6 +23,9 @@ FILES = {
     "test_x": "t10k-images-idx3-ubyte",
     "test_y": "t10k-labels-idx1-ubyte",
 }
+SHAPES = {"train_x": (60000, 28, 28), "train_y": (60000,), "test_x": (10000, 28, 28), "test_y": (10000,)}
+MIRROR = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"  # torchvision's
+FIX = "replace it: reinstall dataset-fashion-mnist or put the original IDX files there (or delete it and set dataset.download=true)"
 HOW_TO_GET = (
     "Fashion-MNIST not found in {where}. Get it with `apt-get install dataset-fashion-mnist` "
     "(Debian/Ubuntu; `make run` does this), or put the four IDX files "
@@ -56,19 +60,37 @@ def locate(root: str | Path | None, system_dir: str | Path | None = None) -> Pat
 
 
 def check_available(root: str | None = None, download: bool = False, system_dir: str | None = None) -> None:
-    """Raises DatasetNotFound, saying how to get the data, unless it is here or may be downloaded."""
-    if not download and locate(root, system_dir) is None:
-        where = ", ".join(str(d) for d in candidate_dirs(root, system_dir))
+    """Raises DatasetNotFound, saying how to get the data, unless it is here or may be downloaded
+    (the mirror reachable), and DatasetCorrupt naming a file that is truncated or not IDX."""
+    directory = locate(root, system_dir)
+    if directory is not None:
+        for key, stem in FILES.items():
+            _read_idx(_file_in(directory, stem), SHAPES[key])
+        return
+    where = ", ".join(str(d) for d in candidate_dirs(root, system_dir))
+    if not download:
         raise DatasetNotFound(HOW_TO_GET.format(where=where))
+    if not root:
+        raise DatasetNotFound("dataset.download=true needs data_dir set (where the files go)")
+    files.require_reachable(MIRROR, HOW_TO_GET.format(where=where))
 
 
-def _read_idx(path: Path) -> np.ndarray:
-    """IDX format: big-endian header (magic, dims), then uint8 data."""
+def _read_idx(path: Path, shape: tuple[int, ...]) -> np.ndarray:
+    """IDX format: big-endian header (magic 0x0000080N: uint8, N dims; the dims), then uint8
+    data. A truncated, foreign or mis-shaped file raises DatasetCorrupt naming it."""
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as handle:
-        data = handle.read()
-    ndim = data[3]
-    shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+    try:
+        with opener(path, "rb") as handle:
+            data = handle.read()
+    except (OSError, EOFError) as error:  # gzip: "not a gzipped file", "ended before the end-of-stream marker"
+        raise files.corrupt(path, f"unreadable ({error})", FIX) from None
+    ndim = data[3] if len(data) >= 4 else 0
+    if len(data) < 4 + 4 * ndim or data[:3] != b"\x00\x00\x08" or ndim != len(shape):
+        raise files.corrupt(path, f"not an IDX file of uint8 with {len(shape)} dimension(s)", FIX)
+    found = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+    if found != shape or len(data) != 4 + 4 * ndim + int(np.prod(shape)):
+        raise files.corrupt(path, f"shape {found} with {len(data) - 4 - 4 * ndim} data bytes, expected shape {shape} "
+                                  f"with {int(np.prod(shape))} (truncated?)", FIX)
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
 
 
@@ -90,7 +112,7 @@ def load(root: str | None = None, download: bool = False, system_dir: str | None
         directory = locate(root, system_dir)
     if directory is None:
         raise DatasetNotFound(HOW_TO_GET.format(where=", ".join(str(d) for d in candidate_dirs(root, system_dir))))
-    arrays = {key: _read_idx(_file_in(directory, stem)) for key, stem in FILES.items()}
+    arrays = {key: _read_idx(_file_in(directory, stem), SHAPES[key]) for key, stem in FILES.items()}
     train_x = torch.from_numpy(arrays["train_x"].astype(np.float32) / 255.0).unsqueeze(1)
     test_x = torch.from_numpy(arrays["test_x"].astype(np.float32) / 255.0).unsqueeze(1)
     train_x, test_x = standardize(train_x, test_x)

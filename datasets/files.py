@@ -79,9 +79,11 @@ def package_dir(module: str, pip_name: str, purpose: str) -> Path:
 
 def require_reachable(url: str, message: str) -> None:
     """Fails in one line, before launch, when `url`'s host cannot be reached (no network)."""
-    host = urlparse(url).hostname or url
+    parsed = urlparse(url)
+    host = parsed.hostname or url
+    port = parsed.port or (80 if parsed.scheme == "http" else 443)  # Fashion-MNIST's mirror is plain http
     try:
-        socket.create_connection((host, 443), timeout=NETWORK_TIMEOUT_S).close()
+        socket.create_connection((host, port), timeout=NETWORK_TIMEOUT_S).close()
     except OSError as error:
         raise DatasetNotFound(f"{message} (dataset.download=true, but {host} is unreachable: {error})") from None
 

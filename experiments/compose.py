@@ -10,19 +10,17 @@ import re
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
+from hydra._internal.utils import get_args_parser
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig
 
+from experiments.environment_checks import check_creatable, check_not_a_run, job_run_dir
 from experiments.schema import RunConfig, register
 from experiments.validate import validate
 from sparsifiers.base import ConfigError
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
-# Flags after which Hydra prints something instead of running: nothing to validate.
-INFO_FLAGS = {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion", "-sc", "--version"}
-# Flags that change where the config comes from: the in-job validation covers these runs.
-SOURCE_FLAGS = {"--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun"}
 MULTIRUN_FLAGS = {"-m", "--multirun"}
 
 
@@ -35,6 +33,9 @@ def job_overrides(args: list[str]) -> list[list[str]]:
     multirun = any(a in MULTIRUN_FLAGS for a in args)
     choices = []
     for override in overrides:
+        if not multirun and override.is_sweep_override():
+            raise ConfigError(f"{override.input_line}: a comma list is a sweep, one run per value: did you mean -m "
+                              f"(a sweep)? python run.py -m {override.input_line}")
         if multirun and override.is_sweep_override():
             key = override.get_key_element()
             choices.append([f"{key}={value}" for value in override.sweep_string_iterator()])
@@ -103,16 +104,35 @@ def _config_sweep(overrides: list[str]) -> list[str]:
 
 
 def preflight(args: list[str]) -> int:
-    """Composes and validates every job; returns how many there are. Raises ConfigError."""
-    if any(arg.split("=")[0] in INFO_FLAGS | SOURCE_FLAGS for arg in args):
+    """Composes and validates every job of the command line, and checks where each will be
+    written, before Hydra creates anything; returns how many jobs there are (0 when Hydra will
+    only print help). `--cfg` validates what it prints. Raises ConfigError."""
+    if "--version" in args:
+        return 0  # an argparse action that prints and exits: leave it to Hydra
+    try:
+        parsed = get_args_parser().parse_args(args)
+    except SystemExit:
+        return 0  # Hydra's own parser reports a bad flag when run() parses the same line
+    if parsed.help or parsed.hydra_help or parsed.shell_completion or parsed.info:
         return 0
-    overrides = [arg for arg in args if not arg.startswith("-")]
-    multirun = any(a in MULTIRUN_FLAGS for a in args)
+    if parsed.config_path or parsed.config_name or parsed.config_dir or parsed.experimental_rerun:
+        return 0  # another config source: the in-job validation covers these runs
+    overrides, multirun = list(parsed.overrides), bool(parsed.multirun)
     if multirun:
         overrides += _config_sweep(overrides)
     jobs = job_overrides(overrides + (["-m"] if multirun else []))
-    for job in jobs:
+    for num, job in enumerate(jobs):
         cfg = compose_job(job)
         check_top_level_keys(cfg)
         validate(cfg)
+        if parsed.cfg is None:  # --cfg prints and exits: Hydra creates no directory then
+            check_run_dir(cfg, multirun, num)
     return len(jobs)
+
+
+def check_run_dir(cfg: DictConfig, multirun: bool, num: int) -> None:
+    """The directory Hydra will create for this job must be creatable and not hold a run."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    run_dir = job_run_dir(cfg, multirun, num)
+    check_creatable(run_dir, key if f"{key}=" in " ".join(cfg.hydra.overrides.hydra) else "output_root")
+    check_not_a_run(run_dir, key)

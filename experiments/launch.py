@@ -19,6 +19,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.environment import REPO_ROOT, collect_environment, resolve_runtime
+from experiments.launcher_checks import rendezvous_error
 from experiments.lifetime import Stopped, run_job
 from experiments.report import format_summary
 from experiments.store import CONFIG, ENV, SUMMARY, RunStore, write_atomic
@@ -55,6 +56,7 @@ def rank_command(cfg: DictConfig, resolved: dict[str, Any], run_dir: Path) -> li
         f"--rdzv-backend={launcher.rdzv_backend}",
         f"--rdzv-endpoint={launcher.rdzv_endpoint}",
         f"--rdzv-id={rdzv_id}",
+        f"--rdzv-conf=join_timeout={launcher.rdzv_timeout_s}",  # a node that never joins fails the run
         "-m", "experiments.worker", str(run_dir),
     ]
 
@@ -106,7 +108,7 @@ def run_to_end(cfg: DictConfig, store: RunStore, resolved: dict[str, Any]) -> di
         store.set_status("done", ended=time.time(), elapsed_s=time.time() - started)
         print(format_summary(summary, str(run_dir)), flush=True)
         return {"status": "done", **summary}
-    error = rank_errors(run_dir) or f"the ranks exited with code {returncode}"
+    error = rank_errors(run_dir) or rendezvous_error(cfg, time.time() - started) or f"the ranks exited with code {returncode}"
     store.set_status("failed", ended=time.time(), returncode=returncode, error=error)
     print(f"run failed: {error}\n  details: {run_dir}/status.json and error.rank*.txt", file=sys.stderr, flush=True)
     return {"status": "failed", "error": error}

@@ -25,6 +25,7 @@ class LauncherConfig:
     max_restarts: int = 0  # never restart silently: a restart would corrupt timings
     backend: str = "auto"  # auto: nccl when the ranks run on GPUs, gloo otherwise
     timeout_s: int = 300  # process-group timeout: a hung collective fails the run after this
+    rdzv_timeout_s: int = 600  # torchrun's join timeout: a node that never joins fails the run after this
     threads_per_process: Optional[int] = None  # None: cores / processes (at least 1)
 
 

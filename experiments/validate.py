@@ -14,6 +14,8 @@ from omegaconf import DictConfig, OmegaConf
 from experiments.build import knobs, target_of
 from experiments.checkpoint import check_config as check_checkpoint_config
 from experiments.collectives import REDUCTIONS
+from experiments.knob_types import check_knob_types
+from experiments.launcher_checks import check_launcher
 from sparsifiers.base import ConfigError
 from sparsifiers.kernels import BACKENDS, compiled_available
 from sparsifiers.layout import Layout
@@ -34,6 +36,7 @@ def validate(cfg: DictConfig) -> None:
     """Raises ConfigError for the first bad value found."""
     _check_sizes(cfg)
     check_checkpoint_config(cfg)
+    check_launcher(cfg)
     _check_choices(cfg)
     for group in GROUPS:
         _check_knobs(cfg, group)
@@ -43,8 +46,11 @@ def validate(cfg: DictConfig) -> None:
     _check_optimizer_builds(cfg)
     _check_schedule(cfg)
     _check_sparsifier_builds(cfg)
-    _check_wandb(cfg)
     _check_network(cfg)
+    # What the knobs ask of this machine and data, once every knob is known to be good:
+    _check_resources(cfg)
+    _check_every_worker_has_a_batch(cfg)
+    _check_wandb(cfg)  # last: the only check that may wait (a few seconds) on the network
 
 
 def _require(condition: bool, message: str) -> None:
@@ -66,6 +72,7 @@ def _check_sizes(cfg: DictConfig) -> None:
         cfg.workers % processes == 0,
         f"workers={cfg.workers} is not a multiple of processes={processes}: set processes to a divisor of workers",
     )
+    _require(cfg.launcher.nnodes >= 1, f"launcher.nnodes must be >= 1, got {cfg.launcher.nnodes}")
     _require(
         processes % cfg.launcher.nnodes == 0,
         f"processes={processes} is not a multiple of launcher.nnodes={cfg.launcher.nnodes}",
@@ -78,7 +85,7 @@ def _check_sizes(cfg: DictConfig) -> None:
     _require(cfg.warmup_steps >= 0, f"warmup_steps must be >= 0, got {cfg.warmup_steps}")
     _require(cfg.checksum_every >= 0, f"checksum_every must be >= 0 (0 disables), got {cfg.checksum_every}")
     _require(cfg.launcher.timeout_s > 0, f"launcher.timeout_s must be > 0, got {cfg.launcher.timeout_s}")
-    _require(cfg.launcher.nnodes >= 1, f"launcher.nnodes must be >= 1, got {cfg.launcher.nnodes}")
+    _require(cfg.seed >= 0, f"seed must be >= 0, got {cfg.seed}: set e.g. seed=0")
 
 
 def _check_choices(cfg: DictConfig) -> None:
@@ -135,21 +142,21 @@ def _accepted_parameters(target) -> list[str] | None:
 
 
 def _check_knobs(cfg: DictConfig, group: str) -> None:
-    """Every knob of a group node must be a parameter of its target."""
+    """Every knob of a group node must be a parameter of its target, of its type and range."""
     node = cfg[group]
     try:
         target = target_of(node)
     except Exception as error:
         raise ConfigError(f"{group}._target_={node._target_} cannot be imported ({error})") from None
     accepted = _accepted_parameters(target)
-    if accepted is None:
-        return
-    accepted = [name for name in accepted if name not in RUNTIME_ARGUMENTS[group]]
-    for key in knobs(node):
-        _require(
-            key in accepted,
-            f"{group}.{key} is not a knob of {group}={node.get('name', '?')}; its knobs: {', '.join(accepted)}",
-        )
+    if accepted is not None:
+        accepted = [name for name in accepted if name not in RUNTIME_ARGUMENTS[group]]
+        for key in knobs(node):
+            _require(
+                key in accepted,
+                f"{group}.{key} is not a knob of {group}={node.get('name', '?')}; its knobs: {', '.join(accepted)}",
+            )
+    check_knob_types(group, target, knobs(node))  # types from the signature, ranges from knob_types.RANGES
 
 
 def _check_dataset_available(cfg: DictConfig) -> None:
@@ -191,6 +198,23 @@ def _check_model_fits_dataset(cfg: DictConfig) -> None:
         f"model={cfg.model.get('name', '?')} does not fit dataset={cfg.dataset.get('name', '?')} "
         f"(a {data.kind} task, which provides {', '.join(data.model_inputs())}): choose a {data.kind} model",
     )
+
+
+def _check_resources(cfg: DictConfig) -> None:
+    """Memory (model, optimizer, residual per hosted rank, scratch, dataset per process) and
+    processes per core, estimated on the real model before launch (resources.py)."""
+    from experiments.resources import check_resources
+
+    dataset_yaml = OmegaConf.to_yaml(cfg.dataset, resolve=True)
+    layout = _layout_for(OmegaConf.to_yaml(cfg.model, resolve=True), dataset_yaml)
+    owns_momentum = bool(getattr(target_of(cfg.sparsifier), "owns_momentum", False))
+    check_resources(cfg, layout.numel, _dataset_for(dataset_yaml), target_of(cfg.optimizer), owns_momentum)
+
+
+def _check_every_worker_has_a_batch(cfg: DictConfig) -> None:
+    from experiments.resources import check_every_worker_has_a_batch
+
+    check_every_worker_has_a_batch(cfg, _dataset_for(OmegaConf.to_yaml(cfg.dataset, resolve=True)))
 
 
 def _check_optimizer_fits_sparsifier(cfg: DictConfig) -> None:
@@ -267,3 +291,6 @@ def _check_wandb(cfg: DictConfig) -> None:
             "logger.wandb_mode=online needs a W&B key: set WANDB_API_KEY (or run `wandb login`), "
             "or use logger=wandb_offline",
         )
+        from experiments.environment_checks import check_wandb_reachable
+
+        check_wandb_reachable()  # a few seconds now, instead of ~100 s blocked after launch

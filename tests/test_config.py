@@ -12,7 +12,7 @@ from experiments.validate import validate
 from sparsifiers.base import ConfigError, Sparsifier
 from tests.conftest import run_cli
 
-SMALL = ["dataset=synthetic", "dataset.num_train=64", "dataset.num_test=16", "model=mlp", "model.hidden=16"]
+SMALL = ["dataset=synthetic", "dataset.num_train=64", "dataset.num_test=16", "model=mlp", "model.hidden=16", "batch_size=8"]
 
 
 def options(group: str) -> list[str]:
@@ -144,9 +144,10 @@ def test_missing_dataset_fails_before_launch(tmp_path):
 
 
 def test_cfg_job_prints_the_composed_config():
-    result = run_cli(["--cfg", "job", "sparsifier=topk", "sparsifier.density=0.05"], timeout=120)
+    result = run_cli(["--cfg", "job", "sparsifier=topk", "sparsifier.density=0.05", "dataset=digits"], timeout=120)
     assert result.returncode == 0, result.stderr
     assert "density: 0.05" in result.stdout and "workers: 4" in result.stdout and "_target_: sparsifiers.topk.TopK" in result.stdout
+    assert "--rdzv-conf" not in result.stdout and "rdzv_timeout_s: 600" in result.stdout
 
 
 def test_slurm_and_multi_node_settings_compose():

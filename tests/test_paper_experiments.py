@@ -37,7 +37,7 @@ def write_cifar10(root: Path, per_batch: int = 4) -> Path:
     folder.mkdir(parents=True)
     rng = np.random.default_rng(0)
     for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-        batch = {b"data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8), b"labels": list(range(per_batch))}
+        batch = {b"data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8), b"labels": [i % 10 for i in range(per_batch)]}
         (folder / name).write_bytes(pickle.dumps(batch))
     return root
 
@@ -57,7 +57,7 @@ def test_every_paper_experiment_has_its_figure():
 
 @pytest.mark.parametrize("experiment", PAPER)
 def test_paper_scale_validates_every_job_on_real_format_files(experiment, tmp_path):
-    data_dir = write_cifar10(tmp_path)
+    data_dir = write_cifar10(tmp_path, per_batch=128)  # 640 training images: a batch of 32 for each of 16 workers
     jobs = preflight(["-m", f"experiment={experiment}", f"data_dir={data_dir}"])
     assert jobs == sweep_size(experiment) >= 1
     cfg = compose_job([f"experiment={experiment}", f"data_dir={data_dir}"])

@@ -3,8 +3,9 @@
     model (parameters + flat gradient + optimizer state) + L x residual (N x 4 bytes)
     + the method's own per-rank state + one set of full-size scratch buffers (shared)
 
-This benchmark measures peak resident memory of a real hosted session (set-up plus a few
-training steps) for several L, in fresh processes, and prints it beside that formula.
+(experiments/resources.py, the estimate validation refuses jobs by). This benchmark measures
+peak resident memory of a real hosted session (set-up plus a few training steps) for several L,
+in fresh processes, and prints it beside that formula.
 
     python -m experiments.benchmarks.hosted_memory [--ranks 1,8,32,64] [--method topk]
 """
@@ -25,6 +26,7 @@ def measure(ranks: int, method: str, steps: int) -> dict:
     import torch
 
     from experiments.compose import compose_job
+    from experiments.resources import estimate, method_vectors
     from experiments.step import train_step
     from experiments.train import build_session
     from experiments.world import init_world
@@ -38,7 +40,8 @@ def measure(ranks: int, method: str, steps: int) -> dict:
         train_step(world, session.model, session.task, session.flat, session.optimizer,
                    session.replicas, [next(b) for b in batches], step, measure_norms=False)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"ranks": ranks, "numel": session.layout.numel, "peak": peak, "baseline": baseline}
+    per_rank = estimate(session.layout.numel, ranks, 1, 1, 0, 0, method_vectors(session.method.owns_momentum)).per_rank_bytes
+    return {"ranks": ranks, "numel": session.layout.numel, "peak": peak, "baseline": baseline, "per_rank": per_rank}
 
 
 def main() -> None:
@@ -63,7 +66,7 @@ def main() -> None:
     print(f"{'hosted ranks':>12} {'peak RSS MiB':>13} {'vs 1 rank MiB':>14} {'predicted MiB':>14} {'residuals per extra rank':>25}")
     for row in rows:
         extra = (row["peak"] - first["peak"]) / 2**20
-        predicted = (row["ranks"] - first["ranks"]) * residual_mb
+        predicted = (row["ranks"] - first["ranks"]) * row["per_rank"] / 2**20  # resources.estimate's per-rank part
         per_rank = extra / residual_mb / (row["ranks"] - first["ranks"]) if row["ranks"] > first["ranks"] else float("nan")
         print(f"{row['ranks']:>12} {row['peak'] / 2**20:>13.1f} {extra:>14.1f} {predicted:>14.1f} {per_rank:>25.2f}")
 
