@@ -142,6 +142,12 @@ PREFLIGHT_CASES = [
     ("sparsifier=topk,dense", [], r"did you mean -m \(a sweep\)\? python run\.py -m sparsifier=topk,dense"),
     ("optimizer.momentum=abc", [], r"optimizer\.momentum must be a number, got 'abc'"),
     ("sparsifier.error_feedback=maybe", ["sparsifier=micro"], r"sparsifier\.error_feedback must be true or false"),
+    ("checkpoint.every_steps=-5", [], r"checkpoint\.every_steps must be an integer >= 0"),
+    ("checkpoint.keep=0", [], r"checkpoint\.keep must be an integer >= 1"),
+    ("checkpoint.epoch_end=maybe", [], r"checkpoint\.epoch_end=maybe: Value 'maybe' is not a valid bool"),
+    ("reduction=tree", [], r"reduction must be ring or rank_order, got tree"),
+    ("on_nonfinite=ignore", [], r"on_nonfinite must be fail or skip, got ignore"),
+    ("max_skipped_steps=0", [], r"max_skipped_steps must be >= 1"),
     # resources
     ("workers=100000", [], r"workers=100000 processes=100000 needs about .* available: host several ranks per process"),
     ("launcher.nnodes=2", ["workers=2"], r"launcher\.nnodes=2 needs .*launcher\.rdzv_endpoint"),
