@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -181,7 +182,14 @@ def finished_run(tmp_path_factory) -> Path:
 
 
 def test_resume_refuses_what_it_cannot_resume(finished_run, tmp_path):
+    # A run whose run.py is still alive (here: this test's own process) is not resumed under it.
+    running = tmp_path / "running"
+    shutil.copytree(finished_run, running)
+    status = json.loads((running / "status.json").read_text())
+    status.update(status="running", pid=os.getpid(), host=socket.gethostname())
+    (running / "status.json").write_text(json.dumps(status))
     cases = [
+        ([f"resume={running}"], f"that run is still running (run.py pid {os.getpid()})"),
         ([f"resume={finished_run}"], "that run is done already"),
         ([f"resume={tmp_path / 'nothing'}"], "no run there"),
         ([f"resume={finished_run}", "workers=4"], "takes no other argument"),
