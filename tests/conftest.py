@@ -34,3 +34,16 @@ def run_cli(args: list[str], env: dict[str, str] | None = None, timeout: int = 3
         [sys.executable, str(REPO / "run.py"), *args],
         cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout,
     )
+
+
+def run_world(script_and_args: list[str], processes: int, timeout: int = 600) -> None:
+    """Runs a test script (tests/harness.py, tests/resume_harness.py) in one process, or in
+    `processes` gloo processes under torchrun; fails the test with its stderr if it fails."""
+    if processes == 1:
+        command = [sys.executable, *script_and_args]
+    else:
+        command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={processes}",
+                   "--max-restarts=0", "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:0", *script_and_args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-4000:]

@@ -19,8 +19,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -28,7 +26,7 @@ import torch
 
 from experiments.compose import CONF_DIR
 from datasets.fashion_mnist import DEBIAN_DIR
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, run_cli, run_world
 from tests.harness import result_name
 
 pytestmark = pytest.mark.slow
@@ -48,16 +46,8 @@ QUICKSTART_SHAPED = [
 
 
 def run_harness(out: Path, processes: int, reduction: str, methods: list[str]) -> None:
-    harness = [str(REPO / "tests" / "harness.py"), str(out), "--workers", str(WORKERS), "--methods", ",".join(methods),
-               "--steps", str(EPOCH_STEPS), "--reduction", reduction, *QUICKSTART_SHAPED]
-    if processes == 1:
-        command = [sys.executable, *harness]
-    else:
-        command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={processes}",
-                   "--max-restarts=0", "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:0", *harness]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
+    run_world([str(REPO / "tests" / "harness.py"), str(out), "--workers", str(WORKERS), "--methods", ",".join(methods),
+               "--steps", str(EPOCH_STEPS), "--reduction", reduction, *QUICKSTART_SHAPED], processes)
 
 
 RING = "micro:reduction=ring"  # the example in the default mode, in the 4-process world

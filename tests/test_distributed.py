@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from experiments.compose import CONF_DIR
 from sparsifiers.base import SelectionScope
-from tests.conftest import REPO
+from tests.conftest import REPO, run_world
 from tests.harness import result_name
 
 pytestmark = pytest.mark.slow
@@ -28,16 +28,8 @@ METHODS = sorted(p.stem for p in (CONF_DIR / "sparsifier").glob("*.yaml")) + [
 
 
 def run_harness(out, workers: int, processes: int) -> None:
-    harness = [str(REPO / "tests" / "harness.py"), str(out), "--workers", str(workers),
-               "--methods", ",".join(METHODS), "--steps", str(STEPS)]
-    if processes == 1:
-        command = [sys.executable, *harness]
-    else:
-        command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={processes}",
-                   "--max-restarts=0", "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:0", *harness]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
+    run_world([str(REPO / "tests" / "harness.py"), str(out), "--workers", str(workers),
+               "--methods", ",".join(METHODS), "--steps", str(STEPS)], processes)
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ import pytest
 
 from experiments.checkpoint import MARKER, complete_steps, step_dir
 from experiments.store import read_metrics
-from tests.conftest import REPO, TINY_RUN, run_cli
+from tests.conftest import REPO, TINY_RUN, run_cli, run_world
 
 METHODS = sorted(path.stem for path in (REPO / "conf" / "sparsifier").glob("*.yaml"))
 TIMING = ("time/", "wall_s")
@@ -49,14 +49,8 @@ def assert_same_run(uninterrupted: Path, resumed: Path) -> None:
 
 
 def run_harness(out: Path, workers: int, processes: int, stops: tuple[int, ...], cases: list[str]) -> None:
-    command = [sys.executable, str(REPO / "tests" / "resume_harness.py"), str(out), f"--workers={workers}",
-               f"--methods={','.join(cases)}", f"--stops={','.join(map(str, stops))}"]
-    if processes > 1:
-        command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={processes}",
-                   "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:0", *command[1:]]
-    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
+    run_world([str(REPO / "tests" / "resume_harness.py"), str(out), f"--workers={workers}",
+               f"--methods={','.join(cases)}", f"--stops={','.join(map(str, stops))}"], processes)
 
 
 # (workers, processes, stops, cases). Checkpoints come every 5 steps and at epoch ends; an epoch
@@ -162,7 +156,7 @@ def test_torchrun_restart_resumes_from_the_checkpoint(tmp_path):
     marker = tmp_path / "killed-once"
     restarted = tmp_path / "restarted"
     result = run_cli([*common, "sparsifier=topk", "sparsifier._target_=tests.fault_injection.KilledOnceTopK",
-                      f"+sparsifier.kill_step=17", f"+sparsifier.marker={marker}", f"hydra.run.dir={restarted}"])
+                      "+sparsifier.kill_step=17", f"+sparsifier.marker={marker}", f"hydra.run.dir={restarted}"])
     assert result.returncode == 0, result.stderr
     assert marker.exists()  # the kill happened
     dropped = [r["step"] for r in read_metrics(restarted / "metrics.dropped.jsonl")]
