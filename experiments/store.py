@@ -65,12 +65,13 @@ class RunStore:
         except FileNotFoundError:
             return None
 
-    def set_status(self, status: str, **details: Any) -> None:
-        previous = self.read_json(STATUS) or {}
+    def set_status(self, status: str, name: str = STATUS, **details: Any) -> None:
+        """Rewrites status.json (or a node's own status file, `name`), keeping `started`."""
+        previous = self.read_json(name) or {}
         record = {"status": status, "updated": time.time(), **details}
         if "started" in previous:
             record.setdefault("started", previous["started"])
-        self.write_json(STATUS, record)
+        self.write_json(name, record)
 
     def status(self) -> dict[str, Any] | None:
         return self.read_json(STATUS)

@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 
 from experiments.lifetime import die_with_parent
 from experiments.network import NetworkModel
+from experiments.nodes import ENV_FILE_VARIABLE, record_rank_zero
 from experiments.sinks import JsonlSink, MultiSink, NullSink, WandbSink
 from experiments.store import CONFIG, ENV, SUMMARY, RunStore
 from experiments.train import train
@@ -51,7 +52,9 @@ def main(run_dir: str) -> None:
     die_with_parent(signal.SIGKILL)
     store = RunStore(run_dir)
     cfg = OmegaConf.load(store.path(CONFIG))
-    env = store.read_json(ENV)
+    env = store.read_json(os.environ.get(ENV_FILE_VARIABLE, ENV))  # a node's own env.<node>.json
+    if os.environ.get("RANK", "0") == "0":
+        record_rank_zero(store.dir)  # which node's run.py reports the run (nodes.py)
     resolved = env["resolved"]
     torch.set_num_threads(resolved["threads_per_process"])
     sink, failed = NullSink(), True
@@ -73,17 +76,22 @@ def main(run_dir: str) -> None:
         close_world(wait_for_peers=not failed)
 
 
-def exit_now() -> None:
+def exit_now(code: int = 0) -> None:
     """Ends a finished rank without interpreter finalization. Everything is already written and
     the process group destroyed, but gloo's worker threads can still hold tensors whose release
     at finalization takes the GIL of a dying interpreter and aborts (SIGABRT, seen here once in
     a few hundred runs; pytorch/pytorch#179291 describes it), which would mark a complete run
-    failed."""
+    failed. A failed rank ends the same way: after a collective timed out, finalization waited
+    on gloo's threads for seconds (or for good, until torchrun killed the rank)."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(code)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    try:
+        main(sys.argv[1])
+    except BaseException:
+        traceback.print_exc()  # torchrun's log shows it; error.rank<P>.txt already holds it
+        exit_now(1)
     exit_now()
