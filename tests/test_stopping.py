@@ -46,7 +46,7 @@ def alive(pid: int) -> bool:
 
 
 def process_tree(root: int) -> set[int]:
-    """`root` and every process below it, by parent pid, now."""
+    """Every process below `root` (run.py: the job's processes), by parent pid, now."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -55,7 +55,7 @@ def process_tree(root: int) -> set[int]:
             except (OSError, ValueError, IndexError):
                 continue
             children.setdefault(parent, []).append(int(entry.name))
-    tree, todo = set(), [root]
+    tree, todo = set(), list(children.get(root, []))
     while todo:
         pid = todo.pop()
         tree.add(pid)
