@@ -39,7 +39,8 @@ def rendezvous_id(cfg: DictConfig) -> str:
     """launcher.rdzv_id, or a hash every node computes alike from the resolved config."""
     if cfg.launcher.rdzv_id:
         return str(cfg.launcher.rdzv_id)
-    text = OmegaConf.to_yaml(cfg, resolve=True)
+    job = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])  # no run directory, no time
+    text = OmegaConf.to_yaml(job, resolve=True)
     return "sb-" + hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
