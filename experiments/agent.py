@@ -11,6 +11,7 @@ failed (blame.py):
   that knows it. Only ranks that failed on their own are listed: torchrun stops the others
   (SIGTERM) after the first failure it sees, and those are not failures.
 - `signal`: the signal torchrun itself got (SIGTERM, SIGINT, SIGHUP), from its SignalException.
+- `error`: torchrun's own failure, if it raised anything else (a rendezvous that timed out).
 - `closed`: each rank torchrun itself stopped (SIGTERM, then SIGKILL) once the job failed; torchrun
   lists these among the failures too, but they are its teardown, not a cause.
 - `stopped`: ranks that were stopped (SIGSTOP, Ctrl-Z; state T) when torchrun tore the job down.
@@ -113,6 +114,10 @@ def main(argv: list[str]) -> int:
     except SignalException as error:
         report["signal"] = signal.Signals(error.sigval).name
         code = 128 + int(error.sigval)
+    except Exception as error:  # torchrun's own failure (e.g. a rendezvous that timed out): one line
+        report["error"] = f"{type(error).__name__}: {error}".splitlines()[0]
+        print(f"torchrun failed: {report['error']}", file=sys.stderr, flush=True)
+        code = 1
     finally:
         report["ended"] = time.time()
         path = os.environ.get(REPORT_VARIABLE)

@@ -92,16 +92,31 @@ def launcher_failure(returncode: int, pid: int, torchrun: bool, report: dict[str
                      ended: float) -> Failure | None:
     """torchrun (or the single worker) killed by a signal, or torchrun told of one."""
     name = "torchrun" if torchrun else "worker"
-    label = "torchrun" if torchrun else "the worker process (hosting every rank)"
+    label = f"torchrun (pid {pid})" if torchrun else f"the worker process (pid {pid}, hosting every rank)"
     if report and report.get("signal"):
         sig = report["signal"]
-        return Failure(text=f"{label} (pid {pid}) got {sig}", process=name, kind="signal", pid=pid,
+        return Failure(text=f"{label} got {sig}", process=name, kind="signal", pid=pid,
                        signal=sig, exitcode=returncode, time=report.get("ended"))
     if returncode < 0:
         sig = signal.Signals(-returncode).name
-        return Failure(text=f"{label} (pid {pid}) killed by {sig}", process=name, kind="signal", pid=pid,
+        return Failure(text=f"{label} killed by {sig}", process=name, kind="signal", pid=pid,
                        signal=sig, exitcode=returncode, time=ended)
+    if report and report.get("error"):
+        return Failure(text=f"{label} failed: {report['error']}", process=name, kind="error", pid=pid,
+                       exitcode=returncode, error=report["error"], time=report.get("ended"))
     return None
+
+
+def merge_reports(own: dict[str, Any] | None, others: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """This node's agent report with the rank-level findings of the other nodes' (a shared run
+    directory): a rank killed on node 1 is the cause on node 0 too, where its ranks only saw the
+    peer go. Signals to and errors of another node's torchrun stay that node's."""
+    if own is None or not others:
+        return own
+    merged = dict(own)
+    for key in ("failures", "closed", "stopped"):
+        merged[key] = [*own.get(key, []), *(entry for other in others for entry in other.get(key, []))]
+    return merged
 
 
 def stopped_ranks(report: dict[str, Any] | None, timeout_s: float) -> list[Failure]:

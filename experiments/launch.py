@@ -20,7 +20,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.agent import REPORT_VARIABLE, STATUS_VARIABLE
-from experiments.blame import explain, rank_failures
+from experiments.blame import explain, merge_reports, rank_failures
 from experiments.environment import REPO_ROOT, collect_environment, resolve_runtime
 from experiments.lifetime import Stopped, run_job
 from experiments.nodes import AGENT_REPORT, ENV_FILE_VARIABLE, RANK_ZERO, hosts_rank_zero, node_file, node_tag, rendezvous_id
@@ -106,6 +106,19 @@ def node_environment(resolved: dict[str, Any], run_dir: Path, tag: str) -> dict[
     return env
 
 
+def other_nodes_reports(store: RunStore, tag: str, nnodes: int, wait_s: float = 5.0) -> list[dict[str, Any]]:
+    """The other nodes' torchrun reports of this run, in a shared run directory (which holds
+    one run only): waits a few seconds for them, as nodes see a failure at different times."""
+    mine = node_file(AGENT_REPORT, tag)
+    deadline = time.time() + wait_s
+    while True:
+        reports = [report for path in sorted(store.dir.glob(node_file(AGENT_REPORT, "*"))) if path.name != mine
+                   and (report := store.read_json(path.name)) is not None]
+        if len(reports) >= nnodes - 1 or time.time() > deadline:
+            return reports
+        time.sleep(0.2)
+
+
 def finish_wandb(run_dir: Path, blame: dict[str, Any]) -> None:
     """The failure goes into the W&B run; a W&B problem must not hide the run's own failure."""
     try:
@@ -124,6 +137,8 @@ def launch(cfg: DictConfig, run_dir: Path, job: dict[str, Any]) -> dict[str, Any
     returncode, stopped_by, pid = run_job(command, node_environment(resolved, run_dir, tag), str(REPO_ROOT))
     ended = time.time()
     report = store.read_json(node_file(AGENT_REPORT, tag))
+    if tag and returncode != 0:
+        report = merge_reports(report, other_nodes_reports(store, tag, cfg.launcher.nnodes))
     # The run's own status.json is this node's to write unless another node hosted rank 0 here.
     owner = not tag or hosts_rank_zero(run_dir, pid) or not (existed or store.path(RANK_ZERO).exists())
     statuses = status_files(store, tag, owner)
