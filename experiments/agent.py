@@ -127,19 +127,20 @@ def main(argv: list[str]) -> int:
                 json.dump(report, handle, indent=2)
             os.replace(temp, path)
         if os.getppid() != parent:
-            mark_orphaned(parent, report)
+            mark_orphaned(parent, f"torchrun (pid {os.getpid()}) got {report['signal'] or 'no signal'} and "
+                                  f"stopped the ranks")
     return code
 
 
-def mark_orphaned(parent: int, report: dict[str, Any]) -> None:
-    """run.py (pid `parent`) died before this agent: nobody else is left to say so."""
+def mark_orphaned(parent: int, then: str) -> None:
+    """run.py (pid `parent`) died before this process (torchrun, or the single worker): nobody
+    else is left to say so. `then`: what this process did about it."""
     path = os.environ.get(STATUS_VARIABLE)
     if not path:
         return
     from experiments.store import RunStore
 
-    error = (f"run.py (pid {parent}) died without stopping the job (killed, e.g. by SIGKILL); torchrun "
-             f"(pid {os.getpid()}) got {report['signal'] or 'no signal'} and stopped the ranks")
+    error = f"run.py (pid {parent}) died without stopping the job (killed, e.g. by SIGKILL); {then}"
     cause = {"text": error, "process": "run.py", "kind": "signal", "pid": parent, "signal": None}
     RunStore(os.path.dirname(path)).set_status("failed", name=os.path.basename(path), ended=time.time(),
                                                error=error, cause=cause, consequences=[])

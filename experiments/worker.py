@@ -15,6 +15,7 @@ import traceback
 import torch
 from omegaconf import OmegaConf
 
+from experiments.agent import mark_orphaned
 from experiments.lifetime import die_with_parent
 from experiments.network import NetworkModel
 from experiments.nodes import ENV_FILE_VARIABLE, record_rank_zero
@@ -47,9 +48,29 @@ def make_sink(cfg, world: World, store: RunStore, env: dict):
     return MultiSink(sinks)
 
 
+def watch_run_py() -> None:
+    """The single worker, started by run.py itself: when run.py dies the kernel sends SIGTERM
+    (lifetime.py), and this process, the job's only one, says so in status.json before it ends."""
+    parent = os.getppid()
+
+    def stop(signum, frame) -> None:
+        if os.getppid() != parent:
+            mark_orphaned(parent, f"the worker process (pid {os.getpid()}) got {signal.Signals(signum).name} and ended")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(signum, signal.SIG_DFL)  # end by the signal itself: run.py's blame reads it
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    die_with_parent(signal.SIGTERM)
+
+
 def main(run_dir: str) -> None:
-    # torchrun killed (even by SIGKILL) must not leave this rank training on, orphaned.
-    die_with_parent(signal.SIGKILL)
+    if "WORLD_SIZE" in os.environ:
+        # torchrun killed (even by SIGKILL) must not leave this rank training on, orphaned.
+        die_with_parent(signal.SIGKILL)
+    else:
+        watch_run_py()
     store = RunStore(run_dir)
     cfg = OmegaConf.load(store.path(CONFIG))
     env = store.read_json(os.environ.get(ENV_FILE_VARIABLE, ENV))  # a node's own env.<node>.json
