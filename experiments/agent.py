@@ -126,10 +126,22 @@ def main(argv: list[str]) -> int:
             with open(temp, "w") as handle:
                 json.dump(report, handle, indent=2)
             os.replace(temp, path)
-        if os.getppid() != parent:
+        if outlived(parent):
             mark_orphaned(parent, f"torchrun (pid {os.getpid()}) got {report['signal'] or 'no signal'} and "
                                   f"stopped the ranks")
     return code
+
+
+def outlived(parent: int, wait_s: float = 1.0) -> bool:
+    """Whether the parent (run.py, pid `parent`) has died. A process killed by SIGKILL loses its
+    threads one by one, and its child is first handed to a surviving thread of the same process
+    (and gets its death signal then), so getppid() can still name the parent for a moment."""
+    deadline = time.time() + wait_s
+    while os.getppid() == parent:
+        if time.time() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def mark_orphaned(parent: int, then: str) -> None:

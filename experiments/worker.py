@@ -15,7 +15,7 @@ import traceback
 import torch
 from omegaconf import OmegaConf
 
-from experiments.agent import mark_orphaned
+from experiments.agent import mark_orphaned, outlived
 from experiments.lifetime import die_with_parent
 from experiments.network import NetworkModel
 from experiments.nodes import ENV_FILE_VARIABLE, record_rank_zero
@@ -54,7 +54,7 @@ def watch_run_py() -> None:
     parent = os.getppid()
 
     def stop(signum, frame) -> None:
-        if os.getppid() != parent:
+        if outlived(parent):  # else run.py, alive, passed its own signal on, and reports it
             mark_orphaned(parent, f"the worker process (pid {os.getpid()}) got {signal.Signals(signum).name} and ended")
         sys.stdout.flush()
         sys.stderr.flush()
