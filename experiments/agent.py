@@ -63,8 +63,10 @@ def continue_closed_ranks(report: dict[str, Any]) -> None:
     """Makes torchrun's closing of a rank also continue it, noting each rank it closed (torchrun
     counts a rank it killed after the first failure among the failures too) and those it found
     stopped."""
-    from torch.distributed.elastic.multiprocessing.subprocess_handler import subprocess_handler
-
+    try:
+        from torch.distributed.elastic.multiprocessing.subprocess_handler import subprocess_handler
+    except ImportError:  # another torch layout: torchrun as it is (a stopped rank waits out its 30 s)
+        return
     original = subprocess_handler.SubprocessHandler.close
 
     def close(self, death_sig: signal.Signals | None = None) -> None:
@@ -126,7 +128,7 @@ def main(argv: list[str]) -> int:
             with open(temp, "w") as handle:
                 json.dump(report, handle, indent=2)
             os.replace(temp, path)
-        if outlived(parent):
+        if report["signal"] and outlived(parent):  # run.py's death reaches torchrun as SIGTERM
             mark_orphaned(parent, f"torchrun (pid {os.getpid()}) got {report['signal'] or 'no signal'} and "
                                   f"stopped the ranks")
     return code
