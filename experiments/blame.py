@@ -58,32 +58,39 @@ def last_line(path: Path) -> str:
     return lines[-1].strip() if lines else "(empty error file)"
 
 
-def rank_failures(run_dir: Path, report: dict[str, Any] | None) -> list[Failure]:
+def process_name(rank: int, per_process: int = 1) -> str:
+    """torchrun's rank r is a process; in a hosted run (W/P ranks each) it hosts several ranks."""
+    if per_process == 1:
+        return f"rank {rank}"
+    return f"process {rank} (ranks {rank * per_process}-{(rank + 1) * per_process - 1})"
+
+
+def rank_failures(run_dir: Path, report: dict[str, Any] | None, per_process: int = 1) -> list[Failure]:
     """Every rank's failure, from its own error file and from what torchrun saw."""
     seen = {entry["rank"]: entry for entry in (report or {}).get("failures", [])}
     failures = []
     for path in run_dir.glob("error.rank*.txt"):
         rank = int(ERROR_FILE.search(path.name).group(1))
-        line = last_line(path)
+        line, name = last_line(path), process_name(rank, per_process)
         agent = seen.pop(rank, {})
         failures.append(Failure(
-            text=f"rank {rank}: {line}", process=f"rank {rank}", rank=rank,
+            text=f"{name}: {line}", process=name, rank=rank,
             kind="peer" if PEER_LOST.search(line) else "error", pid=agent.get("pid"),
             exitcode=agent.get("exitcode"), error=line, time=path.stat().st_mtime))
     closed = {(entry["pid"], entry["signal"]): entry for entry in (report or {}).get("closed", [])}
     for rank, agent in seen.items():  # failed without writing an error file
-        pid, code = agent["pid"], agent["exitcode"]
+        pid, code, name = agent["pid"], agent["exitcode"], process_name(rank, per_process)
         teardown = closed.get((pid, agent.get("signal")))
         if teardown is not None:
-            failures.append(Failure(text=f"rank {rank} (pid {pid}) stopped by torchrun ({agent['signal']}) as the "
-                                         f"job failed", process=f"rank {rank}", kind="teardown", rank=rank, pid=pid,
+            failures.append(Failure(text=f"{name} (pid {pid}) stopped by torchrun ({agent['signal']}) as the "
+                                         f"job failed", process=name, kind="teardown", rank=rank, pid=pid,
                                     signal=agent["signal"], exitcode=code, time=teardown["time"]))
             continue
         if agent.get("signal"):
-            text, kind = f"rank {rank} (pid {pid}) killed by {agent['signal']}", "signal"
+            text, kind = f"{name} (pid {pid}) killed by {agent['signal']}", "signal"
         else:
-            text, kind = f"rank {rank} (pid {pid}) exited with code {code} and wrote no error", "error"
-        failures.append(Failure(text=text, process=f"rank {rank}", kind=kind, rank=rank, pid=pid,
+            text, kind = f"{name} (pid {pid}) exited with code {code} and wrote no error", "error"
+        failures.append(Failure(text=text, process=name, kind=kind, rank=rank, pid=pid,
                                 signal=agent.get("signal"), exitcode=code, time=agent.get("time")))
     return failures
 
@@ -119,12 +126,16 @@ def merge_reports(own: dict[str, Any] | None, others: list[dict[str, Any]]) -> d
     return merged
 
 
-def stopped_ranks(report: dict[str, Any] | None, timeout_s: float) -> list[Failure]:
-    return [Failure(text=f"rank {entry['rank']} (pid {entry['pid']}) was stopped (SIGSTOP or SIGTSTP): "
-                         f"its peers' collectives timed out after launcher.timeout_s={timeout_s:g} s",
-                    process=f"rank {entry['rank']}", kind="stopped", rank=entry["rank"], pid=entry["pid"],
-                    signal="SIGSTOP", time=entry["time"])
-            for entry in (report or {}).get("stopped", [])]
+def stopped_ranks(report: dict[str, Any] | None, timeout_s: float, per_process: int = 1) -> list[Failure]:
+    """The ranks found stopped at teardown: their peers timed out waiting for them."""
+    stopped = []
+    for entry in (report or {}).get("stopped", []):
+        name = process_name(entry["rank"], per_process)
+        stopped.append(Failure(text=f"{name} (pid {entry['pid']}) was stopped (SIGSTOP or SIGTSTP): its peers' "
+                                    f"collectives timed out after launcher.timeout_s={timeout_s:g} s",
+                               process=name, kind="stopped", rank=entry["rank"], pid=entry["pid"], signal="SIGSTOP",
+                               time=entry["time"]))
+    return stopped
 
 
 def _earliest(failures: list[Failure]) -> Failure:
@@ -132,11 +143,12 @@ def _earliest(failures: list[Failure]) -> Failure:
 
 
 def explain(run_dir: Path, returncode: int, pid: int, torchrun: bool, report: dict[str, Any] | None,
-            ended: float, timeout_s: float) -> dict[str, Any]:
-    """The `error` line, `cause` and `consequences` for status.json."""
+            ended: float, timeout_s: float, per_process: int = 1) -> dict[str, Any]:
+    """The `error` line, `cause` and `consequences` for status.json (`per_process`: ranks each
+    process hosts, W/P)."""
     launcher = launcher_failure(returncode, pid, torchrun, report, ended)
-    ranks = rank_failures(run_dir, report)
-    stopped = stopped_ranks(report, timeout_s)
+    ranks = rank_failures(run_dir, report, per_process)
+    stopped = stopped_ranks(report, timeout_s, per_process)
     own = [failure for failure in ranks if failure.kind in ("signal", "error")]
     if launcher is not None:
         cause = launcher

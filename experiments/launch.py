@@ -23,7 +23,8 @@ from experiments.agent import REPORT_VARIABLE, STATUS_VARIABLE
 from experiments.blame import explain, merge_reports, rank_failures
 from experiments.environment import REPO_ROOT, collect_environment, resolve_runtime
 from experiments.lifetime import Stopped, run_job
-from experiments.nodes import AGENT_REPORT, ENV_FILE_VARIABLE, RANK_ZERO, hosts_rank_zero, node_file, node_tag, rendezvous_id
+from experiments.nodes import (AGENT_REPORT, ENV_FILE_VARIABLE, RANK_ZERO, hosts_rank_zero, node_file, node_tag,
+                               rendezvous_id)
 from experiments.report import format_summary
 from experiments.store import CONFIG, ENV, STATUS, SUMMARY, RunStore, write_atomic
 from experiments.wandb_failure import record_failure
@@ -132,6 +133,7 @@ def launch(cfg: DictConfig, run_dir: Path, job: dict[str, Any]) -> dict[str, Any
     existed = RunStore(run_dir).status() is not None
     store, environment = prepare_run_dir(cfg, run_dir, job)
     resolved, tag = environment["resolved"], environment["node"]
+    per_process = cfg.workers // resolved["processes"]  # ranks each process hosts (for blame's names)
     started = time.time()
     command = rank_command(cfg, resolved, run_dir)
     returncode, stopped_by, pid = run_job(command, node_environment(resolved, run_dir, tag), str(REPO_ROOT))
@@ -146,7 +148,7 @@ def launch(cfg: DictConfig, run_dir: Path, job: dict[str, Any]) -> dict[str, Any
         stop = Stopped(stopped_by)
         cause = {"text": str(stop), "process": "run.py", "kind": "signal", "pid": os.getpid(),
                  "signal": stopped_by.name}
-        consequences = [asdict(failure) for failure in rank_failures(run_dir, report)]
+        consequences = [asdict(failure) for failure in rank_failures(run_dir, report, per_process)]
         for name in statuses:
             store.set_status("failed", name=name, ended=ended, returncode=returncode, error=str(stop),
                              signal=stopped_by.name, cause=cause, consequences=consequences)
@@ -169,7 +171,7 @@ def launch(cfg: DictConfig, run_dir: Path, job: dict[str, Any]) -> dict[str, Any
         print(format_summary(summary, str(run_dir)), flush=True)
         return {"status": "done", **summary}
     blame = explain(run_dir, returncode, pid, command[1:3] == ["-m", "experiments.agent"], report, ended,
-                    cfg.launcher.timeout_s)
+                    cfg.launcher.timeout_s, per_process)
     for name in statuses:
         store.set_status("failed", name=name, ended=ended, returncode=returncode, **blame)
     if owner:

@@ -72,3 +72,8 @@ def test_another_nodes_killed_rank_is_the_cause_on_this_node_too(tmp_path):
     assert explain(tmp_path, 1, 100, True, node0, 1001.0, 300)["cause"]["kind"] == "peer"
     merged = merge_reports(node0, [node1])
     assert explain(tmp_path, 1, 100, True, merged, 1001.0, 300)["error"] == "rank 3 (pid 23) killed by SIGKILL"
+
+
+def test_a_hosted_process_is_named_with_the_ranks_it_hosts(tmp_path):
+    blame = explain(tmp_path, 1, 100, True, report(failures=[failure(1, -9, 11)]), 1001.0, 300, per_process=2)
+    assert blame["error"] == "process 1 (ranks 2-3) (pid 11) killed by SIGKILL"

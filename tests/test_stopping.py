@@ -76,7 +76,8 @@ def rank_pid(run_dir: Path, rank: int) -> int:
 
 
 def agent_pid(run_dir: Path) -> int:
-    agents = [pid for pid in job_processes(run_dir) if b"experiments.agent" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    agents = [pid for pid in job_processes(run_dir)
+              if b"experiments.agent" in Path(f"/proc/{pid}/cmdline").read_bytes()]
     assert len(agents) == 1, job_processes(run_dir)
     return agents[0]
 
