@@ -16,6 +16,8 @@ from hydra.errors import ConfigCompositionException, MissingConfigException, Ove
 from omegaconf import DictConfig
 
 from experiments.environment_checks import check_creatable, check_not_a_run, job_run_dir
+from experiments.launch import joins_a_running_node
+from experiments.store import RunStore
 from experiments.schema import RunConfig, register
 from experiments.validate import validate
 from sparsifiers.base import ConfigError
@@ -135,4 +137,5 @@ def check_run_dir(cfg: DictConfig, multirun: bool, num: int) -> None:
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     run_dir = job_run_dir(cfg, multirun, num)
     check_creatable(run_dir, key if f"{key}=" in " ".join(cfg.hydra.overrides.hydra) else "output_root")
-    check_not_a_run(run_dir, key)
+    if not joins_a_running_node(cfg, RunStore(run_dir).status() or {}):  # several nodes share one directory
+        check_not_a_run(run_dir, key)

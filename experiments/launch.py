@@ -2,54 +2,81 @@
 
 Ranks are started by torchrun as a subprocess (max_restarts=0, explicit c10d rendezvous), so a
 crash in any rank ends the whole job: torchrun stops the other ranks, and this process, which
-survives them, marks the run failed with the rank's error. A signal to this process stops the
-job's whole process group first (lifetime.py). Nothing already written is touched.
+survives them, marks the run failed with the first failure as its cause and the rest as
+consequences (blame.py, from the ranks' error files and torchrun's report, agent.py), and
+finishes the W&B record as failed (wandb_failure.py). A signal to this process stops the job's
+whole process group first (lifetime.py). Nothing already written is touched. On several nodes
+each node's run.py reports its own part, and the one hosting rank 0 the run (nodes.py).
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import socket
 import sys
 import time
 import uuid
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from experiments.agent import REPORT_VARIABLE, STATUS_VARIABLE
+from experiments.blame import explain, merge_reports, rank_failures
 from experiments.environment import REPO_ROOT, collect_environment, resolve_runtime
 from experiments.launcher_checks import rendezvous_error
 from experiments.lifetime import Stopped, run_job
+from experiments.nodes import (AGENT_REPORT, ENV_FILE_VARIABLE, RANK_ZERO, hosts_rank_zero, node_file, node_tag,
+                               rendezvous_id)
 from experiments.report import format_summary
-from experiments.store import CONFIG, ENV, SUMMARY, RunStore, write_atomic
+from experiments.store import CONFIG, ENV, STATUS, SUMMARY, RunStore, write_atomic
+from experiments.wandb_failure import record_failure
 from sparsifiers.base import ConfigError
 
 
+def joins_a_running_node(cfg: DictConfig, existing: dict[str, Any]) -> bool:
+    """On several nodes sharing a run directory, the first node's status.json is no reason to
+    refuse: it is the same run if it is running under the same rendezvous id."""
+    return (cfg.launcher.nnodes > 1 and existing.get("status") == "running"
+            and existing.get("rdzv_id") == rendezvous_id(cfg))
+
+
 def prepare_run_dir(cfg: DictConfig, run_dir: Path, job: dict[str, Any]) -> tuple[RunStore, dict[str, Any]]:
-    """Writes config.yaml and env.json, and marks the run as running."""
+    """Writes config.yaml and env.json (env.<node>.json on several nodes), and marks the run
+    (and the node) as running."""
     store = RunStore(run_dir)
-    if store.status() is not None:
+    existing = store.status()
+    if existing is not None and not joins_a_running_node(cfg, existing):
         raise ConfigError(f"{run_dir} already holds a run (status.json exists): choose another hydra.run.dir")
     run_dir.mkdir(parents=True, exist_ok=True)
     resolved = resolve_runtime(cfg)
     write_atomic(store.path(CONFIG), OmegaConf.to_yaml(cfg, resolve=True))
+    tag = node_tag(cfg)
     job = {**job, "wandb_id": uuid.uuid4().hex[:12]}  # kept by every resume of this run
-    environment = collect_environment(resolved, job)
-    store.write_json(ENV, environment)
-    store.set_status("running", started=time.time(), pid=os.getpid(), host=socket.gethostname())
+    environment = {**collect_environment(resolved, job), "node": tag, "rdzv_id": rendezvous_id(cfg)}
+    store.write_json(node_file(ENV, tag), environment)
+    for name in status_files(store, tag, owner=existing is None):
+        store.set_status("running", name=name, started=time.time(), rdzv_id=environment["rdzv_id"],
+                         pid=os.getpid(), host=socket.gethostname())
     return store, environment
+
+
+def status_files(store: RunStore, tag: str, owner: bool) -> list[str]:
+    """status.json, and on several nodes the node's own status.<node>.json before it."""
+    if not tag:
+        return [STATUS]
+    return [node_file(STATUS, tag), STATUS] if owner else [node_file(STATUS, tag)]
 
 
 def rank_command(cfg: DictConfig, resolved: dict[str, Any], run_dir: Path) -> list[str]:
     """One process hosting every rank runs the worker directly, without torch.distributed;
-    otherwise `python -m torch.distributed.run ... -m experiments.worker RUN_DIR`."""
+    otherwise torchrun: `python -m experiments.agent ... -m experiments.worker RUN_DIR`."""
     launcher = cfg.launcher
     if resolved["processes"] == 1 and launcher.nnodes == 1:
         return [sys.executable, "-m", "experiments.worker", str(run_dir)]
-    rdzv_id = launcher.rdzv_id or hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:12]
+    rdzv_id = rendezvous_id(cfg)  # alike on every node (nodes.py)
     return [
-        sys.executable, "-m", "torch.distributed.run",
+        sys.executable, "-m", "experiments.agent",  # torchrun, and a report of how it ended
         f"--nnodes={launcher.nnodes}",
         f"--nproc-per-node={resolved['processes_per_node']}",
         f"--max-restarts={launcher.max_restarts}",
@@ -76,39 +103,94 @@ def rank_environment(resolved: dict[str, Any], run_dir: Path) -> dict[str, str]:
     return env
 
 
-def rank_errors(run_dir: Path) -> str | None:
-    """The last line of each failed rank's traceback, rank by rank."""
-    messages = []
-    for path in sorted(run_dir.glob("error.rank*.txt")):
-        lines = [line for line in path.read_text().strip().splitlines() if line.strip()]
-        if lines:
-            messages.append(f"{path.stem.removeprefix('error.')}: {lines[-1]}")
-    return "; ".join(messages) or None
+def node_environment(resolved: dict[str, Any], run_dir: Path, tag: str) -> dict[str, str]:
+    """rank_environment, plus the files of this node: the env.json its ranks read, where torchrun
+    reports how it ended, and the status file it marks if run.py dies first."""
+    env = rank_environment(resolved, run_dir)
+    env[ENV_FILE_VARIABLE] = node_file(ENV, tag)
+    env[REPORT_VARIABLE] = str(run_dir / node_file(AGENT_REPORT, tag))
+    env[STATUS_VARIABLE] = str(run_dir / node_file(STATUS, tag))
+    return env
+
+
+def other_nodes_reports(store: RunStore, tag: str, nnodes: int, wait_s: float = 5.0) -> list[dict[str, Any]]:
+    """The other nodes' torchrun reports of this run, in a shared run directory (which holds
+    one run only): waits a few seconds for them, as nodes see a failure at different times."""
+    mine = node_file(AGENT_REPORT, tag)
+    deadline = time.time() + wait_s
+    while True:
+        reports = [report for path in sorted(store.dir.glob(node_file(AGENT_REPORT, "*"))) if path.name != mine
+                   and (report := store.read_json(path.name)) is not None]
+        if len(reports) >= nnodes - 1 or time.time() > deadline:
+            return reports
+        time.sleep(0.2)
+
+
+def finish_wandb(run_dir: Path, blame: dict[str, Any]) -> None:
+    """The failure goes into the W&B run; a W&B problem must not hide the run's own failure."""
+    try:
+        record_failure(run_dir, blame)
+    except Exception as error:  # noqa: BLE001 - reported, and the run's status already says it all
+        print(f"note: could not record the failure in W&B: {type(error).__name__}: {error}", file=sys.stderr)
 
 
 def launch(cfg: DictConfig, run_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
-    """Runs one job to completion; returns its summary (with `status`)."""
+    """Runs one job (this node's part of it) to completion; returns its summary (with `status`)."""
+    existed = RunStore(run_dir).status() is not None
     store, environment = prepare_run_dir(cfg, run_dir, job)
-    return run_to_end(cfg, store, environment["resolved"])
+    return run_to_end(cfg, store, environment, existed)
 
 
-def run_to_end(cfg: DictConfig, store: RunStore, resolved: dict[str, Any]) -> dict[str, Any]:
+def run_to_end(cfg: DictConfig, store: RunStore, environment: dict[str, Any], existed: bool) -> dict[str, Any]:
     """Starts the ranks of a prepared (or resumed) run directory and records how they ended."""
     run_dir = store.dir
+    resolved, tag = environment["resolved"], environment["node"]
+    per_process = cfg.workers // resolved["processes"]  # ranks each process hosts (for blame's names)
     started = time.time()
-    returncode, stopped_by = run_job(rank_command(cfg, resolved, run_dir), rank_environment(resolved, run_dir),
-                                     str(REPO_ROOT))
+    command = rank_command(cfg, resolved, run_dir)
+    returncode, stopped_by, pid = run_job(command, node_environment(resolved, run_dir, tag), str(REPO_ROOT))
+    ended = time.time()
+    report = store.read_json(node_file(AGENT_REPORT, tag))
+    if tag and returncode != 0:
+        report = merge_reports(report, other_nodes_reports(store, tag, cfg.launcher.nnodes))
+    # The run's own status.json is this node's to write unless another node hosted rank 0 here.
+    owner = not tag or hosts_rank_zero(run_dir, pid) or not (existed or store.path(RANK_ZERO).exists())
+    statuses = status_files(store, tag, owner)
     if stopped_by is not None:
         stop = Stopped(stopped_by)
-        store.set_status("failed", ended=time.time(), returncode=returncode, error=str(stop), signal=stopped_by.name)
-        print(f"run stopped: {stop}\n  details: {run_dir}/status.json", file=sys.stderr, flush=True)
+        cause = {"text": str(stop), "process": "run.py", "kind": "signal", "pid": os.getpid(),
+                 "signal": stopped_by.name}
+        consequences = [asdict(failure) for failure in rank_failures(run_dir, report, per_process)]
+        for name in statuses:
+            store.set_status("failed", name=name, ended=ended, returncode=returncode, error=str(stop),
+                             signal=stopped_by.name, cause=cause, consequences=consequences)
+        if owner:
+            finish_wandb(run_dir, {"error": str(stop), "cause": cause})
+        print(f"run stopped: {stop}\n  details: {run_dir}/{statuses[0]}", file=sys.stderr, flush=True)
         raise stop
     summary = store.read_json(SUMMARY)
+    if returncode == 0 and tag and not hosts_rank_zero(run_dir, pid):
+        results = (f"{run_dir} (written by the node that hosted rank 0)" if store.path(RANK_ZERO).exists()
+                   else "the run directory of the node that hosted rank 0 (give every node one shared "
+                        "hydra.run.dir to have them here)")
+        for name in statuses:
+            store.set_status("done", name=name, ended=ended, elapsed_s=ended - started, results=results)
+        print(f"node done: this node's ranks finished; the results are in {results}", flush=True)
+        return {"status": "done", "node": tag, "results": results}
     if returncode == 0 and summary is not None:
-        store.set_status("done", ended=time.time(), elapsed_s=time.time() - started)
+        for name in statuses:
+            store.set_status("done", name=name, ended=ended, elapsed_s=ended - started)
         print(format_summary(summary, str(run_dir)), flush=True)
         return {"status": "done", **summary}
-    error = rank_errors(run_dir) or rendezvous_error(cfg, time.time() - started) or f"the ranks exited with code {returncode}"
-    store.set_status("failed", ended=time.time(), returncode=returncode, error=error)
-    print(f"run failed: {error}\n  details: {run_dir}/status.json and error.rank*.txt", file=sys.stderr, flush=True)
-    return {"status": "failed", "error": error}
+    blame = explain(run_dir, returncode, pid, command[1:3] == ["-m", "experiments.agent"], report, ended,
+                    cfg.launcher.timeout_s, per_process)
+    hint = rendezvous_error(cfg, ended - started)
+    if hint is not None and blame["cause"]["process"] == "torchrun" and blame["cause"]["kind"] == "error":
+        blame["error"] = blame["cause"]["text"] = hint  # torchrun's own failure: nodes that never joined
+    for name in statuses:
+        store.set_status("failed", name=name, ended=ended, returncode=returncode, **blame)
+    if owner:
+        finish_wandb(run_dir, blame)
+    print(f"run failed: {blame['error']}\n  details: {run_dir}/{statuses[0]} (cause and consequences) "
+          f"and error.rank*.txt", file=sys.stderr, flush=True)
+    return {"status": "failed", "error": blame["error"]}

@@ -38,9 +38,9 @@ class Stopped(Exception):
         self.signal = sig
 
 
-def run_job(command: list[str], env: dict[str, str], cwd: str) -> tuple[int, signal.Signals | None]:
-    """Runs `command` in its own process group; returns its exit code and the signal run.py got
-    while it ran (None if none). On a signal the group is stopped before this returns."""
+def run_job(command: list[str], env: dict[str, str], cwd: str) -> tuple[int, signal.Signals | None, int]:
+    """Runs `command` in its own process group; returns its exit code, the signal run.py got
+    while it ran (None if none) and its pid. On a signal the group is stopped before this returns."""
     received: list[signal.Signals] = []
 
     def forward(signum, frame) -> None:
@@ -59,7 +59,7 @@ def run_job(command: list[str], env: dict[str, str], cwd: str) -> tuple[int, sig
                 _signal_group(process.pid, signal.SIGKILL)
         if received:
             _signal_group(process.pid, signal.SIGKILL)  # stragglers of the group, if any
-        return returncode, (received[0] if received else None)
+        return returncode, (received[0] if received else None), process.pid
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -74,6 +74,9 @@ def resume(directory: str) -> dict[str, Any]:
     """Validates and resumes the run in `directory`; returns its summary (with `status`)."""
     store = check_resumable(directory)
     cfg = OmegaConf.load(store.path(CONFIG))
+    if cfg.launcher.nnodes > 1:
+        raise ConfigError(f"resume={directory}: a run on launcher.nnodes={cfg.launcher.nnodes} nodes is not resumed "
+                          "this way; run it with launcher.max_restarts=N, and torchrun restarts it from its checkpoints")
     if "checkpoint" not in cfg:
         raise ConfigError(f"resume={directory}: that run was started by a sparsebench without checkpoints "
                           "(no checkpoint section in its config.yaml): start it again")
@@ -87,7 +90,7 @@ def resume(directory: str) -> dict[str, Any]:
     _set_aside_errors(store, len(resumes))
     store.set_status("running", pid=os.getpid(), host=socket.gethostname(), resumed=time.time(), resumes=len(resumes))
     print(f"resuming {store.dir} from step {from_step}" + ("" if steps else " (no checkpoint yet)"), flush=True)
-    return run_to_end(cfg, store, env["resolved"])
+    return run_to_end(cfg, store, env, existed=True)
 
 
 def _set_aside_errors(store: RunStore, attempt: int) -> None:

@@ -21,7 +21,7 @@ class LauncherConfig:
     nnodes: int = 1  # >1: run the same command on every node with the same rdzv_endpoint
     rdzv_backend: str = "c10d"
     rdzv_endpoint: str = "localhost:0"  # host:port of node 0; port 0 picks a free one (one node)
-    rdzv_id: Optional[str] = None  # None: derived from the run directory
+    rdzv_id: Optional[str] = None  # None: a hash of the resolved config, alike on every node
     max_restarts: int = 0  # never restart silently: a restart would corrupt timings
     backend: str = "auto"  # auto: nccl when the ranks run on GPUs, gloo otherwise
     timeout_s: int = 300  # process-group timeout: a hung collective fails the run after this

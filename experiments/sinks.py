@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from experiments.store import MetricsWriter
+from experiments.wandb_failure import note_run
 
 
 class Sink(Protocol):
@@ -77,6 +78,9 @@ class WandbSink:
             id=run_id,
             resume="allow" if run_id else None,
         )
+        # run.py finishes this run as failed if this process dies before close (wandb_failure.py).
+        self._run_dir, self._mode = run_dir, mode
+        note_run(run_dir, self._run, mode)
 
     def log(self, record: dict[str, Any], step: int) -> None:
         # Scalars only: per-unit lists stay in metrics.jsonl, where the analysis reads them.
@@ -84,6 +88,7 @@ class WandbSink:
 
     def close(self, failed: bool = False) -> None:
         self._run.finish(exit_code=1 if failed else 0)
+        note_run(self._run_dir, self._run, self._mode, closed=True)
 
 
 class MultiSink:

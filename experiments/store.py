@@ -67,13 +67,14 @@ class RunStore:
         except FileNotFoundError:
             return None
 
-    def set_status(self, status: str, **details: Any) -> None:
-        previous = self.read_json(STATUS) or {}
+    def set_status(self, status: str, name: str = STATUS, **details: Any) -> None:
+        """Rewrites status.json (or a node's own status file, `name`), keeping `started` and `resumes`."""
+        previous = self.read_json(name) or {}
         record = {"status": status, "updated": time.time(), **details}
         for key in ("started", "resumes"):  # facts of the whole run, not of one attempt
             if key in previous:
                 record.setdefault(key, previous[key])
-        self.write_json(STATUS, record)
+        self.write_json(name, record)
 
     def status(self) -> dict[str, Any] | None:
         return self.read_json(STATUS)

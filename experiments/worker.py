@@ -15,9 +15,11 @@ import traceback
 import torch
 from omegaconf import OmegaConf
 
+from experiments.agent import mark_orphaned, outlived
 from experiments.checkpoint import load_agreed
 from experiments.lifetime import die_with_parent
 from experiments.network import NetworkModel
+from experiments.nodes import ENV_FILE_VARIABLE, record_rank_zero
 from experiments.sinks import JsonlSink, MultiSink, NullSink, WandbSink
 from experiments.store import CONFIG, ENV, SUMMARY, RunStore
 from experiments.train import train
@@ -48,12 +50,34 @@ def make_sink(cfg, world: World, store: RunStore, env: dict):
     return MultiSink(sinks)
 
 
+def watch_run_py() -> None:
+    """The single worker, started by run.py itself: when run.py dies the kernel sends SIGTERM
+    (lifetime.py), and this process, the job's only one, says so in status.json before it ends."""
+    parent = os.getppid()
+
+    def stop(signum, frame) -> None:
+        if outlived(parent):  # else run.py, alive, passed its own signal on, and reports it
+            mark_orphaned(parent, f"the worker process (pid {os.getpid()}) got {signal.Signals(signum).name} and ended")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(signum, signal.SIG_DFL)  # end by the signal itself: run.py's blame reads it
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    die_with_parent(signal.SIGTERM)
+
+
 def main(run_dir: str) -> None:
-    # torchrun killed (even by SIGKILL) must not leave this rank training on, orphaned.
-    die_with_parent(signal.SIGKILL)
+    if "WORLD_SIZE" in os.environ:
+        # torchrun killed (even by SIGKILL) must not leave this rank training on, orphaned.
+        die_with_parent(signal.SIGKILL)
+    else:
+        watch_run_py()
     store = RunStore(run_dir)
     cfg = OmegaConf.load(store.path(CONFIG))
-    env = store.read_json(ENV)
+    env = store.read_json(os.environ.get(ENV_FILE_VARIABLE, ENV))  # a node's own env.<node>.json
+    if os.environ.get("RANK", "0") == "0":
+        record_rank_zero(store.dir)  # which node's run.py reports the run (nodes.py)
     resolved = env["resolved"]
     torch.set_num_threads(resolved["threads_per_process"])
     failed = True
@@ -89,17 +113,22 @@ def train_run(store: RunStore, cfg, env: dict, world: World) -> None:
         sink.close(failed)
 
 
-def exit_now() -> None:
+def exit_now(code: int = 0) -> None:
     """Ends a finished rank without interpreter finalization. Everything is already written and
     the process group destroyed, but gloo's worker threads can still hold tensors whose release
     at finalization takes the GIL of a dying interpreter and aborts (SIGABRT, seen here once in
     a few hundred runs; pytorch/pytorch#179291 describes it), which would mark a complete run
-    failed."""
+    failed. A failed rank ends the same way: after a collective timed out, finalization waited
+    on gloo's threads for seconds (or for good, until torchrun killed the rank)."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(code)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    try:
+        main(sys.argv[1])
+    except BaseException:
+        traceback.print_exc()  # torchrun's log shows it; error.rank<P>.txt already holds it
+        exit_now(1)
     exit_now()

@@ -166,3 +166,32 @@ def test_slurm_and_multi_node_settings_compose():
     command = rank_command(cfg, resolved, Path("/tmp/run"))
     assert "--nnodes=2" in command and "--nproc-per-node=4" in command and "--rdzv-endpoint=node0:29400" in command
     assert "--max-restarts=0" in command and "--rdzv-backend=c10d" in command
+
+
+def test_slurm_across_several_nodes_composes_one_agent_per_node(monkeypatch):
+    """README's Slurm recipe: one task per node (submitit), each node's run.py starts one torchrun
+    agent; the rendezvous endpoint is the first node of the allocation, read on the node
+    (SLURM_LAUNCH_NODE_IPADDR, where the batch script's srun ran), so every node resolves the
+    same endpoint and the same rendezvous id."""
+    from pathlib import Path
+
+    from experiments.environment import resolve_runtime
+    from experiments.launch import rank_command
+    from experiments.nodes import rendezvous_id
+
+    recipe = ["hydra/launcher=submitit_slurm", "hydra.launcher.nodes=2", "hydra.launcher.tasks_per_node=1",
+              "hydra.launcher.gpus_per_node=4", "workers=8", "launcher.nnodes=2",
+              "launcher.rdzv_endpoint=${oc.env:SLURM_LAUNCH_NODE_IPADDR,localhost}:29400", *SMALL]
+    cfg = compose_job(recipe)
+    assert cfg.hydra.launcher.nodes == 2 and cfg.hydra.launcher.tasks_per_node == 1
+    validate(cfg)
+    monkeypatch.setenv("SLURM_LAUNCH_NODE_IPADDR", "10.0.0.7")
+    ids = set()
+    for node in ("node0", "node1"):  # what each node's task composes and launches
+        monkeypatch.setenv("SLURMD_NODENAME", node)
+        cfg = compose_job(recipe)
+        command = rank_command(cfg, resolve_runtime(cfg), Path(f"/scratch/{node}/run"))
+        assert "--rdzv-endpoint=10.0.0.7:29400" in command and "--nnodes=2" in command
+        assert "--nproc-per-node=4" in command and command[1:3] == ["-m", "experiments.agent"]
+        ids.add(rendezvous_id(cfg))
+    assert len(ids) == 1

@@ -111,7 +111,8 @@ def test_a_crash_in_one_rank_ends_the_job_and_marks_the_run_failed(tmp_path):
     assert result.returncode == 1
     status = json.loads((run_dir / "status.json").read_text())
     assert status["status"] == "failed"
-    assert "rank2" in status["error"] and "injected fault on rank 2 at step 3" in status["error"]
+    assert status["error"].startswith("rank 2: ") and "injected fault on rank 2 at step 3" in status["error"]
+    assert status["cause"]["rank"] == 2 and all(c["rank"] != 2 for c in status["consequences"])
     records = read_metrics(run_dir / "metrics.jsonl")  # what was logged before the crash is intact
     assert [r["step"] for r in records if r["kind"] == "train"] == [0, 1, 2]
     assert (run_dir / "config.yaml").read_text().startswith("sparsifier:")
