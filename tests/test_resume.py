@@ -140,9 +140,10 @@ def test_sigterm_then_resume_from_the_command_line(tmp_path):
     assert_same_run(reference, stopped)
     env = json.loads((stopped / "env.json").read_text())
     assert [r["from_step"] for r in env["resumes"]] == [last_checkpoint]
-    # Two attempts, one W&B run: `wandb sync` joins them.
+    # One W&B run, written three times (`wandb sync` joins them): the stopped attempt, run.py
+    # recording how it was stopped (wandb_failure.py), and the resumed attempt.
     attempts = sorted((stopped / "wandb").glob("offline-run-*"))
-    assert len(attempts) == 2
+    assert len(attempts) == 3
     assert {path.name.rsplit("-", 1)[1] for path in attempts} == {env["job"]["wandb_id"]}
 
 
