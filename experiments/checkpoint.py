@@ -43,6 +43,10 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError(f"checkpoint.every_steps must be an integer >= 0 (0: only at epoch ends), got {every}")
     if not isinstance(keep, int) or keep < 1:
         raise ConfigError(f"checkpoint.keep must be an integer >= 1, got {keep}: set e.g. checkpoint.keep=2")
+    if cfg.launcher.nnodes > 1 and keep < 2:
+        # Nodes mark and prune their own copies: one may have pruned the checkpoint that another,
+        # which died before marking the newer one, still needs to agree on.
+        raise ConfigError(f"checkpoint.keep must be >= 2 on launcher.nnodes={cfg.launcher.nnodes} nodes, got {keep}")
 
 
 def step_dir(run_dir: Path, step: int) -> Path:
@@ -81,8 +85,9 @@ def load_agreed(run_dir: Path, world) -> Resumed | None:
     if agreed not in mine:
         raise RuntimeError(f"checkpoint step {agreed} is missing process {world.process_index}'s file: "
                            f"{_process_file(run_dir, agreed, world.process_index)}")
-    state = torch.load(_process_file(run_dir, agreed, world.process_index), map_location=world.device,
-                       weights_only=False)
+    # On the CPU: the sparsifiers' generator states must stay CPU tensors; restore() copies the
+    # rest into tensors already on the device (and moves the task state there).
+    state = torch.load(_process_file(run_dir, agreed, world.process_index), map_location="cpu", weights_only=False)
     if state["format"] != FORMAT or state["local_ranks"] != world.local_ranks or state["workers"] != world.world_size:
         raise RuntimeError(f"checkpoint step {agreed} was written by another layout of ranks "
                            f"({state['workers']} workers, ranks {state['local_ranks']} here): cannot resume")
@@ -178,10 +183,21 @@ def restore(state: dict[str, Any], session, accumulator: SummaryAccumulator, wor
             for mine, stored in zip(replica.buffers, saved["buffers"], strict=True):
                 mine.copy_(stored)
         replica.task_state.clear()
-        replica.task_state.update(saved["task_state"])
+        replica.task_state.update(_on(saved["task_state"], world.device))
     torch.set_rng_state(state["rng"]["torch"].cpu())
     if "cuda" in state["rng"]:
         torch.cuda.set_rng_state(state["rng"]["cuda"].cpu(), world.device)
     vars(accumulator).update(state["accumulator"])
     if guard is not None and state["skip_guard"] is not None:
         guard.load_state_dict(state["skip_guard"])
+
+
+def _on(value: Any, device: torch.device) -> Any:
+    """`value` (tensors in dicts, lists and tuples: the LSTM's hidden state) on `device`."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {key: _on(item, device) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on(item, device) for item in value)
+    return value

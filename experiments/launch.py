@@ -69,10 +69,10 @@ def status_files(store: RunStore, tag: str, owner: bool) -> list[str]:
 
 
 def rank_command(cfg: DictConfig, resolved: dict[str, Any], run_dir: Path) -> list[str]:
-    """One process hosting every rank runs the worker directly, without torch.distributed;
-    otherwise torchrun: `python -m experiments.agent ... -m experiments.worker RUN_DIR`."""
+    """One process hosting every rank runs the worker directly, without torch.distributed (unless
+    launcher.max_restarts asks torchrun to restart it); otherwise torchrun: `python -m experiments.agent ... -m experiments.worker RUN_DIR`."""
     launcher = cfg.launcher
-    if resolved["processes"] == 1 and launcher.nnodes == 1:
+    if resolved["processes"] == 1 and launcher.nnodes == 1 and launcher.max_restarts == 0:  # restarts need torchrun
         return [sys.executable, "-m", "experiments.worker", str(run_dir)]
     rdzv_id = rendezvous_id(cfg)  # alike on every node (nodes.py)
     return [

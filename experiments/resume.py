@@ -23,9 +23,6 @@ from experiments.store import CONFIG, ENV, RunStore
 from experiments.validate import validate
 from sparsifiers.base import ConfigError
 
-PREVIOUS = "previous"  # error files of earlier attempts move here: they do not blame this one
-
-
 def resume_argument(args: list[str]) -> str | None:
     """The run directory of `resume=DIR`, or None; `resume=` takes no other override."""
     given = [arg for arg in args if arg.split("=")[0] == "resume"]
@@ -87,17 +84,7 @@ def resume(directory: str) -> dict[str, Any]:
     resumes = env.setdefault("resumes", [])
     resumes.append({"time": time.time(), "from_step": from_step, "host": socket.gethostname(), "argv": sys.argv})
     store.write_json(ENV, env)
-    _set_aside_errors(store, len(resumes))
+    store.set_aside([path.name for path in store.dir.glob("error.rank*.txt")], f"resume-{len(resumes)}")
     store.set_status("running", pid=os.getpid(), host=socket.gethostname(), resumed=time.time(), resumes=len(resumes))
     print(f"resuming {store.dir} from step {from_step}" + ("" if steps else " (no checkpoint yet)"), flush=True)
     return run_to_end(cfg, store, env, existed=True)
-
-
-def _set_aside_errors(store: RunStore, attempt: int) -> None:
-    """Earlier attempts' error files go to previous/<attempt>/, kept but not read as this one's."""
-    errors = sorted(store.dir.glob("error.rank*.txt"))
-    if errors:
-        aside = store.dir / PREVIOUS / str(attempt)
-        aside.mkdir(parents=True, exist_ok=True)
-        for path in errors:
-            path.rename(aside / path.name)

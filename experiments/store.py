@@ -26,6 +26,7 @@ STATUS = "status.json"
 METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
 DROPPED_METRICS = "metrics.dropped.jsonl"  # lines a resumed run logs again
+PREVIOUS = "previous"  # earlier attempts' error files
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -82,6 +83,16 @@ class RunStore:
     def drop_metrics_from(self, next_step: int) -> int:
         """metrics.jsonl without the steps from `next_step` on, which go to metrics.dropped.jsonl."""
         return truncate_metrics(self.path(METRICS), next_step, self.path(DROPPED_METRICS))
+
+    def set_aside(self, names: list[str], attempt: str) -> None:
+        """Files of an earlier attempt (a resumed or restarted run's error files) move to
+        previous/<attempt>/: kept, but no longer read as this attempt's."""
+        present = [name for name in names if self.path(name).exists()]
+        if present:
+            aside = self.dir / PREVIOUS / attempt
+            aside.mkdir(parents=True, exist_ok=True)
+            for name in present:
+                self.path(name).rename(aside / name)
 
     def open_metrics(self) -> "MetricsWriter":
         return MetricsWriter(self.path(METRICS))

@@ -74,6 +74,10 @@ def main(run_dir: str) -> None:
     else:
         watch_run_py()
     store = RunStore(run_dir)
+    error_file = f"error.rank{os.environ.get('RANK', '0')}.txt"
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if restart:  # torchrun restarted the job: the last attempt's error is not this one's
+        store.set_aside([error_file], f"restart-{restart}")
     cfg = OmegaConf.load(store.path(CONFIG))
     env = store.read_json(os.environ.get(ENV_FILE_VARIABLE, ENV))  # a node's own env.<node>.json
     if os.environ.get("RANK", "0") == "0":
@@ -89,8 +93,7 @@ def main(run_dir: str) -> None:
         train_run(store, cfg, env, world)
         failed = False
     except BaseException:
-        process = os.environ.get("RANK", "0")
-        store.path(f"error.rank{process}.txt").write_text(traceback.format_exc())
+        store.path(error_file).write_text(traceback.format_exc())
         raise
     finally:
         close_world(wait_for_peers=not failed)

@@ -148,10 +148,12 @@ def test_sigterm_then_resume_from_the_command_line(tmp_path):
 
 
 @pytest.mark.slow
-def test_torchrun_restart_resumes_from_the_checkpoint(tmp_path):
+@pytest.mark.parametrize("processes", [2, 1], ids=["processes", "hosted"])
+def test_torchrun_restart_resumes_from_the_checkpoint(tmp_path, processes):
     """A rank killed by SIGKILL at step 17: torchrun (max_restarts=1) starts the ranks again, and
-    they continue from the checkpoint at step 14 on their own."""
-    common = [*CLI_RUN, "processes=2", "launcher.max_restarts=1"]
+    they continue from the checkpoint at step 14 on their own. Hosted (one process hosting both
+    ranks), restarts make run.py start that process under torchrun too."""
+    common = [*CLI_RUN, f"processes={processes}", "launcher.max_restarts=1"]
     reference = tmp_path / "reference"
     assert run_cli([*common, "sparsifier=topk", f"hydra.run.dir={reference}"]).returncode == 0
     marker = tmp_path / "killed-once"
