@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from experiments.store import write_atomic
+
 REPORT_VARIABLE = "SPARSEBENCH_AGENT_REPORT"
 STATUS_VARIABLE = "SPARSEBENCH_STATUS_FILE"  # the status file this agent marks if run.py dies first
 
@@ -124,10 +126,7 @@ def main(argv: list[str]) -> int:
         report["ended"] = time.time()
         path = os.environ.get(REPORT_VARIABLE)
         if path:
-            temp = f"{path}.tmp{os.getpid()}"
-            with open(temp, "w") as handle:
-                json.dump(report, handle, indent=2)
-            os.replace(temp, path)
+            write_atomic(Path(path), json.dumps(report, indent=2))
         if report["signal"] and outlived(parent):  # run.py's death reaches torchrun as SIGTERM
             mark_orphaned(parent, f"torchrun (pid {os.getpid()}) got {report['signal'] or 'no signal'} and "
                                   f"stopped the ranks")

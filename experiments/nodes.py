@@ -30,6 +30,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from experiments.store import write_atomic
+
 ENV_FILE_VARIABLE = "SPARSEBENCH_ENV_FILE"  # the env.json a node's ranks read
 RANK_ZERO = "rank0.json"
 AGENT_REPORT = "agent.json"  # torchrun's report (agent.py), agent.<node>.json on several nodes
@@ -62,9 +64,7 @@ def node_file(name: str, tag: str) -> str:
 def record_rank_zero(run_dir: Path) -> None:
     """Called by the process hosting rank 0: which host and torchrun it runs under."""
     record = {"host": socket.gethostname(), "agent_pid": os.getppid(), "pid": os.getpid()}
-    temp = run_dir / f".{RANK_ZERO}.tmp{os.getpid()}"
-    temp.write_text(json.dumps(record) + "\n")
-    os.replace(temp, run_dir / RANK_ZERO)
+    write_atomic(run_dir / RANK_ZERO, json.dumps(record) + "\n")
 
 
 def hosts_rank_zero(run_dir: Path, agent_pid: int) -> bool:

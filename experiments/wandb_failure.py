@@ -18,7 +18,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from experiments.store import CONFIG, METRICS, read_metrics
+from experiments.store import CONFIG, METRICS, read_metrics, write_atomic
 
 RUN_FILE = "wandb_run.json"
 
@@ -27,9 +27,7 @@ def note_run(run_dir: Path, run: Any, mode: str, closed: bool = False) -> None:
     """Rank 0's note of its W&B run, rewritten with closed=True once it finished it."""
     record = {"id": run.id, "mode": mode, "project": run.project, "name": run.name, "group": run.group,
               "closed": closed}
-    temp = run_dir / f".{RUN_FILE}.tmp{os.getpid()}"
-    temp.write_text(json.dumps(record) + "\n")
-    os.replace(temp, run_dir / RUN_FILE)
+    write_atomic(run_dir / RUN_FILE, json.dumps(record) + "\n")
 
 
 def scalars(record: dict[str, Any]) -> dict[str, float]:
