@@ -151,12 +151,17 @@ def mark_orphaned(parent: int, then: str) -> None:
     path = os.environ.get(STATUS_VARIABLE)
     if not path:
         return
-    from experiments.store import RunStore
+    from experiments.nodes import hosts_rank_zero
+    from experiments.store import STATUS, RunStore
 
     error = f"run.py (pid {parent}) died without stopping the job (killed, e.g. by SIGKILL); {then}"
     cause = {"text": error, "process": "run.py", "kind": "signal", "pid": parent, "signal": None}
-    RunStore(os.path.dirname(path)).set_status("failed", name=os.path.basename(path), ended=time.time(),
-                                               error=error, cause=cause, consequences=[])
+    store = RunStore(os.path.dirname(path))
+    names = {os.path.basename(path)}
+    if hosts_rank_zero(store.dir, os.getpid()):  # several nodes: the run's own status.json is this node's too
+        names.add(STATUS)
+    for name in sorted(names):
+        store.set_status("failed", name=name, ended=time.time(), error=error, cause=cause, consequences=[])
 
 
 if __name__ == "__main__":
