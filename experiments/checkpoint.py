@@ -177,13 +177,7 @@ def restore(state: dict[str, Any], session, accumulator: SummaryAccumulator, wor
     session.optimizer.load_state_dict(state["optimizer"])
     for replica, saved in zip(session.replicas, state["ranks"], strict=True):
         assert replica.rank == saved["rank"]
-        replica.residual.copy_(saved["residual"])
-        replica.sparsifier.load_state_dict(saved["sparsifier"])
-        if replica.buffers is not None:
-            for mine, stored in zip(replica.buffers, saved["buffers"], strict=True):
-                mine.copy_(stored)
-        replica.task_state.clear()
-        replica.task_state.update(_on(saved["task_state"], world.device))
+        replica.load_state(saved["residual"], saved["sparsifier"], saved["buffers"], _on(saved["task_state"], world.device))
     torch.set_rng_state(state["rng"]["torch"].cpu())
     if "cuda" in state["rng"]:
         torch.cuda.set_rng_state(state["rng"]["cuda"].cpu(), world.device)

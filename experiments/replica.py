@@ -38,6 +38,18 @@ class Replica:
                 mine.copy_(theirs)
 
 
+    def load_state(self, residual: torch.Tensor, sparsifier_state: dict[str, Any],
+                   buffers: list[torch.Tensor] | None, task_state: dict[str, Any]) -> None:
+        """Puts back this rank's saved state, in place (a checkpoint, or a skipped step's start)."""
+        self.residual.copy_(residual)
+        self.sparsifier.load_state_dict(sparsifier_state)
+        if self.buffers is not None:
+            for mine, saved in zip(self.buffers, buffers, strict=True):
+                mine.copy_(saved)
+        self.task_state.clear()
+        self.task_state.update(task_state)
+
+
 def make_replicas(
     model: torch.nn.Module,
     flat: torch.Tensor,

@@ -93,13 +93,7 @@ class SkipGuard:
     def restore(self, replicas: list[Replica], model: torch.nn.Module) -> None:
         """Puts back what `save` kept: the step leaves no trace but its consumed batches."""
         for saved, replica in zip(self._saved, replicas):
-            replica.residual.copy_(saved.residual)
-            replica.sparsifier.load_state_dict(copy.deepcopy(saved.sparsifier))
-            if saved.buffers is not None:
-                for mine, kept in zip(replica.buffers, saved.buffers):
-                    mine.copy_(kept)
-            replica.task_state.clear()
-            replica.task_state.update(saved.task_state)
+            replica.load_state(saved.residual, copy.deepcopy(saved.sparsifier), saved.buffers, saved.task_state)
         for buffer, kept in zip(model.buffers(), self._model_buffers):
             buffer.copy_(kept)
 
