@@ -84,6 +84,10 @@ def translate(error: Exception) -> str:
     if merging:
         cause = str(error.__cause__ or "").splitlines()
         detail = cause[0] if cause else "bad value"
+        wanted = re.search(r"could not be converted to (Integer|Float)|is not a valid bool", detail)
+        if wanted:  # the fix: what the key takes
+            kind = {"Integer": "an integer", "Float": "a number"}.get(wanted.group(1) or "", "true or false")
+            detail += f": {merging.group(1).split('=')[0]} takes {kind}"
         return f"{merging.group(1)}: {detail}"
     return message.splitlines()[0]
 

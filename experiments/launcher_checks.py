@@ -46,7 +46,8 @@ def check_launcher(cfg: DictConfig) -> None:
     port = endpoint_port(launcher.rdzv_endpoint)
     _require(
         port is not None,
-        f"launcher.rdzv_endpoint must be host:port, got {launcher.rdzv_endpoint!r}: set e.g. launcher.rdzv_endpoint=localhost:0",
+        f"launcher.rdzv_endpoint must be host:port, got {launcher.rdzv_endpoint!r}: set e.g. launcher.rdzv_endpoint="
+        + ("localhost:0" if launcher.nnodes == 1 else "<node0-host>:29400"),
     )
     _require(
         launcher.nnodes == 1 or port != 0,

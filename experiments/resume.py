@@ -8,6 +8,7 @@ after it move to metrics.dropped.jsonl, so no step appears twice. The W&B run is
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import sys
@@ -22,6 +23,8 @@ from experiments.launch import run_to_end
 from experiments.store import CONFIG, ENV, RunStore
 from experiments.validate import validate
 from sparsifiers.base import ConfigError
+
+LOCK = ".resume.lock"
 
 def resume_argument(args: list[str]) -> str | None:
     """The run directory of `resume=DIR`, or None; `resume=` takes no other override."""
@@ -55,8 +58,14 @@ def _alive(status: dict[str, Any]) -> bool:
 def check_resumable(directory: str) -> RunStore:
     """The run directory's store, if it holds a run that can be resumed; else ConfigError."""
     store = RunStore(Path(directory))
-    status = store.status()
-    if status is None or not store.path(CONFIG).exists() or store.read_json(ENV) is None:
+    if store.dir.exists() and not store.dir.is_dir():
+        raise ConfigError(f"resume={directory} is a file: give a run directory, e.g. outputs/runs/<time>_<method>_w<W>")
+    try:
+        status, env = store.status(), store.read_json(ENV)
+    except ValueError as error:  # JSONDecodeError: a file cut or edited by hand
+        raise ConfigError(f"resume={directory}: its status.json or env.json is not valid JSON ({error}): "
+                          "that run cannot be resumed; start it again") from None
+    if status is None or not store.path(CONFIG).exists() or env is None:
         raise ConfigError(f"resume={directory}: no run there (status.json, config.yaml and env.json are what "
                           f"run.py writes): give a run directory, e.g. outputs/runs/<time>_<method>_w<W>")
     if status["status"] == "done":
@@ -70,7 +79,12 @@ def check_resumable(directory: str) -> RunStore:
 def resume(directory: str) -> dict[str, Any]:
     """Validates and resumes the run in `directory`; returns its summary (with `status`)."""
     store = check_resumable(directory)
-    cfg = OmegaConf.load(store.path(CONFIG))
+    lock = _lock(store, directory)  # held until this process ends: one resume at a time
+    try:
+        cfg = OmegaConf.load(store.path(CONFIG))
+    except Exception as error:  # a parser's error: the file was cut or edited by hand
+        raise ConfigError(f"resume={directory}: its config.yaml does not parse ({str(error).splitlines()[0]}): "
+                          "that run cannot be resumed; start it again") from None
     if cfg.launcher.nnodes > 1:
         raise ConfigError(f"resume={directory}: a run on launcher.nnodes={cfg.launcher.nnodes} nodes is not resumed "
                           "this way; run it with launcher.max_restarts=N, and torchrun restarts it from its checkpoints")
@@ -87,4 +101,25 @@ def resume(directory: str) -> dict[str, Any]:
     store.set_aside([path.name for path in store.dir.glob("error.rank*.txt")], f"resume-{len(resumes)}")
     store.set_status("running", pid=os.getpid(), host=socket.gethostname(), resumed=time.time(), resumes=len(resumes))
     print(f"resuming {store.dir} from step {from_step}" + ("" if steps else " (no checkpoint yet)"), flush=True)
-    return run_to_end(cfg, store, env, existed=True)
+    try:
+        return run_to_end(cfg, store, env, existed=True)
+    finally:
+        lock.close()
+
+
+def _lock(store: RunStore, directory: str):
+    """An exclusive lock on the run directory (its .resume.lock), or ConfigError if another
+    run.py holds it: two resumes started together would both train into one directory."""
+    handle = open(store.path(LOCK), "a")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise ConfigError(f"resume={directory}: another run.py is resuming that run right now: "
+                          "wait for it (or stop it), then resume") from None
+    try:
+        check_resumable(directory)  # again, under the lock: another resume may have run meanwhile
+    except ConfigError:
+        handle.close()
+        raise
+    return handle

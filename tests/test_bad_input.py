@@ -129,7 +129,9 @@ PREFLIGHT_CASES = [
     ("schedule.milestones=[10,-1]", ["schedule=step"], r"every entry of schedule\.milestones must be >= 0"),
     ("sparsifier.clip_norm=abc", ["sparsifier=dgc"], r"sparsifier\.clip_norm must be a number or null"),
     # top level, launcher, logger, network
-    ("workers=four", [], r"workers=four: Value 'four'"),
+    ("workers=four", [], r"workers=four: Value 'four'.*: workers takes an integer"),
+    ("checkpoint.every_steps=1.5", [], r"checkpoint\.every_steps=1\.5: .*checkpoint\.every_steps takes an integer"),
+    ("launcher.rdzv_endpoint=garbage", ["workers=2", "launcher.nnodes=2"], r"launcher\.rdzv_endpoint=<node0-host>:29400"),
     ("seed=-1", [], r"seed must be >= 0"),
     ("logger.progress=maybe", [], r"logger\.progress=maybe: Value 'maybe' is not a valid bool"),
     ("launcher.max_restarts=-1", [], r"launcher\.max_restarts must be >= 0"),

@@ -10,6 +10,7 @@ parameters and logs the same metrics (timings aside) as a run never stopped.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -185,8 +186,22 @@ def test_resume_refuses_what_it_cannot_resume(finished_run, tmp_path):
     status = json.loads((running / "status.json").read_text())
     status.update(status="running", pid=os.getpid(), host=socket.gethostname())
     (running / "status.json").write_text(json.dumps(status))
+    broken = tmp_path / "broken"
+    shutil.copytree(finished_run, broken)
+    (broken / "status.json").write_text('{"sta')  # cut by hand
+    afile = tmp_path / "afile"
+    afile.write_text("not a run")
+    locked = tmp_path / "locked"
+    shutil.copytree(finished_run, locked)
+    status.update(status="failed", pid=None)
+    (locked / "status.json").write_text(json.dumps(status))
+    lock = open(locked / ".resume.lock", "a")
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another run.py resuming it right now
     cases = [
         ([f"resume={running}"], f"that run is still running (run.py pid {os.getpid()})"),
+        ([f"resume={locked}"], "another run.py is resuming that run right now"),
+        ([f"resume={broken}"], "its status.json or env.json is not valid JSON"),
+        ([f"resume={afile}"], "is a file: give a run directory"),
         ([f"resume={finished_run}"], "that run is done already"),
         ([f"resume={tmp_path / 'nothing'}"], "no run there"),
         ([f"resume={finished_run}", "workers=4"], "takes no other argument"),
@@ -197,6 +212,7 @@ def test_resume_refuses_what_it_cannot_resume(finished_run, tmp_path):
         assert result.returncode == 2, (args, result.stderr)
         assert message in result.stderr and "Traceback" not in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
+    lock.close()
 
 
 def test_checkpoints_are_pruned_and_unmarked_ones_ignored(finished_run, tmp_path):
