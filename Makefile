@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 FASHION_DIR := /usr/share/datasets/fashion-mnist
 
-# Keep every cache out of $HOME (W&B, matplotlib, Jupyter), see README "Where things go".
+# Keep every cache out of $HOME (W&B, matplotlib, Jupyter), see README "Where results go".
 export MPLCONFIGDIR ?= $(CURDIR)/.venv/cache/matplotlib
 export JUPYTER_CONFIG_DIR ?= $(CURDIR)/.venv/cache/jupyter
 export JUPYTER_DATA_DIR ?= $(CURDIR)/.venv/cache/jupyter
