@@ -7,6 +7,7 @@ import dataclasses
 import difflib
 import itertools
 import re
+import sys
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -100,13 +101,23 @@ def check_top_level_keys(cfg: DictConfig) -> None:
             raise ConfigError(f"unknown key '{key}': not in the config.{_suggest(key)} (python run.py --cfg job lists every key)")
 
 
-def _config_sweep(overrides: list[str]) -> list[str]:
+def _config_sweep(overrides: list[str], cfg: DictConfig | None = None) -> list[str]:
     """Sweep values an experiment file sets in hydra.sweeper.params, as overrides, for keys
-    the command line does not set itself (the basic sweeper's precedence)."""
-    cfg = compose_job(job_overrides(overrides + ["-m"])[0])
+    the command line does not set itself (the basic sweeper's precedence). `cfg`: the job
+    already composed from `overrides`, if there is one."""
+    cfg = cfg if cfg is not None else compose_job(job_overrides(overrides + ["-m"])[0])
     params = cfg.hydra.sweeper.get("params") or {}
     given = {arg.split("=")[0].lstrip("+~") for arg in overrides if "=" in arg}
     return [f"{key}={value}" for key, value in params.items() if key not in given]
+
+
+def _note_unswept(overrides: list[str], cfg: DictConfig) -> None:
+    """An experiment file that sweeps, run without -m, runs one job: say so and how to sweep."""
+    unswept = _config_sweep(overrides, cfg)
+    if unswept:
+        experiment = next((arg for arg in overrides if arg.startswith("experiment=")), "that experiment")
+        print(f"note: {experiment} sweeps {' '.join(unswept)}; without -m this runs one job: "
+              f"python run.py -m {' '.join(overrides)} runs them all", file=sys.stderr, flush=True)
 
 
 def preflight(args: list[str]) -> int:
@@ -133,6 +144,8 @@ def preflight(args: list[str]) -> int:
         validate(cfg)
         if parsed.cfg is None:  # --cfg prints and exits: Hydra creates no directory then
             check_run_dir(cfg, multirun, num)
+            if not multirun:
+                _note_unswept(overrides, cfg)
     return len(jobs)
 
 

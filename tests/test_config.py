@@ -195,3 +195,14 @@ def test_slurm_across_several_nodes_composes_one_agent_per_node(monkeypatch):
         assert "--nproc-per-node=4" in command and command[1:3] == ["-m", "experiments.agent"]
         ids.add(rendezvous_id(cfg))
     assert len(ids) == 1
+
+
+def test_a_sweeping_experiment_without_m_says_it_runs_one_job(capsys, tmp_path):
+    """experiment=quickstart sweeps the seed methods; without -m Hydra runs one job: say so."""
+    preflight(["experiment=quickstart", "dataset=digits", f"output_root={tmp_path}"])
+    note = capsys.readouterr().err.strip()
+    assert note.startswith("note: experiment=quickstart sweeps sparsifier=dense,topk,dgc,deft,micro,exdyna;")
+    assert "python run.py -m experiment=quickstart" in note
+    preflight(["experiment=quickstart", "dataset=digits", "sparsifier=micro", f"output_root={tmp_path}"])
+    preflight(["-m", "experiment=quickstart", "dataset=digits", "workers=2", "max_steps=1", f"output_root={tmp_path}"])
+    assert capsys.readouterr().err == ""  # the swept key set by hand, or -m: nothing to say
