@@ -77,11 +77,16 @@ def package_dir(module: str, pip_name: str, purpose: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+def endpoint(url: str) -> tuple[str, int]:
+    """`url`'s host and port (a bare host counts as https; the scheme's default port: 80 for
+    http, as Fashion-MNIST's mirror is, 443 otherwise)."""
+    parsed = urlparse(url if "//" in url else f"https://{url}")
+    return parsed.hostname or url, parsed.port or (80 if parsed.scheme == "http" else 443)
+
+
 def require_reachable(url: str, message: str) -> None:
     """Fails in one line, before launch, when `url`'s host cannot be reached (no network)."""
-    parsed = urlparse(url)
-    host = parsed.hostname or url
-    port = parsed.port or (80 if parsed.scheme == "http" else 443)  # Fashion-MNIST's mirror is plain http
+    host, port = endpoint(url)
     try:
         socket.create_connection((host, port), timeout=NETWORK_TIMEOUT_S).close()
     except OSError as error:

@@ -15,11 +15,11 @@ import os
 import socket
 import tempfile
 from pathlib import Path
-from urllib.parse import urlparse
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
+from datasets.files import endpoint
 from sparsifiers.base import ConfigError
 
 WANDB_CONNECT_TIMEOUT_S = 3.0  # a reachable W&B answers a TCP connect well within this
@@ -75,8 +75,7 @@ def check_wandb_reachable(timeout_s: float = WANDB_CONNECT_TIMEOUT_S) -> None:
     """W&B online needs its host (WANDB_BASE_URL, or api.wandb.ai) reachable: a TCP connect
     that fails or takes longer than `timeout_s` fails here, in one line."""
     url = os.environ.get("WANDB_BASE_URL") or WANDB_DEFAULT_HOST
-    parsed = urlparse(url if "//" in url else f"https://{url}")
-    host, port = parsed.hostname or url, parsed.port or (80 if parsed.scheme == "http" else 443)
+    host, port = endpoint(url)
     try:
         socket.create_connection((host, port), timeout=timeout_s).close()
     except OSError as error:
