@@ -2,7 +2,9 @@
 
 Each function takes the selections and accumulators of the ranks this process hosts, talks to
 the other ranks only through `RankCollectives`, writes the aggregate (identical on every rank)
-into `out`, and says which coordinates each hosted rank must zero in its residual.
+into `out`, and says which coordinates each hosted rank must zero in its residual. Three of
+them (union, leader, shared) differ only in how the ranks come to hold one index set; from there
+they are one operation, `allreduce_at`.
 
 Indices travel as int32 (every model here has fewer than 2**31 gradient elements), values in the
 accumulator's dtype; padding and size headers are sent and counted like everything else.
@@ -106,8 +108,7 @@ def union_allreduce(
         union = torch.cat([union, shared.to(device=out.device, dtype=torch.int64)])
         appended = int(shared.numel())
     clock.mark("index_exchange")
-    _mean_at(union, accs, out, comm, clock)
-    return ExchangeResult(counts.cpu(), int(union.numel()), [union] * len(accs), appended)
+    return allreduce_at(union, accs, out, comm, counts.cpu(), clock, shared=appended)
 
 
 def sparse_allgather(
@@ -150,10 +151,9 @@ def leader_allreduce(
     """CLT-k's pattern: every rank holds the leader's broadcast indices; allreduce values there.
     Only the leader selected, so the counts are |S| at the leader and 0 elsewhere."""
     selection = selections[0].long()
-    _mean_at(selection, accs, out, comm, clock)
     counts = torch.zeros(comm.world_size, dtype=torch.int64)
     counts[leader] = selection.numel()
-    return ExchangeResult(counts, int(selection.numel()), [selection] * len(accs))
+    return allreduce_at(selection, accs, out, comm, counts, clock)
 
 
 def shared_allreduce(
@@ -166,23 +166,38 @@ def shared_allreduce(
     """Selections identical on every rank by construction (a shared seed): no index traffic,
     allreduce the values there. Every rank selected |S|; the union is S."""
     selection = selections[0].long()
-    _mean_at(selection, accs, out, comm, clock)
     counts = torch.full((comm.world_size,), selection.numel(), dtype=torch.int64)
-    return ExchangeResult(counts, int(selection.numel()), [selection] * len(accs))
+    return allreduce_at(selection, accs, out, comm, counts, clock)
 
 
-def _mean_at(
-    indices: torch.Tensor, accs: list[torch.Tensor], out: torch.Tensor, comm: RankCollectives, clock: PhaseClock
-) -> None:
-    """The all-reduce at an index set every rank holds: out = mean_r acc_r at `indices`, 0 elsewhere.
-    `indices` are distinct (a union, or one selection), so index_copy_ is deterministic; the
-    index_* ops are the same arithmetic as advanced indexing at about half the cost."""
+def allreduce_at(
+    indices: torch.Tensor,
+    accs: list[torch.Tensor],
+    out: torch.Tensor,
+    comm: RankCollectives,
+    counts: torch.Tensor,
+    clock: PhaseClock = NO_CLOCK,
+    shared: int = 0,
+) -> ExchangeResult:
+    """Allreduce the accumulators at an index set every rank holds: the operation the union,
+    leader and shared exchanges have in common once the ranks agree on the set (DESIGN.md,
+    "Exchange semantics": agg[U] = mean_r acc_r[U], and every rank zeroes its residual on all
+    of U).
+
+    `indices` (int64, distinct: a union, or one selection every rank holds) is U; `out` becomes
+    mean_r acc_r at U and 0 elsewhere, identical on every rank; every hosted rank zeroes all of
+    U. What differs between the callers is only how the ranks came to hold U, so they pass what
+    the result reports about it: `counts` (every rank's |S_r|, int64 on the CPU) and `shared`
+    (|C|, the coordinates of U no rank selected). Distinct indices make index_copy_
+    deterministic; the index_* ops are the same arithmetic as advanced indexing at about half
+    the cost."""
     gathered = [acc.index_select(0, indices) for acc in accs]  # fresh tensors: sum into the first
     values = comm.sum_over_ranks(gathered, gathered[0])
     clock.mark("value_exchange")
     out.zero_()
     out.index_copy_(0, indices, values.div_(comm.world_size))
     clock.mark("scatter")
+    return ExchangeResult(counts, int(indices.numel()), [indices] * len(accs), shared)
 
 
 def _all_gather_counts(selections: list[torch.Tensor], comm: RankCollectives, device: torch.device) -> torch.Tensor:

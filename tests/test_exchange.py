@@ -7,7 +7,7 @@ import torch
 
 from experiments.collectives import RankCollectives
 from experiments.compose import compose_job
-from experiments.exchange import exchange
+from experiments.exchange import allreduce_at, exchange
 from experiments.metrics import MetricContext, exchange_metrics
 from experiments.step import train_step
 from experiments.train import build_session
@@ -163,6 +163,27 @@ def test_leader_and_shared_allreduce_send_one_index_set():
         torch.testing.assert_close(out, expected)
         assert result.aggregated == 3
     assert result.counts.tolist() == [3, 3, 3, 3]  # shared: every rank "selected" the set
+
+
+@pytest.mark.parametrize("reduction, sent", [("ring", 18.0), ("rank_order", 36.0)])
+def test_allreduce_at_an_index_set_by_hand(reduction, sent):
+    """The helper the union, leader and shared exchanges end in, alone. acc_r[i] = (r + 1) i,
+    so the mean over W = 4 ranks at i is 2.5 i exactly; 3 float32 values are allreduced:
+    ring 2*3/4*3*4 = 18 B per rank, rank_order an all-gather, 3*3*4 = 36 B."""
+    accs = [torch.arange(N, dtype=torch.float32) * (r + 1) for r in range(W)]
+    before = [acc.clone() for acc in accs]
+    indices = torch.tensor([9, 0, 5])  # distinct, not sorted: U need only be the same everywhere
+    counts = torch.tensor([2, 0, 1, 0])
+    comm = RankCollectives(W, list(range(W)), use_process_group=False, reduction=reduction)
+    out = torch.full((N,), float("nan"))  # every coordinate outside U must be written too
+    result = allreduce_at(indices, accs, out, comm, counts, shared=1)
+    expected = torch.zeros(N)
+    expected[[9, 0, 5]] = torch.tensor([22.5, 0.0, 12.5])
+    assert torch.equal(out, expected)
+    assert result.counts is counts and result.aggregated == 3 and result.shared == 1
+    assert all(zeroed is indices for zeroed in result.zeroed) and len(result.zeroed) == W
+    assert all(torch.equal(acc, old) for acc, old in zip(accs, before))  # residuals are the step's to zero
+    assert comm.meter.sent.tolist() == [sent] * W and comm.meter.recv.tolist() == [sent] * W
 
 
 def hosted_world(workers: int) -> World:
