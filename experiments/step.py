@@ -1,11 +1,13 @@
 """One synchronous training step over the ranks this process hosts (DESIGN.md, "The flow").
 
-    1. compute   forward/backward per rank into the flat buffer; acc_r = grad_r + residual_r;
-                 a non-finite loss or acc fails the step (finite.py), as does a non-finite aggregate
+    1. compute   forward/backward per rank into the flat buffer; acc_r = precondition_r(grad_r)
+                 + residual_r (error_feedback.py); a non-finite loss or acc fails the step
+                 (finite.py), as does a non-finite aggregate
     2. plan      averaged inputs (DEFT global norms), the leader's plan, broadcast, if declared
     3. select    S_r = sparsifier_r.select(acc_r)                              [timed per rank]
     4. exchange  collectives -> aggregate in the flat buffer (identical on all ranks)
-    5. feedback  residual_r = acc_r with transmitted coordinates zeroed; observe(counts)
+    5. feedback  residual_r = acc_r with transmitted coordinates zeroed (error_feedback.py);
+                 observe(counts)
     6. update    optimizer.step() on the aggregate
 
 With a `SkipGuard` (on_nonfinite=skip, skip.py) a non-finite value skips the step on every rank
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from experiments.error_feedback import accumulate, keep_residual
 from experiments.exchange import INDEX_DTYPE, ExchangeResult, exchange
 from experiments.finite import NonFiniteValue, check_accumulator, check_aggregate, check_loss
 from experiments.phases import NO_CLOCK, PhaseClock
@@ -93,8 +96,7 @@ def train_step(
         losses.append(loss.item())
         try:
             check_loss(losses[-1], step, replica.rank)
-            gradient = replica.sparsifier.precondition(flat)
-            replica.residual.add_(gradient)
+            gradient = accumulate(replica.sparsifier, replica.residual, flat)
             check_accumulator(replica.residual, gradient, step, replica.rank)
         except NonFiniteValue as error:
             if guard is None:
@@ -178,10 +180,7 @@ def sparsify_and_exchange(
     # 5. feedback: what was transmitted leaves the residual; acc = transmitted + residual exactly.
     feedback = Feedback(step=step, counts=result.counts, aggregated=result.aggregated)
     for sparsifier, acc, zeroed in zip(sparsifiers, accs, result.zeroed):
-        if zeroed is None or not sparsifier.error_feedback:
-            acc.zero_()
-        else:
-            acc.index_fill_(0, zeroed, 0)
+        keep_residual(sparsifier, acc, zeroed)
         sparsifier.on_residual_zeroed(zeroed)
         sparsifier.observe(feedback)
     clock.mark("residual")

@@ -1,9 +1,10 @@
 """W sparsifiers driven through every phase of experiments/step.py, without a model.
 
-Tests supply each rank's gradient; everything after that is the production code: the world's
-precondition-and-accumulate rule, then `experiments.step.sparsify_and_exchange` (averaged inputs,
-the leader's plan and its broadcast, select, exchange, residual zeroing, on_residual_zeroed,
-observe) over a one-process `RankCollectives`, which simulates W ranks exactly.
+Tests supply each rank's gradient; everything after that is the production code: the step's
+accumulate rule (`experiments.error_feedback.accumulate`), then
+`experiments.step.sparsify_and_exchange` (averaged inputs, the leader's plan and its broadcast,
+select, exchange, residual zeroing, on_residual_zeroed, observe) over a one-process
+`RankCollectives`, which simulates W ranks exactly.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numpy as np
 import torch
 
 from experiments.collectives import RankCollectives
+from experiments.error_feedback import accumulate
 from experiments.exchange import ExchangeResult
 from experiments.step import sparsify_and_exchange
 from experiments.world import World
@@ -59,9 +61,9 @@ class SteppedRanks:
 
     def step(self, grads: list[torch.Tensor], step: int) -> SteppedStep:
         self.comm.meter.reset()
-        # 1. acc = precondition(grad) + residual, as experiments/step.py does after backward.
+        # 1. acc = precondition(grad) + residual: the function experiments/step.py calls after backward.
         for sparsifier, residual, grad in zip(self.sparsifiers, self.residuals, grads):
-            residual.add_(sparsifier.precondition(grad))
+            accumulate(sparsifier, residual, grad)
         before = [acc.clone() for acc in self.residuals]
         aggregate = torch.empty_like(self.residuals[0])
         outcome = sparsify_and_exchange(self.world, self.sparsifiers, self.residuals, aggregate, step)
