@@ -42,17 +42,23 @@ data:
 		echo "Fashion-MNIST not found: run.py will say how to get it (or use: make run ARGS=dataset=digits)"; \
 	fi
 
-# Benchmarks on a ResNet-18-sized vector. MODE=select (default): selection time of every
-# sparsifier at W = 1, 4, 16, 64. MODE=step: the whole sparsification step per phase in real
-# gloo processes (W = 2, 4), kernels torch beside auto, plus 64 ranks hosted in one process.
+# Every benchmark, all in experiments/benchmarks/ (README "Speed"). MODE=select (default):
+# selection time of every sparsifier at W = 1, 4, 16, 64 on a ResNet-18-sized vector. MODE=step:
+# the whole sparsification step per phase in real gloo processes (W = 2, 4), kernels torch
+# beside auto, plus 64 ranks hosted in one process. MODE=load: loading 1,000 runs of 1,000 steps
+# for the analysis, cached and cold. MODE=memory: peak memory of hosted ranks beside the estimate.
 MODE ?= select
 bench: $(STAMP)
 ifeq ($(MODE),step)
 	$(PY) -m experiments.benchmarks.step --hosted 64 $(ARGS)
 else ifeq ($(MODE),select)
 	$(PY) -m experiments.benchmarks.select $(ARGS)
+else ifeq ($(MODE),load)
+	$(PY) -m experiments.benchmarks.load $(ARGS)
+else ifeq ($(MODE),memory)
+	$(PY) -m experiments.benchmarks.hosted_memory $(ARGS)
 else
-	$(error MODE must be select or step, got $(MODE))
+	$(error MODE must be select, step, load or memory, got $(MODE))
 endif
 
 lock: $(STAMP)

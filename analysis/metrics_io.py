@@ -10,7 +10,7 @@ The cache is keyed by the file's size and modification time, so a run still bein
 re-read whenever it grows; a cache that cannot be written (read-only store) is silently skipped.
 It is an Arrow IPC (Feather v2) file, not Parquet: for tables this small (1,000 rows) reading
 Parquet costs 2-7 ms per file in fixed overhead against 0.3-0.6 ms for IPC, and a study has
-thousands of files (analysis/bench_load.py measures it).
+thousands of files (experiments/benchmarks/load.py measures it).
 """
 from __future__ import annotations
 

@@ -54,7 +54,7 @@ def test_elapsed_time_counts_the_unlogged_steps() -> None:
 
 def test_load_benchmark_runs() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "analysis.bench_load", "--runs", "6", "--steps", "20", "--repeats", "1"],
+        [sys.executable, "-m", "experiments.benchmarks.load", "--runs", "6", "--steps", "20", "--repeats", "1"],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 0, result.stderr

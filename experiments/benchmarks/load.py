@@ -1,4 +1,6 @@
-"""How long loading a large study takes: `python -m analysis.bench_load [--runs 1000 --steps 1000]`.
+"""Load benchmark: how long the analysis takes to load a large study.
+
+    python -m experiments.benchmarks.load [--runs 1000 --steps 1000]    # make bench MODE=load
 
 Writes synthetic run directories (analysis.synthetic) into a temporary folder, then times
 load_runs three ways, each the median of --repeats:
