@@ -19,12 +19,13 @@ and threshold <= 4 (ok/MISSED on the `auto` rows).
 
 Gradients: GRADIENTS_PER_RANK Gaussian tensors per rank, seeded from (rank, i), used in turn,
 each step rotated by a new offset (two in-place slice adds: the cost of one add), so that steps
-do not repeat. Accumulate is residual += gradient: a method's `precondition` (DGC's momentum
-correction) is not applied. The gradients' sigma and the starting residual follow `--gradients`
-(see `gradient_std`): `steady` (the default) starts in the regime error feedback settles in, so
-the thresholds start where they end up and |U| is about k; `fresh` puts lambda0 = 1 / (2 sqrt(k))
-at the density's quantile of one fresh gradient, which error feedback leaves far behind within a
-few steps.
+do not repeat. Accumulate is residual += gradient, fused with that rotation: the run's rule
+(experiments/error_feedback.py) also applies a method's `precondition` (DGC's momentum
+correction), which is not applied here. The gradients' sigma and the starting residual follow
+`--gradients` (see `gradient_std`): `steady` (the default) starts in the regime error feedback
+settles in, so the thresholds start where they end up and |U| is about k; `fresh` puts lambda0 =
+1 / (2 sqrt(k)) at the density's quantile of one fresh gradient, which error feedback leaves far
+behind within a few steps.
 
 `--hosted 64,256` adds the hosted scale: ONE process hosting W ranks (no process group), a
 ResNet-18-sized residual per hosted rank, timing the whole step over all of them. The memory it
