@@ -6,6 +6,7 @@
     python run.py -m sparsifier=dense,topk workers=2,4   # a sweep: one run directory per job
     python run.py --cfg job                         # print the composed config
     python run.py resume=outputs/runs/<run>         # continue a stopped run from its last checkpoint
+    python run.py --help                            # the groups, their options and the common keys
 
 Bad input ends here with one line naming the key and the fix, exit code 2, before any process
 starts. Ranks read the resolved config this process writes; they never run @hydra.main.
@@ -21,6 +22,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from experiments.compose import check_top_level_keys, preflight
+from experiments.help import print_help, wants_help
 from experiments.launch import launch
 from experiments.lifetime import Stopped
 from experiments.resume import resume, resume_argument
@@ -76,6 +78,9 @@ def resume_and_exit(directory: str) -> None:
 
 if __name__ == "__main__":
     try:
+        if wants_help(sys.argv[1:]):  # the project's help (experiments/help.py); Hydra's is --hydra-help
+            print_help(sys.argv[1:])
+            sys.exit(0)
         directory = resume_argument(sys.argv[1:])
         if directory is not None:
             resume_and_exit(directory)

@@ -1,0 +1,68 @@
+"""`python run.py --help` prints the project's own help, read from conf/ when asked: the groups
+and their options, the common keys with the values in effect, sweeps, resume and where Hydra's
+help is; exit 0, nothing created."""
+from __future__ import annotations
+
+import re
+import shutil
+
+from experiments.compose import CONF_DIR, compose_job
+from experiments.help import group_options, help_text, overrides_for_help
+from tests.conftest import run_cli
+
+
+def test_help_lists_every_group_option_and_the_common_keys(tmp_path):
+    output_root = tmp_path / "outputs"
+    result = run_cli(["--help", f"output_root={output_root}"], timeout=120)
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    assert "== Config ==" not in text and "Traceback" not in result.stderr  # not Hydra's help
+    for group in ("sparsifier", "model", "dataset", "optimizer", "schedule", "workload", "experiment", "scale",
+                  "network", "logger", "launcher"):
+        assert f"\n  {group}:" in text, group
+        for option, _ in group_options(CONF_DIR, group):
+            assert f" {option} " in text or text.rstrip().endswith(option), f"{group}={option} missing"
+    assert "* topk" in text and "* cnn" in text and "* fashion_mnist" in text  # the defaults are marked
+    for key in ("workers=4", "processes=null", "epochs=2", "max_steps=null", "batch_size=32", "seed=0",
+                "device=auto", f"output_root={output_root}", "logger.log_every=10", "launcher.timeout_s=300",
+                "sparsifier.density=0.01", "checkpoint.keep=2"):
+        assert re.search(rf"^  {re.escape(key)}( |$)", text, re.M), key
+    assert "data-parallel workers W" in text  # the comment beside the key in conf/config.yaml
+    assert "python run.py -m " in text and "resume=" in text and "--hydra-help" in text
+    assert not output_root.exists()  # composed in memory: no run directory, no process
+
+
+def test_help_shows_the_options_and_values_of_the_command_line():
+    result = run_cli(["-h", "-m", "sparsifier=micro,deft", "workers=8", "logger=local"], timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "* micro" in result.stdout and "* local" in result.stdout and "  workers=8 " in result.stdout
+    assert "sparsifier.threshold_rule=official" in result.stdout  # micro's knobs, with their comments
+    assert "knobs of sparsifier=micro" in result.stdout
+
+
+def test_help_with_a_bad_override_fails_like_any_command_line():
+    result = run_cli(["--help", "worker=4"], timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: unknown key 'worker': not in the config. Did you mean 'workers'? (python run.py --cfg job lists every key)"]
+
+
+def test_hydras_own_help_stays_reachable():
+    result = run_cli(["--hydra-help"], timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "Hydra" in result.stdout and "sparsebench" not in result.stdout
+
+
+def test_a_new_option_and_its_description_appear_without_code_changes(tmp_path):
+    """The help reads conf/ when asked: a config file added later shows up with its comment."""
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF_DIR, conf)
+    (conf / "sparsifier" / "mine.yaml").write_text(
+        "# Mine: a method added after this test was written. More text here.\n_target_: sparsifiers.topk.TopK\n")
+    text = help_text(compose_job([]), conf, width=100)
+    assert "      mine       Mine: a method added after this test was written.\n" in text
+
+
+def test_help_overrides_keep_the_first_value_of_a_sweep():
+    assert overrides_for_help(["-m", "--help", "workers=2,4", "sparsifier=topk", "x=[1,2]"]) == \
+        ["workers=2", "sparsifier=topk", "x=[1,2]"]
