@@ -13,6 +13,7 @@ from analysis.discover import find_run_dirs
 from analysis.load import load_runs
 from analysis.metrics_io import CACHE_DIR
 from analysis.synthetic import SyntheticRun, write_run
+from experiments import metric_keys as keys
 from experiments import run_dir as run_files
 
 
@@ -80,7 +81,7 @@ def test_cache_is_used_and_refreshed_when_the_file_grows(tmp_path: Path) -> None
     assert again.steps.drop(columns="after_warmup").equals(first.steps.drop(columns="after_warmup"))
     time.sleep(0.01)
     with open(run / run_files.METRICS, "a") as handle:
-        handle.write(json.dumps({"step": 99, "kind": "train", "density/actual": 0.5}) + "\n")
+        handle.write(run_files.dumps({keys.ROW_STEP: 99, keys.ROW_KIND: keys.KIND_TRAIN, keys.DENSITY_ACTUAL: 0.5}) + "\n")
     grown = load_runs(tmp_path)
     assert len(grown.steps) == len(first.steps) + 1
     assert len(list((run / CACHE_DIR).iterdir())) == 1  # the stale copy is gone
@@ -91,8 +92,8 @@ def test_corrupt_line_and_changing_types_fall_back_to_the_forgiving_reader(tmp_p
     run = write_run(tmp_path / "run", SyntheticRun("topk", 2, steps=6, epochs=1))
     lines = (run / run_files.METRICS).read_text().splitlines()
     lines.insert(2, '{"step": 1, "kind": "tra')  # a complete but broken line in the middle
-    lines.append(json.dumps({"step": 7, "kind": "train", "sparsifier/threshold": "adaptive"}))
-    lines.append(json.dumps({"step": 8, "kind": "train", "sparsifier/threshold": 0.5}))
+    lines.append(run_files.dumps({keys.ROW_STEP: 7, keys.ROW_KIND: keys.KIND_TRAIN, keys.THRESHOLD: "adaptive"}))
+    lines.append(run_files.dumps({keys.ROW_STEP: 8, keys.ROW_KIND: keys.KIND_TRAIN, keys.THRESHOLD: 0.5}))
     (run / run_files.METRICS).write_text("\n".join(lines) + "\n")
     tables = load_runs(tmp_path, cache=False)
     assert tables.runs.loc[0, "bad_lines"] == 1

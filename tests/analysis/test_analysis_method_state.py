@@ -20,6 +20,7 @@ from analysis.tables import RunTables
 from experiments import metric_keys as keys
 from experiments import run_dir as files
 
+pytestmark = pytest.mark.slow  # a real run.py sweep (3 jobs of 4 steps, one process each: ~20 s)
 REPO = Path(__file__).resolve().parents[2]
 METHODS = ("deft", "exdyna", "micro")
 STEPS = 4
