@@ -87,3 +87,13 @@ def test_the_partition_figure_draws_what_exdyna_logged(real_runs: dict[str, Path
     for index, line in enumerate(lines, start=1):
         assert list(line.get_xdata()) == [r[keys.ROW_STEP] for r in rows]
         assert list(line.get_ydata()) == pytest.approx(edges[:, index])
+
+
+def test_every_key_the_runner_writes_is_a_named_constant(real_runs: dict[str, Path]) -> None:
+    """One key per fact: what the real runs log (rows and the metrics of summary.json) is named
+    in experiments/metric_keys.py, so analysis and tests can only ask for keys that exist."""
+    named = {value for name, value in vars(keys).items() if name.isupper() and isinstance(value, str)}
+    for run_dir in real_runs.values():
+        logged = set().union(*(record.keys() for record in files.read_metrics(run_dir / files.METRICS)))
+        summary = {key for key in files.read_json(run_dir / files.SUMMARY) if "/" in key}
+        assert logged | summary <= named, sorted((logged | summary) - named)
