@@ -5,17 +5,9 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-# A directory is a run when it holds a status marker, or a config next to what a run writes.
-# config.yaml alone is not enough: Hydra's .hydra/ folder holds one too.
-MARKER = "status.json"
-CONFIG = "config.yaml"
-COMPANIONS = ("env.json", "metrics.jsonl")
+from experiments.run_dir import holds_run
+
 SKIPPED = ("wandb",)
-
-
-def holds_run(file_names: set[str]) -> bool:
-    """True when a directory holding these files is one run of the local results store."""
-    return MARKER in file_names or (CONFIG in file_names and any(name in file_names for name in COMPANIONS))
 
 
 def is_run_dir(path: Path) -> bool:

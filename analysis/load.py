@@ -20,6 +20,7 @@ from analysis.discover import find_run_dirs
 from analysis.metrics_io import read_metrics_file
 from analysis.runinfo import read_run_info
 from analysis.tables import RunTables, assemble
+from experiments.run_dir import METRICS
 
 ENV_RUNS = "SPARSEBENCH_RUNS"
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -55,7 +56,7 @@ def load_runs(paths: Iterable[str | os.PathLike] | str | os.PathLike, cache: boo
 def _load_one(run_dir: Path, cache: bool) -> tuple[dict[str, Any], pa.Table | None, pa.Table | None]:
     """One run's description, train rows and eval rows."""
     info = read_run_info(run_dir)
-    metrics = read_metrics_file(run_dir / "metrics.jsonl", cache=cache)
+    metrics = read_metrics_file(run_dir / METRICS, cache=cache)
     info["metrics_cut"] = bool(metrics and metrics.cut)
     info["bad_lines"] = metrics.bad_lines if metrics else 0
     if metrics is None:

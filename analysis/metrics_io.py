@@ -4,7 +4,7 @@ cache beside the file.
 Parsing is Arrow's C++ JSON reader (about 10x faster than json.loads per line); files it cannot
 read (a value changing type between rows, a corrupt line in the middle) go through a line-by-line
 reader that keeps every line that parses. A line cut by a kill, i.e. text after the last newline,
-is never parsed: it is reported as `cut`, matching experiments.store.read_metrics.
+is never parsed: it is reported as `cut`, matching experiments.run_dir.read_metrics.
 
 The cache is keyed by the file's size and modification time, so a run still being written is
 re-read whenever it grows; a cache that cannot be written (read-only store) is silently skipped.
@@ -26,6 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.feather as feather
 import pyarrow.json as pa_json
+
+from experiments.metric_keys import EVAL_PREFIX, KIND_EVAL, ROW_KIND
 
 CACHE_DIR = ".analysis_cache"
 CACHE_VERSION = 2  # bump when the parsed table's shape changes, so old caches are ignored
@@ -94,15 +96,15 @@ def parse_jsonl(data: bytes) -> MetricsFile:
 
 def eval_mask(rows: pa.Table) -> np.ndarray:
     """Eval rows say so in `kind`; rows without a kind are eval rows when they hold eval/*."""
-    if "kind" in rows.column_names:
-        kind = rows.column("kind")
-        mask = pc.fill_null(pc.equal(kind, "eval"), False).to_numpy(zero_copy_only=False)
+    if ROW_KIND in rows.column_names:
+        kind = rows.column(ROW_KIND)
+        mask = pc.fill_null(pc.equal(kind, KIND_EVAL), False).to_numpy(zero_copy_only=False)
         unknown = pc.is_null(kind).to_numpy(zero_copy_only=False)
     else:
         mask, unknown = np.zeros(rows.num_rows, dtype=bool), np.ones(rows.num_rows, dtype=bool)
     if unknown.any():
         for name in rows.column_names:
-            if name.startswith("eval/"):
+            if name.startswith(EVAL_PREFIX):
                 mask = mask | (unknown & pc.is_valid(rows.column(name)).to_numpy(zero_copy_only=False))
     return np.asarray(mask, dtype=bool)
 

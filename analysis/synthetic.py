@@ -6,6 +6,9 @@ figure has something to draw. Each run has a task (classification, language_mode
 recommendation) whose eval rows carry that task's metrics, and summary.json records the task and
 the data source under the runner's keys (`task`, `dataset`, `schedule`); `legacy` writes a run as
 the runner did before tasks existed. Nothing here is used to analyse real runs.
+
+Rows carry the keys the runner and each sparsifier really log (experiments/metric_keys.py; a
+test compares the key sets with real runs), and the files are written by experiments/run_dir.py.
 """
 from __future__ import annotations
 
@@ -15,16 +18,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import yaml
+
+from experiments import metric_keys as k
+from experiments import run_dir as files
 
 NUMEL = 100_000
 UNITS = 12
 # task kind -> (headline metric, higher is better, default model, default dataset)
 TASKS = {
-    "classification": ("eval/accuracy", True, "mlp", "synthetic"),
-    "language_model": ("eval/perplexity", False, "lstm", "wikitext2"),
-    "recommendation": ("eval/hr10", True, "ncf", "movielens"),
+    "classification": (k.ACCURACY, True, "mlp", "synthetic"),
+    "language_model": (k.PERPLEXITY, False, "lstm", "wikitext2"),
+    "recommendation": (k.HR10, True, "ncf", "movielens"),
 }
+# The threshold-controlled methods and what they log besides sparsifier/threshold.
+THRESHOLDED = ("micro", "exdyna", "threshold", "sage", "dgc", "gaussiank")
+SCANNING = ("micro", "exdyna", "deft")  # methods that log selection/scanned
 
 
 @dataclass(frozen=True)
@@ -62,9 +70,9 @@ def metrics_text(run: SyntheticRun) -> str:
     """The content of the run's metrics.jsonl (cut mid-line when `run.cut`)."""
     density = 1.0 if run.method == "dense" else run.density
     rng = np.random.default_rng(zlib.crc32(f"{run.method}/{run.workers}/{run.seed}/{run.task}/{run.knobs}".encode()))
-    lines = [json.dumps(row) for row in _rows(run, density, rng)]
-    text = "\n".join(lines) + "\n"
-    return text + lines[0][: len(lines[0]) // 2] if run.cut else text
+    text = files.metrics_text(_rows(run, density, rng))
+    first = text[: text.index("\n")]
+    return text + first[: len(first) // 2] if run.cut else text
 
 
 def write_run(run_dir: Path, run: SyntheticRun, metrics: str | None = None) -> Path:
@@ -81,25 +89,27 @@ def write_run(run_dir: Path, run: SyntheticRun, metrics: str | None = None) -> P
     }
     if not run.legacy:
         config["schedule"] = {"name": "constant"}
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    # sync=False: the load benchmark writes thousands of these; none must survive a power cut.
+    files.write_yaml(run_dir / files.CONFIG, config, sync=False)
     env = {"resolved": {"world": "hosted", "processes": processes}, "job": {"group": run.group}}
-    (run_dir / "env.json").write_text(json.dumps(env))
+    files.write_json(run_dir / files.ENV, env, sync=False)
     metrics = metrics if metrics is not None else metrics_text(run)
-    (run_dir / "metrics.jsonl").write_text(metrics)
+    files.write_atomic(run_dir / files.METRICS, metrics, sync=False)
     status: dict = {"status": run.status}
     if run.status == "failed":
         status["error"] = "rank0: RuntimeError: synthetic failure"
-    (run_dir / "status.json").write_text(json.dumps(status))
+    files.write_json(run_dir / files.STATUS, status, sync=False)
     if run.status == "done":
-        (run_dir / "summary.json").write_text(json.dumps(_summary(run, metrics)))
+        files.write_json(run_dir / files.SUMMARY, _summary(run, metrics), sync=False)
     return run_dir
 
 
 def _summary(run: SyntheticRun, metrics: str) -> dict:
     """summary.json: the last evaluation's metrics and, unless legacy, task, dataset and schedule."""
     # From the end: the benchmark writes 1,000 runs of 1,000 steps, too many lines to parse each.
-    last_eval = next((json.loads(line) for line in reversed(metrics.splitlines()) if '"kind": "eval"' in line), {})
-    summary = {key: value for key, value in last_eval.items() if key.startswith("eval/")}
+    eval_marker = json.dumps({k.ROW_KIND: k.KIND_EVAL})[1:-1]  # '"kind": "eval"', as dumps writes it
+    last_eval = next((json.loads(line) for line in reversed(metrics.splitlines()) if eval_marker in line), {})
+    summary = {key: value for key, value in last_eval.items() if key.startswith(k.EVAL_PREFIX)}
     summary["steps"] = run.steps
     if run.legacy:
         return summary
@@ -133,29 +143,34 @@ def _rows(run: SyntheticRun, density: float, rng: np.random.Generator):
         actual = min(1.0, density * buildup * (1.0 + noise))
         compute, select = 20.0 + rng.random(), 0.1 * (1 + rng.random()) * (10 if whole else 10 / run.workers)
         sent = actual * NUMEL * 8.0
+        step_ms = compute + select * 1.2 + 3.5
         row = {
-            "step": step, "kind": "train", "epoch": step // per_epoch,
-            "traffic/sent_bytes_max": sent * 1.1, "traffic/sent_bytes_mean": sent,
-            "traffic/recv_bytes_max": sent * 1.1, "traffic/recv_bytes_mean": sent,
-            "traffic/dense_bytes": NUMEL * 8.0, "traffic/ratio": sent / (NUMEL * 8.0),
-            "density/actual": actual, "density/target": density, "density/error": actual * NUMEL / k_target - 1.0,
-            "buildup": buildup, "selection/overlap": 1.0, "selection/k_max": k_target * 1.2,
-            "selection/k_mean": float(k_target), "selection/load_imbalance": abs(rng.normal(0.2, 0.05)),
-            "train/loss": 2.0 * np.exp(-step / run.steps) + 0.1 * rng.random(),
-            "time/select_ms_max": select * 1.2, "time/select_ms_mean": select,
-            "time/compute_ms_max": compute, "time/compute_ms_mean": compute * 0.95,
-            "time/exchange_ms": 2.0 + rng.random(), "time/exchange_model_ms": 1.0 + actual * 50,
-            "time/step_ms": compute + select * 1.2 + 3.5,
-            "ef/residual_norm": 0.0 if run.method == "dense" else 5.0 + rng.random(),
-            "ef/rel_residual": 0.0 if run.method == "dense" else 0.9,
+            k.ROW_STEP: step, k.ROW_KIND: k.KIND_TRAIN, k.ROW_EPOCH: step // per_epoch,
+            k.EXCHANGE_MODEL: 1.0 + actual * 50, k.DENSE_MODEL: 51.0,
+            k.SENT_MAX: sent * 1.1, k.SENT_MEAN: sent, k.RECV_MAX: sent * 1.1, k.RECV_MEAN: sent,
+            k.DENSE_BYTES: NUMEL * 8.0, k.RATIO: sent / (NUMEL * 8.0),
+            k.DENSITY_ACTUAL: actual, k.DENSITY_TARGET: density, k.DENSITY_ERROR: actual * NUMEL / k_target - 1.0,
+            k.BUILDUP: buildup, k.OVERLAP: 1.0, k.K_MAX: k_target * 1.2,
+            k.K_MEAN: float(k_target), k.LOAD_IMBALANCE: abs(rng.normal(0.2, 0.05)),
+            k.LOSS: 2.0 * np.exp(-step / run.steps) + 0.1 * rng.random(),
+            k.SELECT_MAX: select * 1.2, k.SELECT_MEAN: select,
+            k.COMPUTE_MAX: compute, k.COMPUTE_MEAN: compute * 0.95,
+            k.EXCHANGE: 2.0 + rng.random(), k.STEP: step_ms,
+            k.RESIDUAL: 0.0 if run.method == "dense" else 5.0 + rng.random(),
+            k.REL_RESIDUAL: 0.0 if run.method == "dense" else 0.9,
         }
         if not run.legacy:
-            row["train/lr"] = 0.1
+            row[k.LR] = 0.1
+            row[k.ELAPSED] = (step + 1) * step_ms / 1e3
         row.update(_method_state(run, step, rng))
         yield row
         if (step + 1) % per_epoch == 0:
             progress = 1 - np.exp(-(step + 1) / per_epoch)
-            yield {"step": step, "kind": "eval", "epoch": step // per_epoch, **_evaluation(run.task, progress, rng)}
+            evaluation = {k.ROW_STEP: step, k.ROW_KIND: k.KIND_EVAL, k.ROW_EPOCH: step // per_epoch,
+                          **_evaluation(run.task, progress, rng)}
+            if not run.legacy:
+                evaluation[k.ELAPSED] = (step + 1) * step_ms / 1e3
+            yield evaluation
 
 
 def _evaluation(task: str, progress: float, rng: np.random.Generator) -> dict:
@@ -163,25 +178,40 @@ def _evaluation(task: str, progress: float, rng: np.random.Generator) -> dict:
     noise = 0.01 * rng.random()
     if task == "language_model":
         perplexity = 400.0 - 280.0 * progress + 5.0 * noise
-        return {"eval/perplexity": perplexity, "eval/loss": float(np.log(perplexity))}
+        return {k.PERPLEXITY: perplexity, k.EVAL_LOSS: float(np.log(perplexity))}
     if task == "recommendation":
         hit_rate = 0.65 * progress + noise
-        return {"eval/hr10": hit_rate, "eval/ndcg10": 0.6 * hit_rate}
+        return {k.HR10: hit_rate, k.NDCG10: 0.6 * hit_rate}
     accuracy = 0.9 * progress + noise
-    return {"eval/accuracy": accuracy, "eval/loss": 1 - accuracy, "eval/top5": min(1.0, accuracy + 0.08)}
+    return {k.ACCURACY: accuracy, k.EVAL_LOSS: 1 - accuracy, k.TOP5: min(1.0, accuracy + 0.08)}
 
 
 def _method_state(run: SyntheticRun, step: int, rng: np.random.Generator) -> dict:
-    """What the method-specific sparsifiers log besides the common metrics."""
+    """What the method-specific sparsifiers log besides the common metrics, under their keys."""
     state: dict = {}
-    if run.method in ("micro", "exdyna", "threshold", "sage", "dgc"):
-        state["sparsifier/threshold"] = 0.01 * (1 + 0.1 * np.sin(step / 10))
+    if run.method in THRESHOLDED:
+        state[k.THRESHOLD] = 0.01 * (1 + 0.1 * np.sin(step / 10))
+    if run.method in SCANNING:
+        state[k.SCANNED] = float(NUMEL // run.workers)
     if run.method == "exdyna":
         edges = np.linspace(0, 1024, run.workers + 1) + np.r_[0, rng.integers(-3, 4, run.workers - 1), 0]
-        state["sparsifier/partition_boundaries"] = [int(edge) for edge in edges]
+        state[k.PARTITION_BOUNDARIES] = [int(edge) for edge in edges]
+        state[k.BLOCKS_MOVED] = float(rng.integers(0, 4))
+        state[k.BLOCK_SIZE] = float(NUMEL // 1024)
+    if run.method == "sage" and step > 0:  # the rescaling factors exist from the second step on
+        state.update({k.sparsifier_key(name): 1.0 + 0.01 * rng.normal() for name in ("alpha", "beta", "gamma")})
+        state[k.sparsifier_key("d_exam")] = run.density * (1 + 0.1 * rng.normal())
+    if run.method == "gaussiank":
+        state[k.SCANS] = float(rng.integers(1, 4))
+    if run.method == "dgc":
+        state.update({k.DGC_DENSITY: run.density, k.DGC_RETRIES: 0.0, k.DGC_CLIP_COEF: 1.0})
     if run.method == "deft":
         norms = rng.random(UNITS) * 2
-        state["sparsifier/unit_norms"] = [float(n) for n in norms]
-        state["sparsifier/unit_k"] = [int(k) for k in np.maximum(1, norms / norms.sum() * 1000)]
-        state["sparsifier/bin_loads"] = [float(v) for v in 100 + rng.random(run.workers)]
+        unit_k = [float(count) for count in np.maximum(1, np.floor(norms / norms.sum() * 1000))]
+        loads = [float(v) for v in 100 + rng.random(run.workers)]
+        state.update({
+            k.DEFT_MAX_BIN_LOAD_RATIO: max(loads) / (sum(loads) / run.workers), k.DEFT_K_SUM: sum(unit_k),
+            k.DEFT_COMMON_UNITS: 1.0, k.DEFT_UNIT_K: unit_k, k.DEFT_UNIT_COMMON: [0.0] * (UNITS - 1) + [1.0],
+            k.DEFT_UNIT_NORMS: [float(n) for n in norms], k.DEFT_BIN_LOADS: loads,
+        })
     return state

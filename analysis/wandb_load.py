@@ -15,6 +15,7 @@ from typing import Any
 from analysis.metrics_io import records_to_table
 from analysis.runinfo import describe_run
 from analysis.tables import RunTables, assemble
+from experiments import metric_keys as k
 
 # W&B run states -> the local store's statuses.
 STATES = {"finished": "done", "running": "running", "pending": "running", "crashed": "failed",
@@ -49,10 +50,10 @@ def split_history(history: Any) -> tuple[list[dict], list[dict]]:
     for row in history:
         step = row.get("_step")
         values = {key: value for key, value in row.items() if not str(key).startswith("_") and value is not None}
-        evaluation = {key: value for key, value in values.items() if str(key).startswith("eval/")}
+        evaluation = {key: value for key, value in values.items() if str(key).startswith(k.EVAL_PREFIX)}
         rest = {key: value for key, value in values.items() if key not in evaluation}
         if evaluation:
-            evals.append({"step": step, "kind": "eval", "epoch": values.get("epoch"), **evaluation})
-        if set(rest) - {"epoch"}:
-            train.append({"step": step, "kind": "train", **rest})
+            evals.append({k.ROW_STEP: step, k.ROW_KIND: k.KIND_EVAL, k.ROW_EPOCH: values.get(k.ROW_EPOCH), **evaluation})
+        if set(rest) - {k.ROW_EPOCH}:
+            train.append({k.ROW_STEP: step, k.ROW_KIND: k.KIND_TRAIN, **rest})
     return train, evals

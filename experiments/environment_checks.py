@@ -20,6 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
 from datasets.files import endpoint
+from experiments.run_dir import STATUS
 from sparsifiers.base import ConfigError
 
 WANDB_CONNECT_TIMEOUT_S = 3.0  # a reachable W&B answers a TCP connect well within this
@@ -65,7 +66,7 @@ def check_not_a_run(run_dir: Path, key: str) -> None:
     """Refuses a run directory that already holds a run (its status.json or Hydra's .hydra/),
     before Hydra writes into it. (`resume=DIR`, which continues its own directory on purpose,
     never composes: experiments/resume.py.)"""
-    for marker in ("status.json", ".hydra/config.yaml"):
+    for marker in (STATUS, ".hydra/config.yaml"):
         if (run_dir / marker).exists():
             raise ConfigError(f"{key}: {run_dir} already holds a run ({marker} exists): choose another {key} "
                               "(or leave it unset: a new directory per run)")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from experiments import metric_keys as keys
 from experiments.exchange import ExchangeResult
 from experiments.traffic import TrafficMeter
 from sparsifiers.base import ExchangeKind, SelectionScope
@@ -59,23 +60,23 @@ def exchange_metrics(
         buildup = selected / total if total else float("nan")
     modelled = {}
     if meter.network is not None:
-        modelled = {"time/exchange_model_ms": meter.model_s * 1e3, "time/dense_model_ms": context.dense_model_ms}
+        modelled = {keys.EXCHANGE_MODEL: meter.model_s * 1e3, keys.DENSE_MODEL: context.dense_model_ms}
     return {
         **modelled,
-        "traffic/sent_bytes_max": float(meter.sent.max()),
-        "traffic/sent_bytes_mean": float(meter.sent.mean()),
-        "traffic/recv_bytes_max": float(meter.recv.max()),
-        "traffic/recv_bytes_mean": float(meter.recv.mean()),
-        "traffic/dense_bytes": context.dense_bytes,
-        "traffic/ratio": float(meter.sent.mean()) / context.dense_bytes if context.dense_bytes else float("nan"),
-        "density/actual": union / context.numel,
-        "density/target": density_target,
-        "density/error": union / k_target - 1.0,
-        "buildup": buildup,
-        "selection/overlap": total / selected if selected else float("nan"),  # shared (common) units excluded
-        "selection/k_max": float(counts.max()),
-        "selection/k_mean": mean_count,
-        "selection/load_imbalance": (
+        keys.SENT_MAX: float(meter.sent.max()),
+        keys.SENT_MEAN: float(meter.sent.mean()),
+        keys.RECV_MAX: float(meter.recv.max()),
+        keys.RECV_MEAN: float(meter.recv.mean()),
+        keys.DENSE_BYTES: context.dense_bytes,
+        keys.RATIO: float(meter.sent.mean()) / context.dense_bytes if context.dense_bytes else float("nan"),
+        keys.DENSITY_ACTUAL: union / context.numel,
+        keys.DENSITY_TARGET: density_target,
+        keys.DENSITY_ERROR: union / k_target - 1.0,
+        keys.BUILDUP: buildup,
+        keys.OVERLAP: total / selected if selected else float("nan"),  # shared (common) units excluded
+        keys.K_MAX: float(counts.max()),
+        keys.K_MEAN: mean_count,
+        keys.LOAD_IMBALANCE: (
             context.world_size * float(counts.max()) / total - 1.0 if total and context.exchange in PADDED_EXCHANGES else 0.0
         ),
     }
@@ -85,18 +86,18 @@ def rank_metrics(stats: torch.Tensor) -> dict[str, float]:
     """Reduces the gathered [W, len(RANK_STATS)] rows: max and mean over ranks."""
     column = {name: stats[:, i].double() for i, name in enumerate(RANK_STATS)}
     metrics = {
-        "train/loss": float(column["loss"].mean()),
-        "time/select_ms_max": float(column["select_ms"].max()),
-        "time/select_ms_mean": float(column["select_ms"].mean()),
-        "time/compute_ms_max": float(column["compute_ms"].max()),
-        "time/compute_ms_mean": float(column["compute_ms"].mean()),
-        "time/exchange_ms": float(column["exchange_ms"].max()),
-        "time/step_ms": float(column["step_ms"].max()),
+        keys.LOSS: float(column["loss"].mean()),
+        keys.SELECT_MAX: float(column["select_ms"].max()),
+        keys.SELECT_MEAN: float(column["select_ms"].mean()),
+        keys.COMPUTE_MAX: float(column["compute_ms"].max()),
+        keys.COMPUTE_MEAN: float(column["compute_ms"].mean()),
+        keys.EXCHANGE: float(column["exchange_ms"].max()),
+        keys.STEP: float(column["step_ms"].max()),
     }
     if not torch.isnan(column["acc_norm"]).any():
-        metrics["ef/residual_norm"] = float(column["residual_norm"].mean())
+        metrics[keys.RESIDUAL] = float(column["residual_norm"].mean())
         ratio = column["residual_norm"] / column["acc_norm"].clamp_min(1e-30)
-        metrics["ef/rel_residual"] = float(ratio.mean())
+        metrics[keys.REL_RESIDUAL] = float(ratio.mean())
     return metrics
 
 

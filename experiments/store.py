@@ -1,53 +1,22 @@
-"""The local results store: one directory per run.
+"""The local results store: one directory per run, its files as experiments/run_dir.py
+defines them (names, atomic writer, metrics appender, reader). What is the store's own behaviour
+lives here: status updates that keep a run's history, and what a resume does to metrics.jsonl
+(truncate_metrics) and to an earlier attempt's files (set_aside).
 
-    config.yaml     resolved config (written once, before launch)
-    env.json        versions, git commit, host, device, threads, job identity
-    status.json     running | done | failed (with the error), rewritten atomically
-    metrics.jsonl   one JSON object per line, append-only, flushed per line
-    summary.json    final numbers, written atomically at the end
     checkpoints/    run-level checkpoints (checkpoint.py); metrics.dropped.jsonl after a resume
-
-Atomic writes (temp file + rename) mean a crash leaves either the old file or the new one,
-never half of one; appending and flushing line by line means a killed run keeps every complete
-line it logged.
 """
 from __future__ import annotations
 
 import json
-import math
-import os
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-CONFIG = "config.yaml"
-ENV = "env.json"
-STATUS = "status.json"
-METRICS = "metrics.jsonl"
-SUMMARY = "summary.json"
-DROPPED_METRICS = "metrics.dropped.jsonl"  # lines a resumed run logs again
-PREVIOUS = "previous"  # earlier attempts' error files
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Writes `text` to `path` so that readers never see a partial file."""
-    temp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(temp, "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temp, path)
-
-
-def _jsonable(value: Any) -> Any:
-    """JSON has no NaN or infinity: those become null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-def dumps(record: dict[str, Any]) -> str:
-    return json.dumps({key: _jsonable(value) for key, value in record.items()}, sort_keys=False)
+# Re-exported: the launcher, the worker and the resume checks name run files through the store.
+from experiments.run_dir import (  # noqa: F401
+    CONFIG, DROPPED_METRICS, ENV, METRICS, PREVIOUS, STATUS, SUMMARY, MetricsWriter, dumps, read_json,
+    read_metrics, write_atomic, write_json,
+)
 
 
 class RunStore:
@@ -60,13 +29,10 @@ class RunStore:
         return self.dir / name
 
     def write_json(self, name: str, data: dict[str, Any]) -> None:
-        write_atomic(self.path(name), json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+        write_json(self.path(name), data)
 
     def read_json(self, name: str) -> dict[str, Any] | None:
-        try:
-            return json.loads(self.path(name).read_text())
-        except FileNotFoundError:
-            return None
+        return read_json(self.path(name))
 
     def set_status(self, status: str, name: str = STATUS, **details: Any) -> None:
         """Rewrites status.json (or a node's own status file, `name`), keeping `started` and `resumes`."""
@@ -98,20 +64,6 @@ class RunStore:
         return MetricsWriter(self.path(METRICS))
 
 
-class MetricsWriter:
-    """Appends one JSON line per record and flushes it at once."""
-
-    def __init__(self, path: Path) -> None:
-        self._handle: TextIO = open(path, "a", buffering=1)
-
-    def write(self, record: dict[str, Any]) -> None:
-        self._handle.write(dumps(record) + "\n")
-        self._handle.flush()
-
-    def close(self) -> None:
-        self._handle.close()
-
-
 def truncate_metrics(path: Path, next_step: int, aside: Path) -> int:
     """Before a resumed run appends to metrics.jsonl: keeps the lines of steps before
     `next_step` (what the checkpoint saw logged) and moves the rest, which the resumed run will
@@ -132,17 +84,3 @@ def truncate_metrics(path: Path, next_step: int, aside: Path) -> int:
             handle.writelines(line if line.endswith("\n") else line + "\n" for line in moved)
         write_atomic(path, "".join(kept))
     return len(moved)
-
-
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """Every complete line of a metrics.jsonl; a line cut by a kill is skipped, not fatal."""
-    records = []
-    with open(path) as handle:
-        for line in handle:
-            if not line.endswith("\n"):
-                break  # the last line of a killed run
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return records

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from experiments import metric_keys as keys
 from sparsifiers.base import ConfigError, ExchangeKind, SelectionScope, Sparsifier
 from sparsifiers.deft_allocation import (
     allocate,
@@ -204,17 +205,17 @@ class DEFT(Sparsifier):
         binned = [costs[unit] for units in self._bins for unit in units]
         lower_bound = max(max(binned), sum(binned) / self.world_size) if binned else 0.0
         metrics: dict[str, float | list[float]] = {
-            "deft/max_bin_load_ratio": max(loads) / lower_bound if lower_bound else 1.0,
-            "deft/k_sum": float(sum(self._k)),
-            "deft/common_units": float(len(self._common)),
-            "selection/scanned": float(self._scanned),
+            keys.DEFT_MAX_BIN_LOAD_RATIO: max(loads) / lower_bound if lower_bound else 1.0,
+            keys.DEFT_K_SUM: float(sum(self._k)),
+            keys.DEFT_COMMON_UNITS: float(len(self._common)),
+            keys.SCANNED: float(self._scanned),
         }
         if self.log_units_every and self._step % self.log_units_every == 0:
             common = set(self._common)
-            metrics["deft/unit_k"] = [float(k) for k in self._k]
-            metrics["deft/unit_common"] = [1.0 if unit in common else 0.0 for unit in range(len(self.units))]
-            metrics["deft/unit_norms"] = list(self._norms)
-            metrics["deft/bin_loads"] = loads
+            metrics[keys.DEFT_UNIT_K] = [float(k) for k in self._k]
+            metrics[keys.DEFT_UNIT_COMMON] = [1.0 if unit in common else 0.0 for unit in range(len(self.units))]
+            metrics[keys.DEFT_UNIT_NORMS] = list(self._norms)
+            metrics[keys.DEFT_BIN_LOADS] = loads
         return metrics
 
     def describe(self) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from experiments import metric_keys as keys
 from sparsifiers.base import ConfigError, ExchangeKind, SelectionScope, Sparsifier, target_count
 from sparsifiers.layout import Layout
 from sparsifiers.workspace import scratch, scratch_like
@@ -48,7 +49,7 @@ class DGC(Sparsifier):
     scope = SelectionScope.WHOLE
     exchanges = (ExchangeKind.SPARSE_ALLGATHER,)
     owns_momentum = True
-    shared_state = ("dgc/density",)  # the warm-up stage: identical on every rank by design
+    shared_state = (keys.DGC_DENSITY,)  # the warm-up stage: identical on every rank by design
 
     def __init__(
         self,
@@ -175,10 +176,10 @@ class DGC(Sparsifier):
     # -- method state -------------------------------------------------------------------------
     def metrics(self) -> dict[str, float | list[float]]:
         return {
-            "sparsifier/threshold": self._threshold,
-            "dgc/density": self.current_density,
-            "dgc/retries": float(self._retries),
-            "dgc/clip_coef": self._clip_coef,
+            keys.THRESHOLD: self._threshold,
+            keys.DGC_DENSITY: self.current_density,
+            keys.DGC_RETRIES: float(self._retries),
+            keys.DGC_CLIP_COEF: self._clip_coef,
         }
 
     def describe(self) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from experiments import metric_keys as keys
 from sparsifiers.base import ConfigError, ExchangeKind, Feedback, SelectionScope, Sparsifier
 from sparsifiers.layout import Layout, even_splits
 from sparsifiers.threshold_control import (
@@ -55,7 +56,7 @@ class ExDyna(Sparsifier):
     scope = SelectionScope.SPLIT
     exchanges = (ExchangeKind.UNION_ALLREDUCE,)
     shared_state = (
-        "sparsifier/threshold", "sparsifier/partition_boundaries", "sparsifier/blocks_moved", "sparsifier/block_size",
+        keys.THRESHOLD, keys.PARTITION_BOUNDARIES, keys.BLOCKS_MOVED, keys.BLOCK_SIZE,
     )
 
     def __init__(
@@ -163,11 +164,11 @@ class ExDyna(Sparsifier):
     # -- reporting and resume ------------------------------------------------------------------
     def metrics(self) -> dict[str, float | list[float]]:
         return {
-            "sparsifier/threshold": self._used["threshold"],
-            "sparsifier/partition_boundaries": list(self._used["boundaries"]),
-            "sparsifier/blocks_moved": float(self._used["moved"]),
-            "sparsifier/block_size": float(self.block_size),
-            "selection/scanned": float(self._used["scanned"]),
+            keys.THRESHOLD: self._used["threshold"],
+            keys.PARTITION_BOUNDARIES: list(self._used["boundaries"]),
+            keys.BLOCKS_MOVED: float(self._used["moved"]),
+            keys.BLOCK_SIZE: float(self.block_size),
+            keys.SCANNED: float(self._used["scanned"]),
         }
 
     def describe(self) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from experiments import metric_keys as keys
 from sparsifiers.base import ConfigError, ExchangeKind, SelectionScope, Sparsifier
 from sparsifiers.layout import Layout
 from sparsifiers.threshold_control import ThresholdScan
@@ -62,7 +63,7 @@ class GaussianK(Sparsifier):
         return self._scan.indices(0)
 
     def metrics(self) -> dict[str, float | list[float]]:
-        return {"sparsifier/threshold": self._last["threshold"], "sparsifier/scans": float(self._last["scans"])}
+        return {keys.THRESHOLD: self._last["threshold"], keys.SCANS: float(self._last["scans"])}
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "max_scans": self.max_scans, "quantile": self.quantile}

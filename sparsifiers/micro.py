@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from experiments import metric_keys as keys
 from sparsifiers.base import ConfigError, ExchangeKind, Feedback, SelectionScope, Sparsifier
 from sparsifiers.layout import Layout, even_splits
 from sparsifiers.threshold_control import (
@@ -43,7 +44,7 @@ class Micro(Sparsifier):
     name = "micro"
     scope = SelectionScope.SPLIT
     exchanges = (ExchangeKind.UNION_ALLREDUCE,)
-    shared_state = ("sparsifier/threshold",)
+    shared_state = (keys.THRESHOLD,)
 
     def __init__(
         self,
@@ -90,7 +91,7 @@ class Micro(Sparsifier):
         self.threshold = next_threshold(self.threshold, feedback.aggregated, self.k, self.threshold_rule)
 
     def metrics(self) -> dict[str, float | list[float]]:
-        return {"sparsifier/threshold": self._used_threshold, "selection/scanned": float(self._scanned)}
+        return {keys.THRESHOLD: self._used_threshold, keys.SCANNED: float(self._scanned)}
 
     def describe(self) -> dict[str, Any]:
         described = super().describe()

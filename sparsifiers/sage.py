@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from experiments import metric_keys as keys
 from sparsifiers.base import ConfigError, ExchangeKind, SelectionScope, Sparsifier
 from sparsifiers.layout import Layout
 from sparsifiers.threshold_control import ThresholdScan, check_comparison, initial_threshold
@@ -100,7 +101,7 @@ class Sage(Sparsifier):
         return self._scan.indices(0)
 
     def metrics(self) -> dict[str, float | list[float]]:
-        return {"sparsifier/threshold": self.threshold, **{f"sparsifier/{k}": v for k, v in self._factors.items()}}
+        return {keys.THRESHOLD: self.threshold, **{keys.sparsifier_key(k): v for k, v in self._factors.items()}}
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from experiments import metric_keys as keys
 from sparsifiers.base import ConfigError, ExchangeKind, SelectionScope, Sparsifier
 from sparsifiers.layout import Layout
 from sparsifiers.threshold_control import ThresholdScan, check_comparison, initial_threshold
@@ -31,7 +32,7 @@ class HardThreshold(Sparsifier):
     name = "threshold"
     scope = SelectionScope.WHOLE
     exchanges = (ExchangeKind.UNION_ALLREDUCE,)
-    shared_state = ("sparsifier/threshold",)
+    shared_state = (keys.THRESHOLD,)
 
     def __init__(
         self,
@@ -59,7 +60,7 @@ class HardThreshold(Sparsifier):
         return self._scan.select(acc, self.threshold, 0)
 
     def metrics(self) -> dict[str, float | list[float]]:
-        return {"sparsifier/threshold": self.threshold}
+        return {keys.THRESHOLD: self.threshold}
 
     def describe(self) -> dict[str, Any]:
         return {

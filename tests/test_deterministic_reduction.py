@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from experiments import run_dir as run_files
 from experiments.compose import CONF_DIR
 from datasets.fashion_mnist import DEBIAN_DIR
 from tests.conftest import REPO, run_cli, run_world
@@ -132,7 +133,7 @@ def test_rank_order_meters_the_all_gather_it_sends(worlds):
 
 def logged_rows(run_dir: Path) -> list[dict]:
     """Every logged row without its timings (time/* and wall-clock fields)."""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (run_dir / run_files.METRICS).read_text().splitlines()]
     return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in rows]
 
 
@@ -166,7 +167,7 @@ def test_the_command_line_logs_the_same_metrics_hosted_and_in_processes(tmp_path
         result = run_cli([*common, f"processes={processes}", f"hydra.run.dir={run_dir}"], timeout=600)
         assert result.returncode == 0, result.stderr[-3000:]
         runs[processes] = run_dir
-    env = {p: json.loads((runs[p] / "env.json").read_text())["resolved"] for p in runs}
+    env = {p: run_files.read_json(runs[p] / run_files.ENV)["resolved"] for p in runs}
     # The same intra-op thread count in every layout (environment.py): the kernels' own sums agree.
     assert env[1]["threads_per_process"] == env[spread_over]["threads_per_process"]
     hosted, spread = logged_rows(runs[1]), logged_rows(runs[spread_over])

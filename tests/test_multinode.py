@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from experiments import run_dir as run_files
 from experiments.compose import compose_job
 from experiments.nodes import rendezvous_id
 from experiments.store import read_metrics
@@ -67,11 +68,11 @@ def test_two_agents_on_localhost_as_two_nodes_end_done_in_one_run_directory(tmp_
     stdouts = [stdout for stdout, _ in outputs]
     assert sum("results: " in out for out in stdouts) == 1  # the node with rank 0 prints the summary
     assert sum(f"node done: this node's ranks finished; the results are in {run_dir}" in out for out in stdouts) == 1
-    assert json.loads((run_dir / "status.json").read_text())["status"] == "done"
+    assert run_files.read_json(run_dir / run_files.STATUS)["status"] == "done"
     per_node = sorted(run_dir.glob("status.*.json"))
     assert len(per_node) == 2 and all(json.loads(path.read_text())["status"] == "done" for path in per_node)
     assert len(list(run_dir.glob("env.*.json"))) == 2 and len(list(run_dir.glob("agent.*.json"))) == 2
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = run_files.read_json(run_dir / run_files.SUMMARY)
     assert summary["steps"] == 6, summary
-    steps = [row["step"] for row in read_metrics(run_dir / "metrics.jsonl") if row["kind"] == "train"]
+    steps = [row["step"] for row in read_metrics(run_dir / run_files.METRICS) if row["kind"] == "train"]
     assert steps == list(range(6))  # each step once: only rank 0 logs

@@ -4,13 +4,13 @@ the smoke scale; without the data the paper scale stops before launch naming the
 smoke experiment runs through the real command line and its report draws its figure."""
 from __future__ import annotations
 
-import json
 import pickle
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from experiments import run_dir as run_files
 from experiments.compose import CONF_DIR, compose_job, preflight
 from experiments.validate import validate
 from tests.conftest import run_cli
@@ -108,11 +108,11 @@ def test_smoke_experiment_runs_and_draws_its_figure(experiment, tmp_path):
     result = run_cli(args, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     (sweep,) = (out / "sweeps").iterdir()
-    runs = sorted(p for p in sweep.iterdir() if (p / "status.json").exists())
+    runs = sorted(p for p in sweep.iterdir() if (p / run_files.STATUS).exists())
     assert len(runs) == sweep_size(experiment, fixed=("workers",))
     for run in runs:
-        assert json.loads((run / "status.json").read_text())["status"] == "done"
-        summary = json.loads((run / "summary.json").read_text())
+        assert run_files.read_json(run / run_files.STATUS)["status"] == "done"
+        summary = run_files.read_json(run / run_files.SUMMARY)
         assert summary["dataset"]["source"].startswith("stand-in") and summary["steps"] == 2
     assert (sweep / "report" / f"{FIGURE[experiment]}.png").stat().st_size > 10_000
 
@@ -127,7 +127,7 @@ def test_language_model_and_recommendation_workloads_train_and_report_their_metr
     result = run_cli(args, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     (run,) = (tmp_path / "out" / "runs").iterdir()
-    summary = json.loads((run / "summary.json").read_text())
+    summary = run_files.read_json(run / run_files.SUMMARY)
     assert summary["task"]["metric"] == metric and summary[metric] > 0
     assert summary["dataset"]["source"].startswith("stand-in")
     label = {"eval/perplexity": "perplexity", "eval/hr10": "HR@10"}[metric]

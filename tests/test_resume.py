@@ -11,7 +11,6 @@ parameters and logs the same metrics (timings aside) as a run never stopped.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import shutil
 import signal
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from experiments import run_dir as run_files
 from experiments.checkpoint import MARKER, complete_steps, step_dir
 from experiments.store import read_metrics
 from tests.conftest import REPO, TINY_RUN, run_cli, run_world
@@ -38,13 +38,13 @@ def without_timings(record: dict) -> dict:
 
 def assert_same_run(uninterrupted: Path, resumed: Path) -> None:
     """Same parameters (their digest), same metric lines in the same order, same summary."""
-    expected = [without_timings(r) for r in read_metrics(uninterrupted / "metrics.jsonl")]
-    got = [without_timings(r) for r in read_metrics(resumed / "metrics.jsonl")]
+    expected = [without_timings(r) for r in read_metrics(uninterrupted / run_files.METRICS)]
+    got = [without_timings(r) for r in read_metrics(resumed / run_files.METRICS)]
     assert [(r["step"], r["kind"]) for r in got] == [(r["step"], r["kind"]) for r in expected]
     for want, have in zip(expected, got):
         assert have == want, f"step {want['step']} ({want['kind']}) differs"
-    summary_a = json.loads((uninterrupted / "summary.json").read_text())
-    summary_b = json.loads((resumed / "summary.json").read_text())
+    summary_a = run_files.read_json(uninterrupted / run_files.SUMMARY)
+    summary_b = run_files.read_json(resumed / run_files.SUMMARY)
     assert summary_b["parameters_sha256"] == summary_a["parameters_sha256"]
     assert without_timings(summary_b) == without_timings(summary_a)
 
@@ -90,8 +90,8 @@ def test_every_sparsifier_resumes_exactly(harness_out, layout, case):
     assert_same_run(uninterrupted, interrupted)
     # It did stop and resume where it should: the train rows logged after each checkpoint were
     # set aside, once per stop.
-    steps_per_epoch = json.loads((uninterrupted / "summary.json").read_text())["steps"] // 2  # epochs=2
-    dropped = [r["step"] for r in read_metrics(interrupted / "metrics.dropped.jsonl") if r["kind"] == "train"]
+    steps_per_epoch = run_files.read_json(uninterrupted / run_files.SUMMARY)["steps"] // 2  # epochs=2
+    dropped = [r["step"] for r in read_metrics(interrupted / run_files.DROPPED_METRICS) if r["kind"] == "train"]
     assert dropped == [s for stop in stops for s in range(resumed_from(stop, steps_per_epoch), stop)]
     assert complete_steps(interrupted) == complete_steps(uninterrupted)
 
@@ -104,7 +104,7 @@ def _start(args: list[str], wandb_mode: str) -> subprocess.Popen:
 def _wait_for_step(run_dir: Path, step: int, process: subprocess.Popen) -> None:
     deadline = time.time() + 120
     while time.time() < deadline:
-        metrics = run_dir / "metrics.jsonl"
+        metrics = run_dir / run_files.METRICS
         if metrics.exists() and any(r["step"] >= step for r in read_metrics(metrics)):
             return
         assert process.poll() is None, process.communicate()
@@ -129,17 +129,17 @@ def test_sigterm_then_resume_from_the_command_line(tmp_path):
     _wait_for_step(stopped, 30, process)
     process.send_signal(signal.SIGTERM)
     process.communicate(timeout=30)
-    assert json.loads((stopped / "status.json").read_text())["status"] == "failed"
+    assert run_files.read_json(stopped / run_files.STATUS)["status"] == "failed"
     last_checkpoint = complete_steps(stopped)[-1]
     assert last_checkpoint >= 28
 
     result = run_cli([f"resume={stopped}"], env={"WANDB_MODE": wandb_mode})
     assert result.returncode == 0, result.stderr
     assert f"from step {last_checkpoint}" in result.stdout
-    status = json.loads((stopped / "status.json").read_text())
+    status = run_files.read_json(stopped / run_files.STATUS)
     assert status["status"] == "done" and status["resumes"] == 1
     assert_same_run(reference, stopped)
-    env = json.loads((stopped / "env.json").read_text())
+    env = run_files.read_json(stopped / run_files.ENV)
     assert [r["from_step"] for r in env["resumes"]] == [last_checkpoint]
     # One W&B run, written three times (`wandb sync` joins them): the stopped attempt, run.py
     # recording how it was stopped (wandb_failure.py), and the resumed attempt.
@@ -163,7 +163,7 @@ def test_torchrun_restart_resumes_from_the_checkpoint(tmp_path, processes):
                       "+sparsifier.kill_step=17", f"+sparsifier.marker={marker}", f"hydra.run.dir={restarted}"])
     assert result.returncode == 0, result.stderr
     assert marker.exists()  # the kill happened
-    dropped = [r["step"] for r in read_metrics(restarted / "metrics.dropped.jsonl")]
+    dropped = [r["step"] for r in read_metrics(restarted / run_files.DROPPED_METRICS)]
     assert dropped and min(dropped) == 14
     assert_same_run(reference, restarted)
 
@@ -183,18 +183,18 @@ def test_resume_refuses_what_it_cannot_resume(finished_run, tmp_path):
     # A run whose run.py is still alive (here: this test's own process) is not resumed under it.
     running = tmp_path / "running"
     shutil.copytree(finished_run, running)
-    status = json.loads((running / "status.json").read_text())
+    status = run_files.read_json(running / run_files.STATUS)
     status.update(status="running", pid=os.getpid(), host=socket.gethostname())
-    (running / "status.json").write_text(json.dumps(status))
+    run_files.write_json(running / run_files.STATUS, status)
     broken = tmp_path / "broken"
     shutil.copytree(finished_run, broken)
-    (broken / "status.json").write_text('{"sta')  # cut by hand
+    (broken / run_files.STATUS).write_text('{"sta')  # cut by hand
     afile = tmp_path / "afile"
     afile.write_text("not a run")
     locked = tmp_path / "locked"
     shutil.copytree(finished_run, locked)
     status.update(status="failed", pid=None)
-    (locked / "status.json").write_text(json.dumps(status))
+    run_files.write_json(locked / run_files.STATUS, status)
     lock = open(locked / ".resume.lock", "a")
     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another run.py resuming it right now
     cases = [

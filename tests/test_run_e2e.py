@@ -2,13 +2,13 @@
 run directory is read back and checked against the metric contract."""
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pytest
 import yaml
 
+from experiments import run_dir as run_files
 from experiments.store import read_metrics
 from tests.conftest import TINY_RUN, run_cli
 
@@ -24,11 +24,11 @@ CONTRACT = {
 
 
 def load_run(run_dir: Path) -> tuple[dict, list[dict], list[dict], dict]:
-    status = json.loads((run_dir / "status.json").read_text())
-    records = read_metrics(run_dir / "metrics.jsonl")
+    status = run_files.read_json(run_dir / run_files.STATUS)
+    records = read_metrics(run_dir / run_files.METRICS)
     train = [r for r in records if r["kind"] == "train"]
     evals = [r for r in records if r["kind"] == "eval"]
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = run_files.read_json(run_dir / run_files.SUMMARY)
     return status, train, evals, summary
 
 
@@ -44,9 +44,9 @@ def test_short_run_fills_the_results_store_and_wandb_offline(tmp_path):
     assert status["status"] == "done"
 
     # config and environment
-    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    config = yaml.safe_load((run_dir / run_files.CONFIG).read_text())
     assert config["workers"] == 4 and config["sparsifier"]["name"] == "topk"
-    env = json.loads((run_dir / "env.json").read_text())
+    env = run_files.read_json(run_dir / run_files.ENV)
     assert env["resolved"]["world"] == "distributed" and env["resolved"]["backend"] == "gloo"
     assert env["versions"]["torch"] and "commit" in env["git"] and env["host"]
 
@@ -88,9 +88,9 @@ def test_sweep_gives_one_complete_run_directory_per_job(tmp_path):
     for run_dir in run_dirs:
         status, train, evals, summary = load_run(run_dir)
         assert status["status"] == "done" and len(train) == 6 and evals
-        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        config = yaml.safe_load((run_dir / run_files.CONFIG).read_text())
         by_job[(config["sparsifier"]["name"], config["workers"])] = summary
-        env = json.loads((run_dir / "env.json").read_text())
+        env = run_files.read_json(run_dir / run_files.ENV)
         assert env["job"]["group"] == run_dirs[0].parent.name  # one W&B group per sweep
     assert set(by_job) == {("dense", 2), ("dense", 4), ("topk", 2), ("topk", 4)}
     for workers in (2, 4):
@@ -109,14 +109,14 @@ def test_a_crash_in_one_rank_ends_the_job_and_marks_the_run_failed(tmp_path):
     result = run_cli([*TINY_RUN, "workers=4", "max_steps=20", "sparsifier._target_=tests.fault_injection.CrashingTopK",
                       "+sparsifier.crash_rank=2", "+sparsifier.crash_step=3", f"hydra.run.dir={run_dir}"], timeout=180)
     assert result.returncode == 1
-    status = json.loads((run_dir / "status.json").read_text())
+    status = run_files.read_json(run_dir / run_files.STATUS)
     assert status["status"] == "failed"
     assert status["error"].startswith("rank 2: ") and "injected fault on rank 2 at step 3" in status["error"]
     assert status["cause"]["rank"] == 2 and all(c["rank"] != 2 for c in status["consequences"])
-    records = read_metrics(run_dir / "metrics.jsonl")  # what was logged before the crash is intact
+    records = read_metrics(run_dir / run_files.METRICS)  # what was logged before the crash is intact
     assert [r["step"] for r in records if r["kind"] == "train"] == [0, 1, 2]
-    assert (run_dir / "config.yaml").read_text().startswith("sparsifier:")
-    assert not (run_dir / "summary.json").exists()
+    assert (run_dir / run_files.CONFIG).read_text().startswith("sparsifier:")
+    assert not (run_dir / run_files.SUMMARY).exists()
 
 
 @pytest.mark.parametrize("processes", [1, 2])
@@ -126,12 +126,12 @@ def test_a_nan_gradient_fails_the_run_at_its_step_naming_the_rank(tmp_path, proc
                       "sparsifier._target_=tests.fault_injection.NaNGradientTopK",
                       "+sparsifier.nan_rank=1", "+sparsifier.nan_step=3", f"hydra.run.dir={run_dir}"], timeout=180)
     assert result.returncode == 1
-    status = json.loads((run_dir / "status.json").read_text())
+    status = run_files.read_json(run_dir / run_files.STATUS)
     assert status["status"] == "failed"
     assert "non-finite gradient at step 3 on rank 1" in status["error"], status["error"]
-    records = read_metrics(run_dir / "metrics.jsonl")  # steps 0-2 are logged, and nothing after
+    records = read_metrics(run_dir / run_files.METRICS)  # steps 0-2 are logged, and nothing after
     assert [r["step"] for r in records if r["kind"] == "train"] == [0, 1, 2]
-    assert not (run_dir / "summary.json").exists()
+    assert not (run_dir / run_files.SUMMARY).exists()
 
 
 def test_a_diverging_learning_rate_fails_at_the_first_non_finite_value(tmp_path):
@@ -143,11 +143,11 @@ def test_a_diverging_learning_rate_fails_at_the_first_non_finite_value(tmp_path)
     result = run_cli([*TINY_RUN, "workers=2", "processes=1", "max_steps=30", "optimizer.lr=1e6",
                       f"hydra.run.dir={run_dir}"], timeout=180)
     assert result.returncode == 1
-    status = json.loads((run_dir / "status.json").read_text())
+    status = run_files.read_json(run_dir / run_files.STATUS)
     assert status["status"] == "failed", status
     found = re.search(r"non-finite (loss|gradient|aggregate) at step (\d+)", status["error"])
     assert found and "lower optimizer.lr" in status["error"], status["error"]
-    logged = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"]
+    logged = [r for r in read_metrics(run_dir / run_files.METRICS) if r["kind"] == "train"]
     assert [r["step"] for r in logged] == list(range(int(found.group(2))))  # every step before it, none after
     assert all(math.isfinite(r["train/loss"]) for r in logged)
 
@@ -155,10 +155,10 @@ def test_a_diverging_learning_rate_fails_at_the_first_non_finite_value(tmp_path)
 def test_an_existing_run_directory_is_never_overwritten(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    (run_dir / "status.json").write_text('{"status": "done"}')
+    (run_dir / run_files.STATUS).write_text('{"status": "done"}')
     result = run_cli([*TINY_RUN, "max_steps=2", f"hydra.run.dir={run_dir}"], timeout=120)
     assert result.returncode == 2 and "already holds a run" in result.stderr
-    assert (run_dir / "status.json").read_text() == '{"status": "done"}'
+    assert (run_dir / run_files.STATUS).read_text() == '{"status": "done"}'
 
 
 def test_same_seed_same_config_gives_the_same_metrics(tmp_path):
@@ -166,7 +166,7 @@ def test_same_seed_same_config_gives_the_same_metrics(tmp_path):
     for name in ("a", "b"):
         result = run_cli([*TINY_RUN, "workers=2", "processes=1", "max_steps=8", "seed=3", f"hydra.run.dir={tmp_path / name}"])
         assert result.returncode == 0, result.stderr[-2000:]
-        records = read_metrics(tmp_path / name / "metrics.jsonl")
+        records = read_metrics(tmp_path / name / run_files.METRICS)
         runs.append([{k: v for k, v in r.items() if not k.startswith("time/")} for r in records])
     assert runs[0] == runs[1]
 

@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 
+from experiments import run_dir as run_files
 from experiments import step as step_module
 from experiments.compose import compose_job
 from experiments.finite import NonFiniteValue
@@ -126,7 +127,7 @@ def test_more_skipped_steps_in_a_row_than_allowed_fail_the_run():
 
 
 def read_rows(run_dir) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in (run_dir / run_files.METRICS).read_text().splitlines()]
 
 
 @pytest.mark.slow
@@ -139,14 +140,14 @@ def test_a_nan_gradient_with_skip_ends_done_with_the_step_logged_as_skipped(tmp_
                       f"+sparsifier.nan_rank={BAD_RANK}", f"+sparsifier.nan_step={BAD_STEP}",
                       f"hydra.run.dir={run_dir}"], timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads((run_dir / "status.json").read_text())["status"] == "done"
+    assert run_files.read_json(run_dir / run_files.STATUS)["status"] == "done"
     assert f"step {BAD_STEP} skipped (non-finite gradient at step {BAD_STEP} on rank {BAD_RANK}" in result.stderr
     train = [r for r in read_rows(run_dir) if r["kind"] == "train"]
     assert [r["step"] for r in train] == list(range(8))
     assert [r["train/skipped"] for r in train] == [1.0 if r["step"] == BAD_STEP else 0.0 for r in train]
     assert train[BAD_STEP]["train/skipped_rank"] == BAD_RANK and "traffic/sent_bytes_max" not in train[BAD_STEP]
     assert all(math.isfinite(r["train/loss"]) for r in train if r["step"] != BAD_STEP)
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = run_files.read_json(run_dir / run_files.SUMMARY)
     assert summary["train/skipped_steps"] == 1 and math.isfinite(summary["eval/loss"])
 
 
@@ -156,7 +157,7 @@ def test_a_diverged_run_with_skip_fails_after_the_allowed_skips_in_a_row(tmp_pat
     result = run_cli([*TINY_RUN, "workers=2", "processes=1", "max_steps=30", "optimizer.lr=1e6",
                       "on_nonfinite=skip", "max_skipped_steps=3", f"hydra.run.dir={run_dir}"], timeout=180)
     assert result.returncode == 1
-    status = json.loads((run_dir / "status.json").read_text())
+    status = run_files.read_json(run_dir / run_files.STATUS)
     assert status["status"] == "failed" and "4 steps in a row skipped" in status["error"], status["error"]
     skipped = [r["step"] for r in read_rows(run_dir) if r.get("train/skipped") == 1.0]
     assert len(skipped) == 4 and skipped == list(range(skipped[0], skipped[0] + 4))

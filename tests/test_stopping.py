@@ -4,7 +4,6 @@ process tree), and status.json says how it ended: which process got which signal
 through the command line."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from experiments import run_dir as run_files
 from tests.conftest import TINY_RUN
 
 pytestmark = pytest.mark.slow
@@ -99,7 +99,7 @@ def start_run(run_dir: Path, processes: int, *extra: str, wandb_mode: str = "dis
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while time.time() < deadline:  # training has started once rank 0 logged a step
-        metrics = run_dir / "metrics.jsonl"
+        metrics = run_dir / run_files.METRICS
         if metrics.exists() and metrics.read_text().count("\n") >= 2:
             return process
         assert process.poll() is None, process.communicate()
@@ -130,7 +130,7 @@ def test_a_signal_to_run_py_stops_every_process_and_is_recorded(tmp_path, sig, p
     process.wait(timeout=DEADLINE_S + 5)
     wait_until_gone(run_dir)
     assert process.returncode == 128 + int(sig)
-    status = json.loads((run_dir / "status.json").read_text())
+    status = run_files.read_json(run_dir / run_files.STATUS)
     assert status["status"] == "failed" and status["signal"] == sig.name
     assert f"stopped by {sig.name} to run.py" in status["error"]
 
@@ -145,7 +145,7 @@ def test_killing_run_py_takes_its_job_with_it(tmp_path, processes):
         process.wait()
         wait_until_gone(run_dir, tree)
         # torchrun (or the single worker) outlived run.py long enough to say so
-        status = json.loads((run_dir / "status.json").read_text())
+        status = run_files.read_json(run_dir / run_files.STATUS)
         assert status["status"] == "failed" and f"run.py (pid {process.pid}) died" in status["error"], status
     finally:
         kill_tree(tree)
@@ -163,7 +163,7 @@ def test_a_signal_to_torchrun_takes_the_ranks_with_it_and_names_torchrun(tmp_pat
         wait_until_gone(run_dir, tree)
         process.wait(timeout=30)
         assert process.returncode == 1
-        status = json.loads((run_dir / "status.json").read_text())
+        status = run_files.read_json(run_dir / run_files.STATUS)
         verb = "killed by" if sig == signal.SIGKILL else "got"
         assert status["status"] == "failed" and status["error"] == f"torchrun (pid {agent}) {verb} {sig.name}", status
         assert status["cause"]["process"] == "torchrun" and status["cause"]["signal"] == sig.name
@@ -184,7 +184,7 @@ def test_a_signal_to_one_rank_ends_the_job_and_is_its_cause(tmp_path, sig, rank,
         wait_until_gone(run_dir, tree)
         process.wait(timeout=30)
         assert process.returncode == 1
-        status = json.loads((run_dir / "status.json").read_text())
+        status = run_files.read_json(run_dir / run_files.STATUS)
         assert status["error"] == f"rank {rank} (pid {victim}) killed by {sig.name}", status
         assert status["cause"]["rank"] == rank and status["cause"]["signal"] == sig.name
         consequences = status["consequences"]
@@ -208,7 +208,7 @@ def test_a_stopped_rank_ends_the_job_after_the_timeout_and_is_named(tmp_path):
         elapsed = wait_until_gone(run_dir, tree, deadline_s=timeout_s + DEADLINE_S, start=stopped_at)
         process.wait(timeout=30)
         assert elapsed > timeout_s - 1  # it was the timeout that ended it
-        status = json.loads((run_dir / "status.json").read_text())
+        status = run_files.read_json(run_dir / run_files.STATUS)
         assert status["status"] == "failed" and status["cause"]["kind"] == "stopped", status
         assert status["error"].startswith(f"rank 1 (pid {victim}) was stopped"), status["error"]
         assert f"launcher.timeout_s={timeout_s}" in status["error"]

@@ -10,6 +10,7 @@ import signal
 
 import pytest
 
+from experiments import run_dir as run_files
 from experiments.store import read_metrics
 from tests.test_stopping import kill_tree, process_tree, rank_pid, start_run, wait_until_gone
 from tests.wandb_records import records
@@ -47,7 +48,7 @@ def test_rank_zero_killed_leaves_a_valid_wandb_record_with_the_failure(tmp_path)
     assert next(r.exit for r in finished if r.WhichOneof("record_type") == "exit").exit_code == 1
     failure = json.loads(summary_items(finished)["failure"])
     assert failure == f"rank 0 (pid {victim}) killed by SIGKILL"
-    assert json.loads((run_dir / "status.json").read_text())["error"] == failure
+    assert run_files.read_json(run_dir / run_files.STATUS)["error"] == failure
     logged = {r.history.step.num for r in finished if r.WhichOneof("record_type") == "history"}
-    assert logged == {row["step"] for row in read_metrics(run_dir / "metrics.jsonl")} and len(logged) >= 2
+    assert logged == {row["step"] for row in read_metrics(run_dir / run_files.METRICS)} and len(logged) >= 2
     assert "run" in kinds and any(r.run.config.update for r in finished if r.WhichOneof("record_type") == "run")

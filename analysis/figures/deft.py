@@ -5,17 +5,18 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
-from analysis import columns as c
+from analysis.columns import has_data
 from analysis.figures.style import finish, new_figure, stack_lists
 from analysis.tables import RunTables
+from experiments.metric_keys import DEFT_BIN_LOADS, DEFT_UNIT_K, DEFT_UNIT_NORMS
 
 
 def deft_units(tables: RunTables, method: str = "deft") -> Figure | None:
     """Three panels for the DEFT run with the most workers (first seed): per-unit gradient norm
     and per-unit k at the last step that logged them, and each bin's load over training."""
     steps = tables.steps[tables.steps["sparsifier"] == method]
-    found = {name: c.first_present(steps, names) for name, names in
-             (("norms", c.UNIT_NORMS), ("k", c.UNIT_K), ("loads", c.BIN_LOADS))}
+    found = {name: key if has_data(steps, key) else None for name, key in
+             (("norms", DEFT_UNIT_NORMS), ("k", DEFT_UNIT_K), ("loads", DEFT_BIN_LOADS))}
     if not any(found.values()):
         return None
     present = [column for column in found.values() if column]

@@ -8,6 +8,7 @@ from matplotlib.figure import Figure
 from analysis import columns as c
 from analysis.figures.style import finish, method_color, new_figure, series_labels, stack_lists
 from analysis.tables import RunTables
+from experiments.metric_keys import PARTITION_BOUNDARIES
 
 MAX_PANELS = 4
 
@@ -71,8 +72,8 @@ def partition_boundaries(tables: RunTables, method: str = "exdyna") -> Figure | 
     """The interior partition boundaries over training (ExDyna logs block indices, 0 to B), one
     panel per worker count (the largest few, first seed)."""
     steps = tables.steps[tables.steps["sparsifier"] == method]
-    column = c.first_present(steps, c.BOUNDARIES)
-    if column is None:
+    column = PARTITION_BOUNDARIES
+    if not c.has_data(steps, column):
         return None
     steps = steps[steps["seed"] == steps["seed"].min()].dropna(subset=[column])
     workers = sorted(steps["workers"].unique())[-MAX_PANELS:]

@@ -4,7 +4,6 @@ synthetic study of the three task kinds (with stand-in data, an old-format run a
 ablation)."""
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from analysis.synthetic import SyntheticRun, write_run, write_sweep
+from experiments import run_dir as run_files
 
 # matplotlib fixes its config and cache folder at import: keep it out of $HOME (make test sets it too).
 os.environ.setdefault("MPLCONFIGDIR", tempfile.mkdtemp(prefix="sparsebench-mpl-"))
@@ -47,17 +47,17 @@ def damaged(sweep: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     (source_topk,) = sweep.glob("*_topk_w2")
     (source_dense,) = sweep.glob("*_dense_w2")
     failed = shutil.copytree(source_topk, root / "failed_topk")
-    (failed / "summary.json").unlink()
-    (failed / "status.json").write_text(json.dumps({"status": "failed", "error": "rank1: RuntimeError: injected"}))
+    (failed / run_files.SUMMARY).unlink()
+    run_files.write_json(failed / run_files.STATUS, {"status": "failed", "error": "rank1: RuntimeError: injected"})
     killed = shutil.copytree(source_dense, root / "killed_dense")
-    (killed / "summary.json").unlink()
-    (killed / "status.json").write_text(json.dumps({"status": "running"}))
-    lines = (killed / "metrics.jsonl").read_text().splitlines(keepends=True)
-    (killed / "metrics.jsonl").write_text("".join(lines[:5]) + lines[5][: len(lines[5]) // 2])
+    (killed / run_files.SUMMARY).unlink()
+    run_files.write_json(killed / run_files.STATUS, {"status": "running"})
+    lines = (killed / run_files.METRICS).read_text().splitlines(keepends=True)
+    (killed / run_files.METRICS).write_text("".join(lines[:5]) + lines[5][: len(lines[5]) // 2])
     for run, name in ((failed, "failed_topk"), (killed, "killed_dense")):
-        env = json.loads((run / "env.json").read_text())
+        env = run_files.read_json(run / run_files.ENV)
         env["job"].update(name=name, group="damaged")
-        (run / "env.json").write_text(json.dumps(env))
+        run_files.write_json(run / run_files.ENV, env)
     return root
 
 

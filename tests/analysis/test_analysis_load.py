@@ -13,6 +13,8 @@ from analysis.discover import find_run_dirs
 from analysis.load import load_runs
 from analysis.metrics_io import CACHE_DIR
 from analysis.synthetic import SyntheticRun, write_run
+from experiments import metric_keys as keys
+from experiments import run_dir as run_files
 
 
 def _train_lines(path: Path) -> list[dict]:
@@ -28,7 +30,7 @@ def _train_lines(path: Path) -> list[dict]:
 def test_discovery_skips_hydra_folders_and_nested_paths(synthetic: Path) -> None:
     hydra = synthetic / "sweep" / "0_dense_w2_s0" / ".hydra"
     hydra.mkdir(exist_ok=True)
-    (hydra / "config.yaml").write_text("workers: 2\n")
+    (hydra / run_files.CONFIG).write_text("workers: 2\n")
     found = find_run_dirs([synthetic, synthetic / "sweep"])
     assert len(found) == 6 * 3 * 2 + 2
     assert not any(".hydra" in str(path) for path in found)
@@ -48,7 +50,7 @@ def test_failed_and_killed_runs_are_listed_with_complete_lines_kept(synthetic: P
     assert "synthetic failure" in runs.loc["failed", "error"]
     killed = runs.loc["killed"]
     assert killed["status"] == "running" and killed["metrics_cut"]
-    assert killed["train_rows"] == len(_train_lines(synthetic / "killed" / "metrics.jsonl")) == 10
+    assert killed["train_rows"] == len(_train_lines(synthetic / "killed" / run_files.METRICS)) == 10
 
 
 @pytest.mark.slow
@@ -56,15 +58,15 @@ def test_real_killed_run_keeps_its_complete_lines(damaged: Path) -> None:
     tables = load_runs(damaged)
     killed = tables.runs.set_index("name").loc["killed_dense"]
     assert killed["status"] == "running" and killed["metrics_cut"]
-    assert killed["train_rows"] == len(_train_lines(damaged / "killed_dense" / "metrics.jsonl")) == 5
+    assert killed["train_rows"] == len(_train_lines(damaged / "killed_dense" / run_files.METRICS)) == 5
     assert tables.runs.set_index("name").loc["failed_topk", "status"] == "failed"
 
 
 def test_a_run_without_status_or_metrics_still_appears(tmp_path: Path) -> None:
     run = tmp_path / "early"
     run.mkdir()
-    (run / "config.yaml").write_text("sparsifier: {name: topk, density: 0.01}\nworkers: 4\nseed: 0\n")
-    (run / "env.json").write_text("{}")
+    (run / run_files.CONFIG).write_text("sparsifier: {name: topk, density: 0.01}\nworkers: 4\nseed: 0\n")
+    (run / run_files.ENV).write_text("{}")
     tables = load_runs(tmp_path)
     assert tables.runs["status"].tolist() == ["missing"]
     assert tables.runs["train_rows"].tolist() == [0]
@@ -78,8 +80,8 @@ def test_cache_is_used_and_refreshed_when_the_file_grows(tmp_path: Path) -> None
     again = load_runs(tmp_path)
     assert again.steps.drop(columns="after_warmup").equals(first.steps.drop(columns="after_warmup"))
     time.sleep(0.01)
-    with open(run / "metrics.jsonl", "a") as handle:
-        handle.write(json.dumps({"step": 99, "kind": "train", "density/actual": 0.5}) + "\n")
+    with open(run / run_files.METRICS, "a") as handle:
+        handle.write(run_files.dumps({keys.ROW_STEP: 99, keys.ROW_KIND: keys.KIND_TRAIN, keys.DENSITY_ACTUAL: 0.5}) + "\n")
     grown = load_runs(tmp_path)
     assert len(grown.steps) == len(first.steps) + 1
     assert len(list((run / CACHE_DIR).iterdir())) == 1  # the stale copy is gone
@@ -88,11 +90,11 @@ def test_cache_is_used_and_refreshed_when_the_file_grows(tmp_path: Path) -> None
 
 def test_corrupt_line_and_changing_types_fall_back_to_the_forgiving_reader(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run", SyntheticRun("topk", 2, steps=6, epochs=1))
-    lines = (run / "metrics.jsonl").read_text().splitlines()
+    lines = (run / run_files.METRICS).read_text().splitlines()
     lines.insert(2, '{"step": 1, "kind": "tra')  # a complete but broken line in the middle
-    lines.append(json.dumps({"step": 7, "kind": "train", "sparsifier/threshold": "adaptive"}))
-    lines.append(json.dumps({"step": 8, "kind": "train", "sparsifier/threshold": 0.5}))
-    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    lines.append(run_files.dumps({keys.ROW_STEP: 7, keys.ROW_KIND: keys.KIND_TRAIN, keys.THRESHOLD: "adaptive"}))
+    lines.append(run_files.dumps({keys.ROW_STEP: 8, keys.ROW_KIND: keys.KIND_TRAIN, keys.THRESHOLD: 0.5}))
+    (run / run_files.METRICS).write_text("\n".join(lines) + "\n")
     tables = load_runs(tmp_path, cache=False)
     assert tables.runs.loc[0, "bad_lines"] == 1
     assert tables.runs.loc[0, "train_rows"] == 6 + 2
@@ -108,8 +110,8 @@ def test_select_keeps_rows_of_the_chosen_runs(synthetic: Path) -> None:
 def test_variants_of_one_sparsifier_get_their_own_method_label(tmp_path: Path) -> None:
     for exchange in ("union_allreduce", "sparse_allgather"):
         run = write_run(tmp_path / exchange, SyntheticRun("topk", 2, steps=4, epochs=1))
-        config = (run / "config.yaml").read_text().replace("name: topk", f"name: topk\n  exchange: {exchange}")
-        (run / "config.yaml").write_text(config)
+        config = (run / run_files.CONFIG).read_text().replace("name: topk", f"name: topk\n  exchange: {exchange}")
+        (run / run_files.CONFIG).write_text(config)
     methods = set(load_runs(tmp_path).runs["method"])
     assert methods == {"topk(exchange=union_allreduce)", "topk(exchange=sparse_allgather)"}
 

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from analysis.figures import FIGURES
+from experiments import run_dir as run_files
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -21,8 +22,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def recompute(run_dir: Path) -> dict[str, float]:
     """The report's per-run numbers, straight from metrics.jsonl and config.yaml."""
-    warmup = yaml.safe_load((run_dir / "config.yaml").read_text())["warmup_steps"]
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines(keepends=True) if line.endswith("\n")]
+    warmup = yaml.safe_load((run_dir / run_files.CONFIG).read_text())["warmup_steps"]
+    rows = [json.loads(line) for line in (run_dir / run_files.METRICS).read_text().splitlines(keepends=True) if line.endswith("\n")]
     train = [row for row in rows if row["kind"] == "train"]
     evals = [row for row in rows if row["kind"] == "eval"]
     timed = [row for row in train if row["step"] >= warmup] or train
@@ -68,8 +69,8 @@ def test_summary_numbers_match_the_metrics_files(report: tuple[Path, str], sweep
     summary = pd.read_csv(out / "summary.csv")
     shown = markdown_rows((out / "report.md").read_text(), "Summary per method and worker count")
     assert len(summary) == len(shown) == 4  # the failed and killed copies are not averaged in
-    for run_dir in sorted(path for path in sweep.iterdir() if (path / "status.json").exists()):
-        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    for run_dir in sorted(path for path in sweep.iterdir() if (path / run_files.STATUS).exists()):
+        config = yaml.safe_load((run_dir / run_files.CONFIG).read_text())
         method, workers = config["sparsifier"]["name"], config["workers"]
         row = summary[(summary["method"] == method) & (summary["workers"] == workers)]
         assert len(row) == 1 and row["runs"].item() == 1

@@ -20,13 +20,14 @@ from analysis.stats import run_stats, summarize
 from analysis.synthetic import SyntheticRun, write_run
 from analysis.tables import RunTables
 from analysis.tasks import metric_spec
+from experiments import run_dir as run_files
 from tests.analysis.conftest import DGC_VARIANTS, STAND_IN_TEXT
 
 PERPLEXITY = "perplexity (lower is better)"
 
 
 def rows_of(run_dir: Path, kind: str) -> list[dict]:
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    lines = (run_dir / run_files.METRICS).read_text().splitlines()
     return [row for row in map(json.loads, lines) if row["kind"] == kind]
 
 
@@ -171,9 +172,9 @@ def test_dgc_ablation_needs_runs_that_differ_in_a_knob(tables: RunTables) -> Non
 
 def test_a_run_whose_summary_does_not_say_takes_its_task_from_its_eval_rows(tmp_path: Path) -> None:
     run = write_run(tmp_path / "killed_lm", SyntheticRun("topk", 2, task="language_model", status="running", steps=8, epochs=2))
-    config = yaml.safe_load((run / "config.yaml").read_text())
+    config = yaml.safe_load((run / run_files.CONFIG).read_text())
     config["dataset"]["if_missing"] = "stand_in"  # the config allowed a stand-in; only the summary would say
-    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    (run / run_files.CONFIG).write_text(yaml.safe_dump(config))
     write_run(tmp_path / "killed_cls", SyntheticRun("topk", 2, status="running", steps=8, epochs=2))
     # A summary without `task` (an older runner's) that logged perplexity: a language model.
     write_run(tmp_path / "old_lm", SyntheticRun("topk", 2, task="language_model", legacy=True, steps=8, epochs=2))

@@ -1,0 +1,95 @@
+"""The keys of metrics.jsonl and summary.json, one constant per fact (DESIGN.md, "Metrics").
+
+The runner, the sparsifiers, the analysis and the tests' synthetic runs all name a metric through
+these constants, so a key exists once: the one the runner logs. A neutral module (stdlib only):
+every role of experiments/, the sparsifiers and analysis may import it.
+"""
+from __future__ import annotations
+
+# -- fields of every row ----------------------------------------------------------------------
+ROW_STEP = "step"
+ROW_KIND = "kind"  # KIND_TRAIN or KIND_EVAL
+ROW_EPOCH = "epoch"
+KIND_TRAIN = "train"
+KIND_EVAL = "eval"
+
+# -- train/* ----------------------------------------------------------------------------------
+LOSS = "train/loss"  # mean over ranks
+LR = "train/lr"
+SKIPPED = "train/skipped"  # 1.0 on a step the non-finite guard skipped (experiments/skip.py)
+SKIPPED_TOTAL = "train/skipped_total"
+SKIPPED_RANK = "train/skipped_rank"
+SKIPPED_STEPS = "train/skipped_steps"  # summary.json only
+
+# -- eval/* (each task logs its own; analysis.tasks knows which is the headline) --------------
+ACCURACY = "eval/accuracy"
+EVAL_LOSS = "eval/loss"
+TOP5 = "eval/top5"
+PERPLEXITY = "eval/perplexity"
+HR10 = "eval/hr10"
+NDCG10 = "eval/ndcg10"
+EVAL_PREFIX = "eval/"
+
+# -- time/* (per-rank timings reduced over ranks on logging steps) ----------------------------
+SELECT_MAX = "time/select_ms_max"
+SELECT_MEAN = "time/select_ms_mean"
+COMPUTE_MAX = "time/compute_ms_max"
+COMPUTE_MEAN = "time/compute_ms_mean"
+EXCHANGE = "time/exchange_ms"
+EXCHANGE_MODEL = "time/exchange_model_ms"  # the network model's time for this step's exchange
+DENSE_MODEL = "time/dense_model_ms"  # ... and for the dense allreduce of the same model
+STEP = "time/step_ms"
+ELAPSED = "time/elapsed_s"
+
+# -- traffic/* (bytes per rank, known identically on every rank) ------------------------------
+SENT_MAX = "traffic/sent_bytes_max"
+SENT_MEAN = "traffic/sent_bytes_mean"
+RECV_MAX = "traffic/recv_bytes_max"
+RECV_MEAN = "traffic/recv_bytes_mean"
+DENSE_BYTES = "traffic/dense_bytes"
+RATIO = "traffic/ratio"
+SENT_TOTAL_MAX = "traffic/sent_bytes_total_max"  # summary.json only: summed over every step
+
+# -- density/*, build-up, selection/* ---------------------------------------------------------
+DENSITY_ACTUAL = "density/actual"  # |U| / N
+DENSITY_TARGET = "density/target"
+DENSITY_ERROR = "density/error"  # |U| / k - 1
+DENSITY_ABS_ERROR = "density/abs_error"  # summary.json only
+BUILDUP = "buildup"
+OVERLAP = "selection/overlap"
+K_MAX = "selection/k_max"
+K_MEAN = "selection/k_mean"
+LOAD_IMBALANCE = "selection/load_imbalance"
+SCANNED = "selection/scanned"  # coordinates this rank's selection looked at
+
+# -- ef/* (error feedback) --------------------------------------------------------------------
+RESIDUAL = "ef/residual_norm"
+REL_RESIDUAL = "ef/rel_residual"
+
+# -- method state: sparsifier/* (shared by several methods) -----------------------------------
+SPARSIFIER_PREFIX = "sparsifier/"
+THRESHOLD = "sparsifier/threshold"  # MiCRO, ExDyna, SAGE, DGC, the threshold baseline, Gaussian-k
+PARTITION_BOUNDARIES = "sparsifier/partition_boundaries"  # ExDyna: block indices, 0 to B
+BLOCKS_MOVED = "sparsifier/blocks_moved"  # ExDyna
+BLOCK_SIZE = "sparsifier/block_size"  # ExDyna
+SCANS = "sparsifier/scans"  # Gaussian-k's threshold refinements
+
+# -- method state: dgc/* ----------------------------------------------------------------------
+DGC_DENSITY = "dgc/density"  # the warm-up stage's density
+DGC_RETRIES = "dgc/retries"
+DGC_CLIP_COEF = "dgc/clip_coef"
+
+# -- method state: deft/* ---------------------------------------------------------------------
+DEFT_MAX_BIN_LOAD_RATIO = "deft/max_bin_load_ratio"
+DEFT_K_SUM = "deft/k_sum"
+DEFT_COMMON_UNITS = "deft/common_units"
+# Per-unit lists, logged every sparsifier.log_units_every steps:
+DEFT_UNIT_K = "deft/unit_k"
+DEFT_UNIT_COMMON = "deft/unit_common"
+DEFT_UNIT_NORMS = "deft/unit_norms"
+DEFT_BIN_LOADS = "deft/bin_loads"  # one per worker
+
+
+def sparsifier_key(name: str) -> str:
+    """A method's own scalar under sparsifier/ (SAGE's alpha, beta, gamma, d_exam)."""
+    return SPARSIFIER_PREFIX + name

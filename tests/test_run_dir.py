@@ -1,0 +1,106 @@
+"""The run-directory module (experiments/run_dir.py) is the one statement of the run format: its
+readers read what the store writes, a killed run's cut line and a damaged line are skipped the
+same way by the plain reader and the analysis's columnar one, and no other Python file of the
+repository spells a run file's name."""
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from analysis.metrics_io import parse_jsonl
+from experiments import metric_keys as keys
+from experiments import run_dir as files
+from experiments.store import RunStore
+
+REPO = Path(__file__).resolve().parents[1]
+
+RECORDS = [
+    {keys.ROW_STEP: 0, keys.ROW_KIND: keys.KIND_TRAIN, keys.LOSS: 2.5, keys.DENSITY_ERROR: float("nan"),
+     keys.DEFT_UNIT_NORMS: [0.5, 1.5]},
+    {keys.ROW_STEP: 1, keys.ROW_KIND: keys.KIND_TRAIN, keys.LOSS: 2.25, keys.DENSITY_ERROR: 0.125,
+     keys.DEFT_UNIT_NORMS: [0.25, 1.0]},
+    {keys.ROW_STEP: 1, keys.ROW_KIND: keys.KIND_EVAL, keys.ACCURACY: 0.5},
+]
+
+
+def _written_by_the_store(tmp_path: Path) -> Path:
+    """A run directory whose metrics.jsonl the store's writer wrote, then a damaged complete line
+    and a last line cut by a kill (as a crash mid-write leaves it)."""
+    store = RunStore(tmp_path)
+    writer = store.open_metrics()
+    for record in RECORDS[:2]:
+        writer.write(record)
+    writer.close()
+    with open(store.path(files.METRICS), "a") as handle:
+        handle.write('{"step": 2, "kind": "tr\n')  # complete (ends in a newline) but not JSON
+        handle.write(files.dumps(RECORDS[2]) + "\n")
+        handle.write(files.dumps({keys.ROW_STEP: 3, keys.LOSS: 2.0})[:12])  # cut: no newline
+    return store.path(files.METRICS)
+
+
+def test_the_reader_reads_what_the_store_writes(tmp_path: Path) -> None:
+    path = _written_by_the_store(tmp_path)
+    got = files.read_metrics(path)
+    # NaN is written as null; the bad line and the cut line are skipped; the order is kept.
+    expected = [{**RECORDS[0], keys.DENSITY_ERROR: None}, RECORDS[1], RECORDS[2]]
+    assert got == expected
+    parsed = parse_jsonl(path.read_bytes())  # the analysis's columnar reader: the same rule
+    assert parsed.cut and parsed.bad_lines == 1
+    assert parsed.train.column(keys.LOSS).to_pylist() == [2.5, 2.25]
+    assert parsed.train.column(keys.DEFT_UNIT_NORMS).to_pylist() == [[0.5, 1.5], [0.25, 1.0]]
+    assert parsed.evals.column(keys.ACCURACY).to_pylist() == [0.5]
+    assert files.metrics_text(RECORDS[:2]) == "".join(line for line in path.read_text().splitlines(keepends=True)[:2])
+
+
+def test_json_files_round_trip_and_damage_is_told_from_absence(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    store.set_status("running", started=1.0)
+    store.set_status("done")
+    status = files.read_json(tmp_path / files.STATUS)
+    assert status["status"] == "done" and status["started"] == 1.0  # the store keeps the run's start
+    summary = {keys.DENSITY_ERROR: 0.25, keys.ACCURACY: 0.75}
+    files.write_json(tmp_path / files.SUMMARY, summary)
+    assert files.try_read_json(tmp_path / files.SUMMARY) == summary
+    files.write_yaml(tmp_path / files.CONFIG, {"sparsifier": {"name": "deft"}, "workers": 4})
+    assert files.try_read_yaml(tmp_path / files.CONFIG) == {"sparsifier": {"name": "deft"}, "workers": 4}
+    assert files.read_json(tmp_path / files.ENV) is None and files.try_read_json(tmp_path / files.ENV) is None
+    (tmp_path / files.ENV).write_text('{"resolved": {"wor')  # cut by hand
+    with pytest.raises(json.JSONDecodeError):  # the store and the resume checks must see the damage
+        files.read_json(tmp_path / files.ENV)
+    assert files.try_read_json(tmp_path / files.ENV) is None  # the analysis must never fail on it
+    assert files.holds_run({files.STATUS}) and files.holds_run({files.CONFIG, files.METRICS})
+    assert not files.holds_run({files.CONFIG, "hydra.yaml", "overrides.yaml"})  # a Hydra .hydra/ folder
+
+
+def test_non_finite_values_become_null() -> None:
+    assert json.loads(files.dumps({keys.LOSS: math.inf, keys.RATIO: -math.inf, keys.BUILDUP: 1.0})) == {
+        keys.LOSS: None, keys.RATIO: None, keys.BUILDUP: 1.0}
+
+
+# Files that may spell a run file's name, with how often and why. Hydra writes its own
+# `.hydra/config.yaml`, which is no run file: the bad-input tests build such a folder by hand.
+ALLOWED = {
+    "experiments/run_dir.py": None,  # the one definition
+    "tests/test_run_dir.py": None,  # this test (the pattern below)
+    "tests/test_bad_input.py": 2,
+}
+LITERAL = re.compile(r"""["'](%s)["']""" % "|".join(re.escape(name) for name in files.RUN_FILES))
+
+
+def test_no_run_file_name_is_spelled_outside_the_module() -> None:
+    found: dict[str, list[str]] = {}
+    for path in sorted(REPO.rglob("*.py")):
+        relative = path.relative_to(REPO).as_posix()
+        if relative.split("/")[0].startswith(".") or "/." in relative or relative.startswith("outputs/"):
+            continue  # the venv, caches, run outputs
+        hits = LITERAL.findall(path.read_text(errors="replace"))
+        if hits:
+            found[relative] = hits
+    unexpected = {name: hits for name, hits in found.items()
+                  if name not in ALLOWED or (ALLOWED[name] is not None and len(hits) != ALLOWED[name])}
+    assert not unexpected, f"name run files through experiments/run_dir.py (CONFIG, ENV, ...): {unexpected}"
+    assert "experiments/run_dir.py" in found  # the pattern does match the one definition
