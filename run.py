@@ -22,7 +22,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from experiments.compose import check_top_level_keys, preflight
-from experiments.help import print_help, wants_help
+from experiments.help import PRIMARY_CONFIG, print_help, wants_help
 from experiments.launch import launch
 from experiments.lifetime import Stopped
 from experiments.resume import resume, resume_argument
@@ -39,7 +39,7 @@ def fail_config(error: ConfigError) -> None:
     sys.exit(2)
 
 
-@hydra.main(config_path="conf", config_name="config", version_base="1.3")
+@hydra.main(config_path="conf", config_name=PRIMARY_CONFIG, version_base="1.3")
 def run(cfg: DictConfig) -> dict:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)

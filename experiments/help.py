@@ -31,6 +31,7 @@ GROUP_NOTES = {
 # Nested nodes whose keys are common enough to list (the sparsifier's: the knobs of the chosen option).
 NESTED = ("sparsifier", "checkpoint", "logger", "launcher", "network")
 METADATA = ("_target_", "_partial_", "name")
+PRIMARY_CONFIG = "config"  # conf/<this>.yaml: run.py's @hydra.main(config_name=...), not a run file
 KEY_LINE = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Za-z_][\w]*):(?P<value>[^#]*?)\s*(?:#\s?(?P<comment>.*))?$")
 
 
@@ -66,7 +67,7 @@ def group_options(conf_dir: Path, group: str) -> list[tuple[str, str]]:
 def default_choices(conf_dir: Path) -> dict[str, str | None]:
     """The option each group defaults to, from the defaults list of conf/config.yaml."""
     choices: dict[str, str | None] = {}
-    for entry in yaml.safe_load((conf_dir / "config.yaml").read_text())["defaults"]:
+    for entry in yaml.safe_load((conf_dir / f"{PRIMARY_CONFIG}.yaml").read_text())["defaults"]:
         if isinstance(entry, dict):
             choices.update(entry)
     return choices
@@ -104,7 +105,7 @@ def show(value: Any) -> str:
 def common_keys(cfg: DictConfig, conf_dir: Path) -> list[tuple[str, str, str]]:
     """(key, value, comment) for the top-level scalars and the common nested nodes."""
     choices = OmegaConf.select(cfg, "hydra.runtime.choices") or {}
-    comments = key_comments(conf_dir / "config.yaml")
+    comments = key_comments(conf_dir / f"{PRIMARY_CONFIG}.yaml")
     for group in NESTED:
         option = choices.get(group)
         if option and (conf_dir / group / f"{option}.yaml").is_file():
