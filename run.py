@@ -21,12 +21,12 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from experiments.compose import check_top_level_keys, preflight
+from experiments.errors import ConfigError
 from experiments.launch import launch
 from experiments.lifetime import Stopped
 from experiments.resume import resume, resume_argument
 from experiments.schema import register
 from experiments.validate import validate
-from sparsifiers.base import ConfigError
 
 register()
 FAILED_JOBS: list[str] = []

@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from sparsifiers.base import ConfigError, ExchangeKind, SelectionScope, Sparsifier
+from experiments.errors import ConfigError
+from sparsifiers.base import ExchangeKind, SelectionScope, Sparsifier
 from sparsifiers.layout import Layout
 from sparsifiers.threshold_control import ThresholdScan, check_comparison, initial_threshold
 
