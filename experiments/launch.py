@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments.agent import REPORT_VARIABLE, STATUS_VARIABLE
 from experiments.blame import explain, merge_reports, rank_failures
+from experiments.console import line_start
 from experiments.environment import REPO_ROOT, collect_environment
 from experiments.errors import ConfigError
 from experiments.launcher_checks import rendezvous_error
@@ -132,7 +133,7 @@ def finish_wandb(run_dir: Path, blame: dict[str, Any]) -> None:
     try:
         record_failure(run_dir, blame)
     except Exception as error:  # noqa: BLE001 - reported, and the run's status already says it all
-        print(f"note: could not record the failure in W&B: {type(error).__name__}: {error}", file=sys.stderr)
+        print(f"{line_start()}note: could not record the failure in W&B: {type(error).__name__}: {error}", file=sys.stderr)
 
 
 def launch(cfg: DictConfig, run_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
@@ -167,7 +168,9 @@ def run_to_end(cfg: DictConfig, store: RunStore, environment: dict[str, Any], ex
                              signal=stopped_by.name, cause=cause, consequences=consequences)
         if owner:
             finish_wandb(run_dir, {"error": str(stop), "cause": cause})
-        print(f"run stopped: {stop}\n  details: {run_dir}/{statuses[0]}", file=sys.stderr, flush=True)
+        # From column 0 of a clean line: a rank killed mid-step leaves its progress bar drawn.
+        print(f"{line_start(cfg.logger.progress)}run stopped: {stop}\n  details: {run_dir}/{statuses[0]}",
+              file=sys.stderr, flush=True)
         raise stop
     summary = store.read_json(SUMMARY)
     if returncode == 0 and tag and not hosts_rank_zero(run_dir, pid):
@@ -192,6 +195,6 @@ def run_to_end(cfg: DictConfig, store: RunStore, environment: dict[str, Any], ex
         store.set_status("failed", name=name, ended=ended, returncode=returncode, **blame)
     if owner:
         finish_wandb(run_dir, blame)
-    print(f"run failed: {blame['error']}\n  details: {run_dir}/{statuses[0]} (cause and consequences) "
-          f"and error.rank*.txt", file=sys.stderr, flush=True)
+    print(f"{line_start(cfg.logger.progress)}run failed: {blame['error']}\n  details: {run_dir}/{statuses[0]} "
+          f"(cause and consequences) and error.rank*.txt", file=sys.stderr, flush=True)
     return {"status": "failed", "error": blame["error"]}

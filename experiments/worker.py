@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 
 from experiments.agent import mark_orphaned, outlived
 from experiments.checkpoint import load_agreed
+from experiments.console import close_bars, line_start, route_warnings
 from experiments.lifetime import die_with_parent
 from experiments.network import NetworkModel
 from experiments.nodes import ENV_FILE_VARIABLE, record_rank_zero
@@ -74,6 +75,7 @@ def main(run_dir: str) -> None:
         die_with_parent(signal.SIGKILL)
     else:
         watch_run_py()
+    route_warnings()  # whole lines above rank 0's progress bar (console.py)
     store = RunStore(run_dir)
     error_file = f"error.rank{os.environ.get('RANK', '0')}.txt"
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
@@ -94,6 +96,7 @@ def main(run_dir: str) -> None:
         train_run(store, cfg, env, world)
         failed = False
     except BaseException:
+        close_bars()  # erased before anything reports the failure (console.py)
         store.path(error_file).write_text(traceback.format_exc())
         raise
     finally:
@@ -134,6 +137,8 @@ if __name__ == "__main__":
     try:
         main(sys.argv[1])
     except BaseException:
-        traceback.print_exc()  # torchrun's log shows it; error.rank<P>.txt already holds it
+        # torchrun's log shows it; error.rank<P>.txt already holds it. One write, from column 0
+        # of a clean line: another process's progress bar may be drawn on the current one.
+        sys.stderr.write(line_start() + traceback.format_exc())
         exit_now(1)
     exit_now()
