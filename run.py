@@ -22,13 +22,13 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from experiments.compose import check_top_level_keys, preflight
+from experiments.errors import ConfigError
 from experiments.help import PRIMARY_CONFIG, print_help, wants_help
 from experiments.launch import launch
 from experiments.lifetime import Stopped
 from experiments.resume import resume, resume_argument
 from experiments.schema import register
 from experiments.validate import validate
-from sparsifiers.base import ConfigError
 
 register()
 FAILED_JOBS: list[str] = []

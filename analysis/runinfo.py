@@ -12,6 +12,7 @@ from typing import Any
 
 from analysis.tasks import describe_task
 from experiments import run_dir as files
+from experiments.runtime import processes_of, recorded_world
 
 # Summary entries that repeat the config or env; the config is the authority for them.
 _SUMMARY_SKIPPED = {"workers", "processes", "world", "sparsifier", "optimizer", "wandb_mode"}
@@ -34,14 +35,6 @@ def flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def _world(resolved: dict[str, Any], summary: dict[str, Any], workers: Any, processes: Any) -> str | None:
-    """hosted or distributed, as env.json resolved it (derived from the counts when absent)."""
-    world = resolved.get("world") or summary.get("world")
-    if world is None and workers is not None and processes is not None:
-        world = "distributed" if processes == workers else "hosted"
-    return world
-
-
 def describe_run(
     run_id: str,
     run_dir: str,
@@ -55,7 +48,7 @@ def describe_run(
     resolved = env.get("resolved") or {}
     sparsifier = config.get("sparsifier") or {}
     workers = config.get("workers", summary.get("workers"))
-    processes = resolved.get("processes", summary.get("processes", config.get("processes") or workers))
+    processes = resolved.get("processes", summary.get("processes", processes_of(config.get("processes"), workers)))
     row: dict[str, Any] = {
         "run_id": run_id,
         "run_dir": run_dir,
@@ -64,7 +57,7 @@ def describe_run(
         "density": sparsifier.get("density"),
         "workers": workers,
         "processes": processes,
-        "world": _world(resolved, summary, workers, processes),
+        "world": recorded_world(workers, processes, resolved, summary),
         "model": (config.get("model") or {}).get("name"),
         "dataset": (config.get("dataset") or {}).get("name") or (summary.get("dataset") or {}).get("name"),
         "seed": config.get("seed"),

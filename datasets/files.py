@@ -17,7 +17,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from datasets.base import DatasetCorrupt, DatasetNotFound
-from sparsifiers.base import ConfigError  # the project's bad-knob error: run.py prints it, exit code 2
+from experiments.errors import require  # a bad knob: ConfigError, which run.py prints, exit code 2
 
 IF_MISSING = ("error", "stand_in")
 # Seconds a download may wait on the network: without one, fail now rather than hang.
@@ -38,12 +38,6 @@ def locate(dirs: Sequence[Path], names: Sequence[str]) -> Path | None:
         if all((directory / name).is_file() for name in names):
             return directory
     return None
-
-
-def require(condition: bool, message: str) -> None:
-    """A bad knob value: one line naming the key and the fix (checked before launch too)."""
-    if not condition:
-        raise ConfigError(message)
 
 
 def wants_stand_in(if_missing: str) -> bool:

@@ -32,7 +32,7 @@ import torch
 
 from datasets import files
 from datasets.base import REAL, DatasetNotFound, Interactions
-from sparsifiers.base import ConfigError
+from experiments.errors import ConfigError
 
 FILE = "ratings.csv"
 HEADER = "userId,movieId,rating,timestamp"

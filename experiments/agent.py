@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from experiments.console import line_start
 from experiments.store import write_atomic
 
 REPORT_VARIABLE = "SPARSEBENCH_AGENT_REPORT"
@@ -120,7 +121,7 @@ def main(argv: list[str]) -> int:
         code = 128 + int(error.sigval)
     except Exception as error:  # torchrun's own failure (e.g. a rendezvous that timed out): one line
         report["error"] = f"{type(error).__name__}: {error}".splitlines()[0]
-        print(f"torchrun failed: {report['error']}", file=sys.stderr, flush=True)
+        print(f"{line_start()}torchrun failed: {report['error']}", file=sys.stderr, flush=True)
         code = 1
     finally:
         report["ended"] = time.time()

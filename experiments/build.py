@@ -1,11 +1,13 @@
 """The one place that calls `hydra.utils.instantiate`: config groups -> objects.
 
 Group nodes carry a `name` (which option this is) beside the target's knobs; `name` is metadata
-and is dropped before the call.
+and is dropped before the call. Each builder declares (`passes`) the arguments it supplies at
+build time, which are not knobs a user sets: validation refuses them as knobs (validate.py).
 """
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 from hydra.errors import InstantiationException
@@ -19,6 +21,21 @@ from sparsifiers.base import Sparsifier
 from sparsifiers.layout import Layout
 
 METADATA_KEYS = ("name",)
+# group -> the arguments its builder passes (declared on the builder by `passes`).
+RUNTIME_ARGUMENTS: dict[str, frozenset[str]] = {"dataset": frozenset(), "schedule": frozenset()}
+# Every argument a task's data can give a model (`TaskData.model_inputs()` in datasets/base.py);
+# a model takes the subset its task provides.
+MODEL_INPUTS = ("input_shape", "num_classes", "vocab_size", "num_users", "num_items")
+
+Builder = TypeVar("Builder", bound=Callable[..., Any])
+
+
+def passes(group: str, *arguments: str) -> Callable[[Builder], Builder]:
+    """Declares the arguments the decorated builder passes to the target of `group`."""
+    def declare(builder: Builder) -> Builder:
+        RUNTIME_ARGUMENTS[group] = frozenset(arguments)
+        return builder
+    return declare
 
 
 def knobs(node: DictConfig) -> dict[str, Any]:
@@ -51,12 +68,14 @@ def build_model(cfg: DictConfig, data: TaskData) -> torch.nn.Module:
     return build_model_for(cfg, data.model_inputs())
 
 
+@passes("model", *MODEL_INPUTS)
 def build_model_for(cfg: DictConfig, inputs: dict[str, Any]) -> torch.nn.Module:
     """The model from its config and what the data tells it (`TaskData.model_inputs()`: shapes,
     classes, vocabulary, users and items), so that no config repeats a dataset's sizes."""
     return instantiate_node(cfg.model, **inputs)
 
 
+@passes("optimizer", "params")  # parameter_groups(model), torch.optim's first argument
 def build_optimizer(cfg: DictConfig, model: torch.nn.Module, sparsifier: Sparsifier) -> torch.optim.Optimizer:
     """The optimizer for the aggregated gradient, over `parameter_groups(model)` (BatchNorm
     parameters marked, for optimizers that decay them differently). A sparsifier that owns
@@ -73,5 +92,6 @@ def build_schedule(cfg: DictConfig, optimizer: torch.optim.Optimizer) -> StepSch
     return instantiate_node(cfg.schedule).bind(optimizer, cfg.batch_size, cfg.workers)
 
 
+@passes("sparsifier", "layout", "world_size", "rank", "seed")
 def build_sparsifier(cfg: DictConfig, layout: Layout, rank: int) -> Sparsifier:
     return instantiate_node(cfg.sparsifier, layout=layout, world_size=cfg.workers, rank=rank, seed=cfg.seed)

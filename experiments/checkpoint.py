@@ -27,9 +27,9 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
+from experiments.errors import ConfigError
 from experiments.metrics import SummaryAccumulator
 from experiments.store import write_atomic
-from sparsifiers.base import ConfigError
 
 CHECKPOINTS = "checkpoints"
 MARKER = "complete.json"

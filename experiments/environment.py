@@ -1,5 +1,5 @@
 """env.json: what produced a run (versions, commit, host, device, threads), and the runtime
-choices resolved once in the parent (device, backend, processes) that every rank then reads.
+settings resolved once in the parent (experiments/runtime.py) that every rank then reads.
 
 No environment variable is copied wholesale: secrets such as WANDB_API_KEY never reach a file.
 """
@@ -14,41 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from experiments.runtime import Runtime
 
 PACKAGES = ("torch", "torchvision", "numba", "hydra-core", "omegaconf", "wandb", "numpy", "pandas", "matplotlib")
 REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-def resolve_runtime(cfg: DictConfig) -> dict[str, Any]:
-    """Device, backend, process and thread counts, decided once for every rank of the run."""
-    import torch
-
-    processes = cfg.processes if cfg.processes is not None else cfg.workers
-    per_node = processes // cfg.launcher.nnodes
-    device = cfg.device
-    if device == "auto":
-        # One GPU per process is what NCCL needs; with fewer GPUs, the CPU (gloo) is the honest choice.
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        device = "cuda" if gpus >= per_node else "cpu"
-    backend = cfg.launcher.backend
-    if backend == "auto":
-        backend = "nccl" if device == "cuda" else "gloo"
-    # rank_order promises the same bits however the ranks are hosted, and torch's CPU kernels
-    # split their reductions (a conv's weight gradient over the batch) by thread: every layout
-    # then gets the thread count of one rank per process.
-    workers_per_node = cfg.workers // cfg.launcher.nnodes
-    threads_for = workers_per_node if cfg.reduction == "rank_order" else per_node
-    threads = cfg.launcher.threads_per_process or max(1, (os.cpu_count() or 1) // threads_for)
-    return {
-        "device": device,
-        "backend": backend,
-        "processes": processes,
-        "processes_per_node": per_node,
-        "ranks_per_process": cfg.workers // processes,
-        "world": "distributed" if processes == cfg.workers else "hosted",
-        "threads_per_process": threads,
-    }
 
 
 def _git(*args: str) -> str | None:
@@ -79,7 +48,7 @@ def _device_description() -> dict[str, Any]:
     return description
 
 
-def collect_environment(resolved: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
+def collect_environment(runtime: Runtime, job: dict[str, Any]) -> dict[str, Any]:
     """Everything env.json records."""
     status = _git("status", "--porcelain")
     return {
@@ -89,7 +58,7 @@ def collect_environment(resolved: dict[str, Any], job: dict[str, Any]) -> dict[s
         "platform": platform.platform(),
         "argv": sys.argv,
         "device": _device_description(),
-        "threads": {"per_process": resolved["threads_per_process"], "OMP_NUM_THREADS": str(resolved["threads_per_process"])},
-        "resolved": resolved,
+        "threads": {"per_process": runtime.threads_per_process, "OMP_NUM_THREADS": str(runtime.threads_per_process)},
+        "resolved": runtime.to_dict(),
         "job": job,
     }

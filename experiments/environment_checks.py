@@ -21,7 +21,7 @@ from omegaconf import DictConfig, open_dict
 
 from datasets.files import endpoint
 from experiments.run_dir import STATUS
-from sparsifiers.base import ConfigError
+from experiments.errors import ConfigError
 
 WANDB_CONNECT_TIMEOUT_S = 3.0  # a reachable W&B answers a TCP connect well within this
 WANDB_DEFAULT_HOST = "https://api.wandb.ai"

@@ -16,7 +16,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from sparsifiers.base import ConfigError
+from experiments.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -77,24 +77,37 @@ RANGES: dict[str, Range] = {
 }
 
 
-def parameter_types(target: Any) -> dict[str, tuple[Any, Any]]:
-    """name -> (annotation, default) of a function's or class's parameters; for a class whose
-    __init__ forwards **kwargs to its base, the base's parameters too (as validate.py's
-    `_accepted_parameters` walks them). Missing annotations are `inspect.Parameter.empty`."""
-    functions = [target] if not inspect.isclass(target) else [vars(c)["__init__"] for c in target.__mro__ if "__init__" in vars(c)]
+def _signature_walk(target: Any) -> tuple[dict[str, tuple[Any, Any]], bool]:
+    """The one walk over a target's signature: name -> (annotation, default) of a function's or
+    class's named parameters (a class's `self` left out); for a class whose __init__ forwards
+    **kwargs to its base, the base's parameters too. The flag says whether a **kwargs is left
+    that nobody names (then any keyword goes). Missing annotations are `inspect.Parameter.empty`."""
+    is_class = inspect.isclass(target)
+    functions = [target] if not is_class else [vars(c)["__init__"] for c in target.__mro__ if "__init__" in vars(c)]
     found: dict[str, tuple[Any, Any]] = {}
     for function in functions:
         try:
             hints = typing.get_type_hints(function)
         except Exception:  # an annotation that does not resolve: fall back to the defaults
             hints = {}
-        parameters = inspect.signature(function).parameters.values()
+        parameters = list(inspect.signature(function).parameters.values())[1 if is_class else 0:]
         for p in parameters:
             if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name not in found:
                 found[p.name] = (hints.get(p.name, p.annotation), p.default)
         if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-            break
-    return found
+            return found, False
+    return found, True
+
+
+def parameter_types(target: Any) -> dict[str, tuple[Any, Any]]:
+    """name -> (annotation, default) of the target's named parameters (`_signature_walk`)."""
+    return _signature_walk(target)[0]
+
+
+def accepted_parameters(target: Any) -> list[str] | None:
+    """The target's named parameters, in order; None if anything goes (a **kwargs nobody names)."""
+    found, open_ended = _signature_walk(target)
+    return None if open_ended else list(found)
 
 
 def _matches(value: Any, annotation: Any) -> bool:

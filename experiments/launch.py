@@ -23,15 +23,17 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments.agent import REPORT_VARIABLE, STATUS_VARIABLE
 from experiments.blame import explain, merge_reports, rank_failures
-from experiments.environment import REPO_ROOT, collect_environment, resolve_runtime
+from experiments.console import line_start
+from experiments.environment import REPO_ROOT, collect_environment
+from experiments.errors import ConfigError
 from experiments.launcher_checks import rendezvous_error
 from experiments.lifetime import Stopped, run_job
 from experiments.nodes import (AGENT_REPORT, ENV_FILE_VARIABLE, RANK_ZERO, hosts_rank_zero, node_file, node_tag,
                                rendezvous_id)
 from experiments.report import format_summary
+from experiments.runtime import Runtime, resolve
 from experiments.store import CONFIG, ENV, STATUS, SUMMARY, RunStore, write_atomic
 from experiments.wandb_failure import record_failure
-from sparsifiers.base import ConfigError
 
 
 def joins_a_running_node(cfg: DictConfig, existing: dict[str, Any]) -> bool:
@@ -49,11 +51,11 @@ def prepare_run_dir(cfg: DictConfig, run_dir: Path, job: dict[str, Any]) -> tupl
     if existing is not None and not joins_a_running_node(cfg, existing):
         raise ConfigError(f"{run_dir} already holds a run (status.json exists): choose another hydra.run.dir")
     run_dir.mkdir(parents=True, exist_ok=True)
-    resolved = resolve_runtime(cfg)
+    runtime = resolve(cfg)
     write_atomic(store.path(CONFIG), OmegaConf.to_yaml(cfg, resolve=True))
     tag = node_tag(cfg)
     job = {**job, "wandb_id": uuid.uuid4().hex[:12]}  # kept by every resume of this run
-    environment = {**collect_environment(resolved, job), "node": tag, "rdzv_id": rendezvous_id(cfg)}
+    environment = {**collect_environment(runtime, job), "node": tag, "rdzv_id": rendezvous_id(cfg)}
     store.write_json(node_file(ENV, tag), environment)
     for name in status_files(store, tag, owner=existing is None):
         store.set_status("running", name=name, started=time.time(), rdzv_id=environment["rdzv_id"],
@@ -68,17 +70,17 @@ def status_files(store: RunStore, tag: str, owner: bool) -> list[str]:
     return [node_file(STATUS, tag), STATUS] if owner else [node_file(STATUS, tag)]
 
 
-def rank_command(cfg: DictConfig, resolved: dict[str, Any], run_dir: Path) -> list[str]:
+def rank_command(cfg: DictConfig, runtime: Runtime, run_dir: Path) -> list[str]:
     """One process hosting every rank runs the worker directly, without torch.distributed (unless
     launcher.max_restarts asks torchrun to restart it); otherwise torchrun: `python -m experiments.agent ... -m experiments.worker RUN_DIR`."""
     launcher = cfg.launcher
-    if resolved["processes"] == 1 and launcher.nnodes == 1 and launcher.max_restarts == 0:  # restarts need torchrun
+    if runtime.single_process and launcher.nnodes == 1 and launcher.max_restarts == 0:  # restarts need torchrun
         return [sys.executable, "-m", "experiments.worker", str(run_dir)]
     rdzv_id = rendezvous_id(cfg)  # alike on every node (nodes.py)
     return [
         sys.executable, "-m", "experiments.agent",  # torchrun, and a report of how it ended
         f"--nnodes={launcher.nnodes}",
-        f"--nproc-per-node={resolved['processes_per_node']}",
+        f"--nproc-per-node={runtime.processes_per_node}",
         f"--max-restarts={launcher.max_restarts}",
         f"--rdzv-backend={launcher.rdzv_backend}",
         f"--rdzv-endpoint={launcher.rdzv_endpoint}",
@@ -88,10 +90,10 @@ def rank_command(cfg: DictConfig, resolved: dict[str, Any], run_dir: Path) -> li
     ]
 
 
-def rank_environment(resolved: dict[str, Any], run_dir: Path) -> dict[str, str]:
+def rank_environment(runtime: Runtime, run_dir: Path) -> dict[str, str]:
     """The ranks' environment: thread counts, import path, caches inside the run directory."""
     env = dict(os.environ)
-    env["OMP_NUM_THREADS"] = str(resolved["threads_per_process"])
+    env["OMP_NUM_THREADS"] = str(runtime.threads_per_process)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("MPLCONFIGDIR", str(run_dir / ".cache" / "matplotlib"))
@@ -103,10 +105,10 @@ def rank_environment(resolved: dict[str, Any], run_dir: Path) -> dict[str, str]:
     return env
 
 
-def node_environment(resolved: dict[str, Any], run_dir: Path, tag: str) -> dict[str, str]:
+def node_environment(runtime: Runtime, run_dir: Path, tag: str) -> dict[str, str]:
     """rank_environment, plus the files of this node: the env.json its ranks read, where torchrun
     reports how it ended, and the status file it marks if run.py dies first."""
-    env = rank_environment(resolved, run_dir)
+    env = rank_environment(runtime, run_dir)
     env[ENV_FILE_VARIABLE] = node_file(ENV, tag)
     env[REPORT_VARIABLE] = str(run_dir / node_file(AGENT_REPORT, tag))
     env[STATUS_VARIABLE] = str(run_dir / node_file(STATUS, tag))
@@ -131,7 +133,7 @@ def finish_wandb(run_dir: Path, blame: dict[str, Any]) -> None:
     try:
         record_failure(run_dir, blame)
     except Exception as error:  # noqa: BLE001 - reported, and the run's status already says it all
-        print(f"note: could not record the failure in W&B: {type(error).__name__}: {error}", file=sys.stderr)
+        print(f"{line_start()}note: could not record the failure in W&B: {type(error).__name__}: {error}", file=sys.stderr)
 
 
 def launch(cfg: DictConfig, run_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
@@ -144,11 +146,11 @@ def launch(cfg: DictConfig, run_dir: Path, job: dict[str, Any]) -> dict[str, Any
 def run_to_end(cfg: DictConfig, store: RunStore, environment: dict[str, Any], existed: bool) -> dict[str, Any]:
     """Starts the ranks of a prepared (or resumed) run directory and records how they ended."""
     run_dir = store.dir
-    resolved, tag = environment["resolved"], environment["node"]
-    per_process = cfg.workers // resolved["processes"]  # ranks each process hosts (for blame's names)
+    runtime, tag = Runtime.from_dict(environment["resolved"], cfg.logger.wandb_mode), environment["node"]
+    per_process = runtime.ranks_per_process  # ranks each process hosts (for blame's names)
     started = time.time()
-    command = rank_command(cfg, resolved, run_dir)
-    returncode, stopped_by, pid = run_job(command, node_environment(resolved, run_dir, tag), str(REPO_ROOT))
+    command = rank_command(cfg, runtime, run_dir)
+    returncode, stopped_by, pid = run_job(command, node_environment(runtime, run_dir, tag), str(REPO_ROOT))
     ended = time.time()
     report = store.read_json(node_file(AGENT_REPORT, tag))
     if tag and returncode != 0:
@@ -166,7 +168,9 @@ def run_to_end(cfg: DictConfig, store: RunStore, environment: dict[str, Any], ex
                              signal=stopped_by.name, cause=cause, consequences=consequences)
         if owner:
             finish_wandb(run_dir, {"error": str(stop), "cause": cause})
-        print(f"run stopped: {stop}\n  details: {run_dir}/{statuses[0]}", file=sys.stderr, flush=True)
+        # From column 0 of a clean line: a rank killed mid-step leaves its progress bar drawn.
+        print(f"{line_start(cfg.logger.progress)}run stopped: {stop}\n  details: {run_dir}/{statuses[0]}",
+              file=sys.stderr, flush=True)
         raise stop
     summary = store.read_json(SUMMARY)
     if returncode == 0 and tag and not hosts_rank_zero(run_dir, pid):
@@ -191,6 +195,6 @@ def run_to_end(cfg: DictConfig, store: RunStore, environment: dict[str, Any], ex
         store.set_status("failed", name=name, ended=ended, returncode=returncode, **blame)
     if owner:
         finish_wandb(run_dir, blame)
-    print(f"run failed: {blame['error']}\n  details: {run_dir}/{statuses[0]} (cause and consequences) "
-          f"and error.rank*.txt", file=sys.stderr, flush=True)
+    print(f"{line_start(cfg.logger.progress)}run failed: {blame['error']}\n  details: {run_dir}/{statuses[0]} "
+          f"(cause and consequences) and error.rank*.txt", file=sys.stderr, flush=True)
     return {"status": "failed", "error": blame["error"]}

@@ -9,14 +9,9 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from sparsifiers.base import ConfigError
+from experiments.errors import require
 
 RDZV_BACKENDS = ("c10d", "static", "etcd", "etcd-v2")  # torchrun's --rdzv-backend choices
-
-
-def _require(condition: bool, message: str) -> None:
-    if not condition:
-        raise ConfigError(message)
 
 
 def endpoint_port(endpoint: str) -> int | None:
@@ -30,26 +25,26 @@ def endpoint_port(endpoint: str) -> int | None:
 def check_launcher(cfg: DictConfig) -> None:
     """Raises ConfigError naming the launcher key and the fix."""
     launcher = cfg.launcher
-    _require(launcher.max_restarts >= 0, f"launcher.max_restarts must be >= 0, got {launcher.max_restarts}: set e.g. launcher.max_restarts=0")
-    _require(
+    require(launcher.max_restarts >= 0, f"launcher.max_restarts must be >= 0, got {launcher.max_restarts}: set e.g. launcher.max_restarts=0")
+    require(
         launcher.threads_per_process is None or launcher.threads_per_process >= 1,
         f"launcher.threads_per_process must be >= 1 or null (cores / processes), got {launcher.threads_per_process}",
     )
-    _require(
+    require(
         launcher.rdzv_backend in RDZV_BACKENDS,
         f"launcher.rdzv_backend must be one of {', '.join(RDZV_BACKENDS)}, got {launcher.rdzv_backend}: c10d is the default",
     )
-    _require(
+    require(
         launcher.rdzv_timeout_s > 0,
         f"launcher.rdzv_timeout_s must be > 0, got {launcher.rdzv_timeout_s}: set e.g. launcher.rdzv_timeout_s=600",
     )
     port = endpoint_port(launcher.rdzv_endpoint)
-    _require(
+    require(
         port is not None,
         f"launcher.rdzv_endpoint must be host:port, got {launcher.rdzv_endpoint!r}: set e.g. launcher.rdzv_endpoint="
         + ("localhost:0" if launcher.nnodes == 1 else "<node0-host>:29400"),
     )
-    _require(
+    require(
         launcher.nnodes == 1 or port != 0,
         f"launcher.nnodes={launcher.nnodes} needs a port every node can reach: set launcher.rdzv_endpoint=<node 0's host>:29400 "
         f"(port 0 picks a free port only this node knows, so the other nodes would never join)",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sparsifiers.base import ConfigError
+from experiments.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from datasets.base import REAL
-from experiments.environment import resolve_runtime
+from experiments.errors import ConfigError
+from experiments.runtime import processes_of, resolve
 from experiments.tasks import make_task
-from sparsifiers.base import ConfigError
 
 ELEMENT_BYTES = 4  # float32 gradients, residuals and parameters
 # A rank process before its tensors: interpreter, torch, numba's kernels (~0.4-1.1 GiB measured here).
@@ -123,14 +123,14 @@ def check_resources(cfg: DictConfig, numel: int, data: object, optimizer_target:
     launcher = OmegaConf.select(cfg, "hydra.launcher._target_")
     if launcher is not None and launcher != BASIC_LAUNCHER:
         return  # Slurm and friends: the job validates again on its own node, where this is true
-    processes = cfg.processes if cfg.processes is not None else cfg.workers
+    processes = processes_of(cfg.processes, cfg.workers)
     optimizer = OmegaConf.to_container(cfg.optimizer, resolve=True)
     memory = estimate(numel, cfg.workers, processes, cfg.launcher.nnodes, tensor_bytes(data),
                       optimizer_slots(optimizer_target, optimizer, owns_momentum), method_vectors(owns_momentum))
     available = available_memory()
     where = f"workers={cfg.workers} processes={processes}" + (f" launcher.nnodes={cfg.launcher.nnodes}" if cfg.launcher.nnodes > 1 else "")
     host_bytes = memory.node_bytes
-    if resolve_runtime(cfg)["device"] == "cuda":
+    if resolve(cfg).device == "cuda":
         # One GPU per process holds the tensors; the host keeps the runtime and the dataset.
         gpu_bytes = memory.process_bytes - memory.base_bytes - memory.dataset_bytes
         gpu_total = torch.cuda.get_device_properties(0).total_memory

@@ -19,10 +19,10 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from experiments.checkpoint import complete_steps
+from experiments.errors import ConfigError
 from experiments.launch import run_to_end
 from experiments.store import CONFIG, ENV, RunStore
 from experiments.validate import validate
-from sparsifiers.base import ConfigError
 
 LOCK = ".resume.lock"
 

@@ -18,12 +18,12 @@ The checks are finite.py's. What skipping adds:
 from __future__ import annotations
 
 import copy
-import sys
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from experiments.console import say
 from experiments.finite import HINT, KINDS, NonFiniteValue
 from experiments.replica import Replica
 from experiments.world import World
@@ -129,6 +129,6 @@ def log_skipped(sink, guard: SkipGuard, skipped: SkippedStep, hosts_rank_zero: b
     sink.log({"kind": "train", "train/skipped": 1.0, "train/skipped_total": float(guard.total),
               "train/skipped_rank": -1 if skipped.rank is None else skipped.rank, **fields}, skipped.step)
     if hosts_rank_zero:
-        print(f"warning: step {skipped.step} skipped ({skipped.describe()}; on_nonfinite=skip): "
-              f"{guard.in_a_row} in a row, {guard.total} in all", file=sys.stderr, flush=True)
+        say(f"warning: step {skipped.step} skipped ({skipped.describe()}; on_nonfinite=skip): "
+            f"{guard.in_a_row} in a row, {guard.total} in all")  # above the progress bar
     guard.fail_past_limit(skipped)

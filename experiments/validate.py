@@ -11,25 +11,17 @@ import os
 
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.build import knobs, target_of
+from experiments.build import RUNTIME_ARGUMENTS, knobs, target_of
 from experiments.checkpoint import check_config as check_checkpoint_config
 from experiments.collectives import REDUCTIONS
-from experiments.knob_types import check_knob_types
+from experiments.errors import ConfigError, require
+from experiments.knob_types import accepted_parameters, check_knob_types
 from experiments.launcher_checks import check_launcher
-from sparsifiers.base import ConfigError
+from experiments.runtime import WANDB_MODES, processes_of, wandb_mode
 from sparsifiers.kernels import BACKENDS, compiled_available
 from sparsifiers.layout import Layout
 
 GROUPS = ("sparsifier", "model", "dataset", "optimizer", "schedule")
-# Arguments the runner supplies at build time, not knobs a user sets. A model takes the subset
-# its task's data provides (datasets/base.py, `model_inputs()`).
-RUNTIME_ARGUMENTS = {
-    "sparsifier": {"layout", "world_size", "rank", "seed"},
-    "model": {"input_shape", "num_classes", "vocab_size", "num_users", "num_items"},
-    "optimizer": {"params"},
-    "dataset": set(),
-    "schedule": set(),
-}
 
 
 def validate(cfg: DictConfig) -> None:
@@ -53,92 +45,68 @@ def validate(cfg: DictConfig) -> None:
     _check_wandb(cfg)  # last: the only check that may wait (a few seconds) on the network
 
 
-def _require(condition: bool, message: str) -> None:
-    if not condition:
-        raise ConfigError(message)
-
-
 def _check_sizes(cfg: DictConfig) -> None:
-    _require(cfg.workers >= 1, f"workers must be >= 1, got {cfg.workers}: set e.g. workers=4")
-    _require(cfg.batch_size >= 1, f"batch_size must be >= 1, got {cfg.batch_size}: set e.g. batch_size=32")
-    _require(cfg.epochs >= 1, f"epochs must be >= 1, got {cfg.epochs}: set e.g. epochs=1")
-    _require(
+    require(cfg.workers >= 1, f"workers must be >= 1, got {cfg.workers}: set e.g. workers=4")
+    require(cfg.batch_size >= 1, f"batch_size must be >= 1, got {cfg.batch_size}: set e.g. batch_size=32")
+    require(cfg.epochs >= 1, f"epochs must be >= 1, got {cfg.epochs}: set e.g. epochs=1")
+    require(
         cfg.max_steps is None or cfg.max_steps >= 1,
         f"max_steps must be >= 1 or null, got {cfg.max_steps}: set e.g. max_steps=20",
     )
-    processes = cfg.processes if cfg.processes is not None else cfg.workers
-    _require(processes >= 1, f"processes must be >= 1 or null, got {cfg.processes}")
-    _require(
+    processes = processes_of(cfg.processes, cfg.workers)
+    require(processes >= 1, f"processes must be >= 1 or null, got {cfg.processes}")
+    require(
         cfg.workers % processes == 0,
         f"workers={cfg.workers} is not a multiple of processes={processes}: set processes to a divisor of workers",
     )
-    _require(cfg.launcher.nnodes >= 1, f"launcher.nnodes must be >= 1, got {cfg.launcher.nnodes}")
-    _require(
+    require(cfg.launcher.nnodes >= 1, f"launcher.nnodes must be >= 1, got {cfg.launcher.nnodes}")
+    require(
         processes % cfg.launcher.nnodes == 0,
         f"processes={processes} is not a multiple of launcher.nnodes={cfg.launcher.nnodes}",
     )
-    _require(cfg.logger.log_every >= 1, f"logger.log_every must be >= 1, got {cfg.logger.log_every}")
-    _require(
+    require(cfg.logger.log_every >= 1, f"logger.log_every must be >= 1, got {cfg.logger.log_every}")
+    require(
         cfg.eval_limit is None or cfg.eval_limit >= 1,
         f"eval_limit must be >= 1 or null (all), got {cfg.eval_limit}: set e.g. eval_limit=256",
     )
-    _require(cfg.warmup_steps >= 0, f"warmup_steps must be >= 0, got {cfg.warmup_steps}")
-    _require(cfg.checksum_every >= 0, f"checksum_every must be >= 0 (0 disables), got {cfg.checksum_every}")
-    _require(cfg.launcher.timeout_s > 0, f"launcher.timeout_s must be > 0, got {cfg.launcher.timeout_s}")
-    _require(cfg.seed >= 0, f"seed must be >= 0, got {cfg.seed}: set e.g. seed=0")
+    require(cfg.warmup_steps >= 0, f"warmup_steps must be >= 0, got {cfg.warmup_steps}")
+    require(cfg.checksum_every >= 0, f"checksum_every must be >= 0 (0 disables), got {cfg.checksum_every}")
+    require(cfg.launcher.timeout_s > 0, f"launcher.timeout_s must be > 0, got {cfg.launcher.timeout_s}")
+    require(cfg.seed >= 0, f"seed must be >= 0, got {cfg.seed}: set e.g. seed=0")
 
 
 def _check_choices(cfg: DictConfig) -> None:
-    _require(cfg.device in ("auto", "cpu", "cuda"), f"device must be auto, cpu or cuda, got {cfg.device}")
-    _require(
+    require(cfg.device in ("auto", "cpu", "cuda"), f"device must be auto, cpu or cuda, got {cfg.device}")
+    require(
         cfg.launcher.backend in ("auto", "gloo", "nccl"),
         f"launcher.backend must be auto, gloo or nccl, got {cfg.launcher.backend}",
     )
-    _require(
-        cfg.logger.wandb_mode in ("offline", "online", "disabled"),
+    require(
+        cfg.logger.wandb_mode in WANDB_MODES,
         f"logger.wandb_mode must be offline, online or disabled, got {cfg.logger.wandb_mode}",
     )
-    _require(cfg.kernels in BACKENDS, f"kernels must be auto, torch or compiled, got {cfg.kernels}: auto is the default")
-    _require(
+    require(cfg.kernels in BACKENDS, f"kernels must be auto, torch or compiled, got {cfg.kernels}: auto is the default")
+    require(
         cfg.kernels != "compiled" or compiled_available(),
         "kernels=compiled needs numba, which is not installed: pip install numba, or kernels=auto",
     )
-    _require(
+    require(
         cfg.reduction in REDUCTIONS,
         f"reduction must be ring or rank_order, got {cfg.reduction}: ring is the default, "
         "rank_order sums every value reduction in rank order (bitwise equal hosted or distributed)",
     )
-    _require(
+    require(
         cfg.on_nonfinite in ("fail", "skip"),
         f"on_nonfinite must be fail or skip, got {cfg.on_nonfinite}: fail is the default",
     )
-    _require(
+    require(
         cfg.max_skipped_steps >= 1,
         f"max_skipped_steps must be >= 1 (more skipped steps in a row than this fail the run), got {cfg.max_skipped_steps}",
     )
     if cfg.device == "cuda":
         import torch
 
-        _require(torch.cuda.is_available(), "device=cuda but no GPU is visible: set device=cpu (or auto)")
-
-
-def _accepted_parameters(target) -> list[str] | None:
-    """Named parameters of a function or class; for a class whose __init__ forwards **kwargs to
-    its base, the base's parameters too. None if anything goes (a **kwargs nobody names)."""
-    if not inspect.isclass(target):
-        parameters = inspect.signature(target).parameters.values()
-        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-            return None
-        return [p.name for p in parameters]
-    names: list[str] = []
-    for cls in target.__mro__:
-        if "__init__" not in vars(cls):
-            continue
-        parameters = list(inspect.signature(vars(cls)["__init__"]).parameters.values())[1:]
-        names += [p.name for p in parameters if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name not in names]
-        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-            return names
-    return None
+        require(torch.cuda.is_available(), "device=cuda but no GPU is visible: set device=cpu (or auto)")
 
 
 def _check_knobs(cfg: DictConfig, group: str) -> None:
@@ -148,11 +116,11 @@ def _check_knobs(cfg: DictConfig, group: str) -> None:
         target = target_of(node)
     except Exception as error:
         raise ConfigError(f"{group}._target_={node._target_} cannot be imported ({error})") from None
-    accepted = _accepted_parameters(target)
+    accepted = accepted_parameters(target)
     if accepted is not None:
         accepted = [name for name in accepted if name not in RUNTIME_ARGUMENTS[group]]
         for key in knobs(node):
-            _require(
+            require(
                 key in accepted,
                 f"{group}.{key} is not a knob of {group}={node.get('name', '?')}; its knobs: {', '.join(accepted)}",
             )
@@ -189,11 +157,11 @@ def _check_model_fits_dataset(cfg: DictConfig) -> None:
     """The model must take what the dataset's task provides (an LSTM needs a vocabulary, NCF
     users and items, an image classifier shapes and classes)."""
     data = _dataset_for(OmegaConf.to_yaml(cfg.dataset, resolve=True))
-    accepted = _accepted_parameters(target_of(cfg.model))
+    accepted = accepted_parameters(target_of(cfg.model))
     if accepted is None:
         return
     missing = [name for name in data.model_inputs() if name not in accepted]
-    _require(
+    require(
         not missing,
         f"model={cfg.model.get('name', '?')} does not fit dataset={cfg.dataset.get('name', '?')} "
         f"(a {data.kind} task, which provides {', '.join(data.model_inputs())}): choose a {data.kind} model",
@@ -221,7 +189,7 @@ def _check_optimizer_fits_sparsifier(cfg: DictConfig) -> None:
     from experiments.optimizers import ReleasedSGD
 
     owns_momentum = getattr(target_of(cfg.sparsifier), "owns_momentum", False)
-    _require(
+    require(
         not (owns_momentum and target_of(cfg.optimizer) is ReleasedSGD),
         f"sparsifier={cfg.sparsifier.get('name', '?')} applies momentum itself, and optimizer=released_sgd "
         "always adds its momentum buffer to the step: use optimizer=sgd",
@@ -283,10 +251,9 @@ def _check_network(cfg: DictConfig) -> None:
 
 
 def _check_wandb(cfg: DictConfig) -> None:
-    mode = os.environ.get("WANDB_MODE") or cfg.logger.wandb_mode
-    if mode == "online":
+    if wandb_mode(cfg.logger.wandb_mode) == "online":
         has_key = bool(os.environ.get("WANDB_API_KEY")) or os.path.exists(os.path.expanduser("~/.netrc"))
-        _require(
+        require(
             has_key,
             "logger.wandb_mode=online needs a W&B key: set WANDB_API_KEY (or run `wandb login`), "
             "or use logger=wandb_offline",

@@ -17,21 +17,23 @@ from omegaconf import OmegaConf
 
 from experiments.agent import mark_orphaned, outlived
 from experiments.checkpoint import load_agreed
+from experiments.console import close_bars, line_start, route_warnings
 from experiments.lifetime import die_with_parent
 from experiments.network import NetworkModel
 from experiments.nodes import ENV_FILE_VARIABLE, record_rank_zero
+from experiments.runtime import Runtime
 from experiments.sinks import JsonlSink, MultiSink, NullSink, WandbSink
 from experiments.store import CONFIG, ENV, SUMMARY, RunStore
 from experiments.train import train
 from experiments.world import World, close_world, init_world
 
 
-def make_sink(cfg, world: World, store: RunStore, env: dict):
+def make_sink(cfg, world: World, store: RunStore, env: dict, runtime: Runtime):
     """Rank 0 logs to the local store and W&B; every other process logs nothing."""
     if not world.hosts_rank_zero:
         return NullSink()
     sinks = [JsonlSink(store.open_metrics())]
-    mode = os.environ.get("WANDB_MODE") or cfg.logger.wandb_mode
+    mode = runtime.wandb_mode
     if mode != "disabled":
         job = env["job"]
         sinks.append(
@@ -44,7 +46,7 @@ def make_sink(cfg, world: World, store: RunStore, env: dict):
                 group=job["group"],
                 run_id=job.get("wandb_id"),
                 config={**OmegaConf.to_container(cfg, resolve=True), "resolved": env["resolved"]},
-                tags=[cfg.sparsifier.name, f"W{cfg.workers}", env["resolved"]["world"]],
+                tags=[cfg.sparsifier.name, f"W{cfg.workers}", runtime.world],
             )
         )
     return MultiSink(sinks)
@@ -73,6 +75,7 @@ def main(run_dir: str) -> None:
         die_with_parent(signal.SIGKILL)
     else:
         watch_run_py()
+    route_warnings()  # whole lines above rank 0's progress bar (console.py)
     store = RunStore(run_dir)
     error_file = f"error.rank{os.environ.get('RANK', '0')}.txt"
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
@@ -82,17 +85,18 @@ def main(run_dir: str) -> None:
     env = store.read_json(os.environ.get(ENV_FILE_VARIABLE, ENV))  # a node's own env.<node>.json
     if os.environ.get("RANK", "0") == "0":
         record_rank_zero(store.dir)  # which node's run.py reports the run (nodes.py)
-    resolved = env["resolved"]
-    torch.set_num_threads(resolved["threads_per_process"])
+    runtime = Runtime.from_dict(env["resolved"], cfg.logger.wandb_mode)  # as run.py resolved it
+    torch.set_num_threads(runtime.threads_per_process)
     failed = True
     try:
         network = NetworkModel(cfg.network.name, cfg.network.latency_us, cfg.network.bandwidth_gbit)
         world = init_world(
-            cfg.workers, resolved["device"], resolved["backend"], cfg.launcher.timeout_s, network, cfg.reduction
+            cfg.workers, runtime.device, runtime.backend, cfg.launcher.timeout_s, network, cfg.reduction
         )
         train_run(store, cfg, env, world)
         failed = False
     except BaseException:
+        close_bars()  # erased before anything reports the failure (console.py)
         store.path(error_file).write_text(traceback.format_exc())
         raise
     finally:
@@ -102,14 +106,15 @@ def main(run_dir: str) -> None:
 def train_run(store: RunStore, cfg, env: dict, world: World) -> None:
     """This process's part of the run in a prepared run directory: continue from its newest
     checkpoint if it has one (resume=DIR, or a torchrun restart), log, train, write the summary."""
+    runtime = Runtime.from_dict(env["resolved"], cfg.logger.wandb_mode)
     resumed = load_agreed(store.dir, world)
     if world.hosts_rank_zero:  # the steps after the checkpoint are logged again
         store.drop_metrics_from(0 if resumed is None else resumed.step)
-    sink, failed = make_sink(cfg, world, store, env), True
+    sink, failed = make_sink(cfg, world, store, env, runtime), True
     try:
         summary = train(cfg, world, sink, store.dir, resumed)
         if summary is not None:
-            summary["wandb_mode"] = os.environ.get("WANDB_MODE") or cfg.logger.wandb_mode
+            summary["wandb_mode"] = runtime.wandb_mode
             store.write_json(SUMMARY, summary)
         failed = False
     finally:
@@ -132,6 +137,8 @@ if __name__ == "__main__":
     try:
         main(sys.argv[1])
     except BaseException:
-        traceback.print_exc()  # torchrun's log shows it; error.rank<P>.txt already holds it
+        # torchrun's log shows it; error.rank<P>.txt already holds it. One write, from column 0
+        # of a clean line: another process's progress bar may be drawn on the current one.
+        sys.stderr.write(line_start() + traceback.format_exc())
         exit_now(1)
     exit_now()

@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 from experiments.collectives import RankCollectives
 from experiments.network import NetworkModel
+from experiments.runtime import world_kind
 
 
 @dataclass
@@ -30,7 +31,7 @@ class World:
 
     @property
     def kind(self) -> str:
-        return "distributed" if len(self.local_ranks) == 1 else "hosted"
+        return world_kind(self.world_size, self.processes)
 
     @property
     def hosts_rank_zero(self) -> bool:

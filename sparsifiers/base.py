@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from experiments.errors import ConfigError  # neutral (imports nothing): no role reaches in here
 from sparsifiers.layout import Layout
 
 
@@ -59,10 +60,6 @@ class Feedback:
     step: int
     counts: torch.Tensor  # int64 [W]: |S_r| for every rank r (0 for ranks that did not select)
     aggregated: int  # |U|: coordinates in the aggregate
-
-
-class ConfigError(ValueError):
-    """A bad knob: the message names the key and the fix."""
 
 
 def target_count(density: float, numel: int) -> int:

@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from sparsifiers.base import ConfigError, ExchangeKind, SelectionScope, Sparsifier
+from experiments.errors import ConfigError
+from sparsifiers.base import ExchangeKind, SelectionScope, Sparsifier
 from sparsifiers.kernels import ExactTopK
 from sparsifiers.layout import Layout
 

@@ -29,7 +29,8 @@ from typing import Any
 import torch
 
 from experiments import metric_keys as keys
-from sparsifiers.base import ConfigError, ExchangeKind, SelectionScope, Sparsifier
+from experiments.errors import ConfigError
+from sparsifiers.base import ExchangeKind, SelectionScope, Sparsifier
 from sparsifiers.deft_allocation import (
     allocate,
     bin_loads,

@@ -29,17 +29,13 @@ from typing import Any
 import torch
 
 from experiments import metric_keys as keys
-from sparsifiers.base import ConfigError, ExchangeKind, SelectionScope, Sparsifier, target_count
+from experiments.errors import require
+from sparsifiers.base import ExchangeKind, SelectionScope, Sparsifier, target_count
 from sparsifiers.layout import Layout
 from sparsifiers.workspace import scratch, scratch_like
 
 DEFAULT_WARMUP = (0.25, 0.0625, 0.015625, 0.004)
 CLIP_EPS = 1e-6  # as torch.nn.utils.clip_grad_norm_: no division by zero for a zero gradient
-
-
-def _require(condition: bool, message: str) -> None:
-    if not condition:
-        raise ConfigError(message)
 
 
 class DGC(Sparsifier):
@@ -68,24 +64,24 @@ class DGC(Sparsifier):
         **knobs,
     ) -> None:
         super().__init__(layout, world_size, rank, density=density, **knobs)
-        _require(0.0 <= momentum < 1.0, f"sparsifier.momentum must be in [0, 1), got {momentum}")
-        _require(
+        require(0.0 <= momentum < 1.0, f"sparsifier.momentum must be in [0, 1), got {momentum}")
+        require(
             clip_norm is None or clip_norm > 0,
             f"sparsifier.clip_norm must be > 0 or null (no clipping), got {clip_norm}",
         )
-        _require(isinstance(warmup, bool), f"sparsifier.warmup must be true or false, got {warmup}")
-        _require(
+        require(isinstance(warmup, bool), f"sparsifier.warmup must be true or false, got {warmup}")
+        require(
             isinstance(warmup_densities, (list, tuple))
             and all(isinstance(d, (int, float)) and 0.0 < d <= 1.0 for d in warmup_densities),
             f"sparsifier.warmup_densities must be a list of densities in (0, 1], got {warmup_densities}",
         )
-        _require(0.0 < sample_fraction <= 1.0, f"sparsifier.sample_fraction must be in (0, 1], got {sample_fraction}")
-        _require(
+        require(0.0 < sample_fraction <= 1.0, f"sparsifier.sample_fraction must be in (0, 1], got {sample_fraction}")
+        require(
             isinstance(max_retries, int) and max_retries >= 0,
             f"sparsifier.max_retries must be an integer >= 0, got {max_retries}",
         )
-        _require(upper_bound >= 1.0, f"sparsifier.upper_bound must be >= 1 (e.g. 1.3), got {upper_bound}")
-        _require(0.0 < lower_bound < 1.0, f"sparsifier.lower_bound must be in (0, 1) (e.g. 0.8), got {lower_bound}")
+        require(upper_bound >= 1.0, f"sparsifier.upper_bound must be >= 1 (e.g. 1.3), got {upper_bound}")
+        require(0.0 < lower_bound < 1.0, f"sparsifier.lower_bound must be in (0, 1) (e.g. 0.8), got {lower_bound}")
         self.momentum = float(momentum)
         self.clip_norm = None if clip_norm is None else float(clip_norm)
         self.warmup = warmup

@@ -36,7 +36,8 @@ from typing import Any
 import torch
 
 from experiments import metric_keys as keys
-from sparsifiers.base import ConfigError, ExchangeKind, Feedback, SelectionScope, Sparsifier
+from experiments.errors import ConfigError
+from sparsifiers.base import ExchangeKind, Feedback, SelectionScope, Sparsifier
 from sparsifiers.layout import Layout, even_splits
 from sparsifiers.threshold_control import (
     ThresholdScan,

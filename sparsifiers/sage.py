@@ -31,7 +31,8 @@ import numpy as np
 import torch
 
 from experiments import metric_keys as keys
-from sparsifiers.base import ConfigError, ExchangeKind, SelectionScope, Sparsifier
+from experiments.errors import ConfigError
+from sparsifiers.base import ExchangeKind, SelectionScope, Sparsifier
 from sparsifiers.layout import Layout
 from sparsifiers.threshold_control import ThresholdScan, check_comparison, initial_threshold
 

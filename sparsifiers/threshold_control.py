@@ -29,7 +29,7 @@ import math
 
 import torch
 
-from sparsifiers.base import ConfigError
+from experiments.errors import ConfigError
 from sparsifiers.kernels import AtLeastSelector, count_at_least
 
 THRESHOLD_RULES = ("official", "symmetric")

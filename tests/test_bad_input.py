@@ -19,8 +19,8 @@ import pytest
 
 from experiments.compose import preflight
 from experiments.environment_checks import check_wandb_reachable
+from experiments.errors import ConfigError
 from experiments.store import RunStore
-from sparsifiers.base import ConfigError
 from tests.conftest import run_cli
 
 BASE = ["dataset=digits", "model=mlp", "logger=local"]

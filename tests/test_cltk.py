@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from experiments.build import build_sparsifier
 from experiments.compose import compose_job
+from experiments.errors import ConfigError
 from experiments.metrics import MetricContext, exchange_metrics
-from sparsifiers.base import ConfigError
 from sparsifiers.cltk import CLTK
 from sparsifiers.layout import Layout
 from tests.stepped_ranks import SteppedRanks, gradients

@@ -7,9 +7,10 @@ import torch
 
 from experiments.build import build_dataset, build_model, build_optimizer, build_sparsifier
 from experiments.compose import CONF_DIR, compose_job, job_overrides, preflight
+from experiments.errors import ConfigError
 from experiments.flat_grad import bind_flat_grad
 from experiments.validate import validate
-from sparsifiers.base import ConfigError, Sparsifier
+from sparsifiers.base import Sparsifier
 from tests.conftest import run_cli
 
 SMALL = ["dataset=synthetic", "dataset.num_train=64", "dataset.num_test=16", "model=mlp", "model.hidden=16", "batch_size=8"]
@@ -152,18 +153,18 @@ def test_cfg_job_prints_the_composed_config():
 
 def test_slurm_and_multi_node_settings_compose():
     """Slurm through Hydra's submitit launcher; several nodes through torchrun's rendezvous."""
-    from experiments.environment import resolve_runtime
     from experiments.launch import rank_command
+    from experiments.runtime import resolve
 
     cfg = compose_job(["hydra/launcher=submitit_slurm", "hydra.launcher.partition=gpu", *SMALL])
     assert cfg.hydra.launcher._target_.endswith("SlurmLauncher") and cfg.hydra.launcher.partition == "gpu"
     cfg = compose_job(["workers=8", "launcher.nnodes=2", "launcher.rdzv_endpoint=node0:29400", *SMALL])
     validate(cfg)
-    resolved = resolve_runtime(cfg)
-    assert resolved["processes_per_node"] == 4
+    runtime = resolve(cfg)
+    assert runtime.processes_per_node == 4
     from pathlib import Path
 
-    command = rank_command(cfg, resolved, Path("/tmp/run"))
+    command = rank_command(cfg, runtime, Path("/tmp/run"))
     assert "--nnodes=2" in command and "--nproc-per-node=4" in command and "--rdzv-endpoint=node0:29400" in command
     assert "--max-restarts=0" in command and "--rdzv-backend=c10d" in command
 
@@ -175,9 +176,9 @@ def test_slurm_across_several_nodes_composes_one_agent_per_node(monkeypatch):
     same endpoint and the same rendezvous id."""
     from pathlib import Path
 
-    from experiments.environment import resolve_runtime
     from experiments.launch import rank_command
     from experiments.nodes import rendezvous_id
+    from experiments.runtime import resolve
 
     recipe = ["hydra/launcher=submitit_slurm", "hydra.launcher.nodes=2", "hydra.launcher.tasks_per_node=1",
               "hydra.launcher.gpus_per_node=4", "workers=8", "launcher.nnodes=2",
@@ -190,7 +191,7 @@ def test_slurm_across_several_nodes_composes_one_agent_per_node(monkeypatch):
     for node in ("node0", "node1"):  # what each node's task composes and launches
         monkeypatch.setenv("SLURMD_NODENAME", node)
         cfg = compose_job(recipe)
-        command = rank_command(cfg, resolve_runtime(cfg), Path(f"/scratch/{node}/run"))
+        command = rank_command(cfg, resolve(cfg), Path(f"/scratch/{node}/run"))
         assert "--rdzv-endpoint=10.0.0.7:29400" in command and "--nnodes=2" in command
         assert "--nproc-per-node=4" in command and command[1:3] == ["-m", "experiments.agent"]
         ids.add(rendezvous_id(cfg))

@@ -17,7 +17,7 @@ import torch
 
 from datasets import cifar, files, movielens, wikitext2
 from datasets.base import DatasetCorrupt, DatasetNotFound
-from sparsifiers.base import ConfigError
+from experiments.errors import ConfigError
 from tests.conftest import run_cli
 
 # ----------------------------------------------------------------------------------- helpers

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from experiments.build import build_sparsifier
 from experiments.compose import compose_job
+from experiments.errors import ConfigError
 from experiments.traffic import binomial_children
 from tests.stepped_ranks import SteppedRanks, gradients
-from sparsifiers.base import ConfigError
 from sparsifiers.deft import DEFT
 from sparsifiers.deft_allocation import allocate, bin_loads, decode_plan
 from sparsifiers.layout import Layout

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from experiments.build import build_optimizer, build_sparsifier
 from experiments.compose import compose_job
-from sparsifiers.base import ConfigError
+from experiments.errors import ConfigError
 from sparsifiers.dgc import DGC
 from sparsifiers.layout import Layout
 from tests.stepped_ranks import SteppedRanks, gradients

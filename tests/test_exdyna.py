@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from experiments.build import build_sparsifier
 from experiments.compose import compose_job
+from experiments.errors import ConfigError
 from experiments.validate import validate
-from sparsifiers.base import ConfigError
 from sparsifiers.exdyna import ExDyna
 from sparsifiers.layout import Layout
 from sparsifiers.micro import Micro

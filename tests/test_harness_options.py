@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from experiments.compose import compose_job
+from experiments.errors import ConfigError
 from experiments.schedule import StepSchedule
 from experiments.step import train_step
 from experiments.train import build_session
 from experiments.world import init_world
-from sparsifiers.base import ConfigError
 
 TINY = ["dataset=synthetic", "dataset.num_train=256", "dataset.num_test=32", "model=cnn", "model.width=4",
         "model.hidden=16", "batch_size=8", "processes=1"]

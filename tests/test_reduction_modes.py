@@ -8,10 +8,10 @@ import torch
 
 from experiments.collectives import RankCollectives
 from experiments.compose import compose_job
-from experiments.environment import resolve_runtime
+from experiments.errors import ConfigError
 from experiments.exchange import dense_allreduce
+from experiments.runtime import resolve
 from experiments.validate import validate
-from sparsifiers.base import ConfigError
 from tests.conftest import TINY_RUN, run_cli
 
 WORKERS, NUMEL = 4, 1000
@@ -67,11 +67,10 @@ def test_an_unknown_mode_is_refused_by_the_collectives():
 @pytest.mark.parametrize("processes", [1, 2, 4])
 def test_rank_order_gives_every_layout_the_threads_of_one_rank_per_process(processes):
     threads = {
-        reduction: resolve_runtime(compose_job([*TINY_RUN, f"processes={processes}", f"reduction={reduction}"]))[
-            "threads_per_process"]
+        reduction: resolve(compose_job([*TINY_RUN, f"processes={processes}", f"reduction={reduction}"])).threads_per_process
         for reduction in ("ring", "rank_order")
     }
-    one_per_process = resolve_runtime(compose_job([*TINY_RUN, "processes=4"]))["threads_per_process"]
+    one_per_process = resolve(compose_job([*TINY_RUN, "processes=4"])).threads_per_process
     assert threads["rank_order"] == one_per_process
     assert threads["ring"] >= threads["rank_order"]
 

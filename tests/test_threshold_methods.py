@@ -15,8 +15,9 @@ from torch.profiler import ProfilerActivity, profile
 
 from experiments.build import build_sparsifier
 from experiments.compose import compose_job
+from experiments.errors import ConfigError
 from experiments.validate import validate
-from sparsifiers.base import ConfigError, ExchangeKind
+from sparsifiers.base import ExchangeKind
 from sparsifiers.exdyna import ExDyna
 from sparsifiers.gaussiank import GaussianK
 from sparsifiers.layout import Layout

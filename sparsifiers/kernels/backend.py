@@ -16,7 +16,7 @@ import importlib.util
 
 import torch
 
-from sparsifiers.base import ConfigError
+from experiments.errors import ConfigError
 
 BACKENDS = ("auto", "torch", "compiled")
 COMPILED_DTYPES = (torch.float32, torch.float64)
