@@ -113,7 +113,7 @@ def write_report(paths: list[Path], out: Path, include_unfinished: bool = False,
     if stand_in:
         text += "\n" + stand_in
     if len(problems):
-        text += "\n\nFailed, unfinished or non-finite (not averaged in):\n" + problems.to_string(index=False)
+        text += "\n\nFailed, unfinished or non-finite runs (see report.md):\n" + problems.to_string(index=False)
     return text
 
 
