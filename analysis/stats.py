@@ -10,7 +10,7 @@ steps; the settled density error is the mean over the later half of them; the ru
 (largest step, then epoch), as `metric`.
 
 Groups (`summarize`): runs that differ only in their seed (analysis.settings decides which
-config keys count); the keys that tell groups apart are named in `varying`.
+config keys count); the keys that tell groups apart are `cfg.<key>` columns of the summary.
 """
 from __future__ import annotations
 
@@ -79,11 +79,6 @@ def timing_rows(steps: pd.DataFrame) -> pd.Series:
     late = steps["after_warmup"].astype(bool)
     has_late = late.groupby(steps["run_id"], observed=True).transform("any").astype(bool)
     return late | ~has_late
-
-
-def _median_after_warmup(values: pd.Series, steps: pd.DataFrame) -> pd.Series:
-    mask = timing_rows(steps)
-    return values[mask].groupby(steps["run_id"][mask], observed=True).median()
 
 
 def _last_task_metric(epochs: pd.DataFrame) -> pd.Series:
