@@ -124,7 +124,7 @@ HEADLINES: dict[str, Headline] = {h.key: h for h in (
     _h("density/error", "density error |U|/k-1 (mean)", "{:+.3f}", _MEAN, short="error |U|/k-1", stat="density_error"),
     _h("density/error_settled", "density error |U|/k-1 (later half of steps)", "{:+.3f}", Reduction.MEAN_LATER_HALF,
        short="settled error", stat="density_error_settled", source="density/error"),
-    _h("density/abs_error", "|density error| (mean)", "{:.3f}", Reduction.MEAN_ABS, short="abs error",
+    _h("density/abs_error", "|density error| (mean)", "{:.3f}", Reduction.MEAN_ABS, short="|error|",
        stat="abs_density_error", source="density/error"),
     _h("buildup", "build-up |U| / selection (mean)", "{:.3f}", _MEAN, short="build-up", stat="buildup"),
     _h("selection/overlap", "selection overlap (mean)", "{:.3f}", _MEAN),

@@ -15,7 +15,7 @@ from analysis.tasks import metric_order, metric_spec
 
 # (stat of analysis.stats.run_stats, panel title), after the panel of each task metric present
 # (final accuracy, perplexity, HR@10). The numbers are the report's (the headline registry's one
-# reduction rule); the y-axis is the registry's label of the number.
+# reduction rule); the y-axis is the registry's column title of the number.
 PANELS = (
     ("select_ms_max", "selection time (slowest rank)"),
     ("mb_sent", "traffic (busiest rank)"),
@@ -41,7 +41,7 @@ def method_comparison(tables: RunTables) -> Figure | None:
     for column in differing_keys(stats):
         stats["label"] = stats["label"] + f" {key_title(column)}=" + as_text(stats[column])
     metrics = metric_order(stats["task_metric"]) or ["eval/accuracy"]
-    panels = [(metric, None, None) for metric in metrics] + [(stat, title, STATS[stat].label) for stat, title in PANELS]
+    panels = [(metric, None, None) for metric in metrics] + [(stat, title, STATS[stat].title) for stat, title in PANELS]
     rows = -(-len(panels) // COLUMNS)
     # Rotated bar labels below each panel: taller panels for longer labels (knob variants, workloads).
     longest = int(stats["label"].str.len().max())
