@@ -47,7 +47,8 @@ class Headline:
     is None); `source`: the logged key it is reduced from when that differs (|error|, settled
     error); `stat`: its column in analysis.stats.run_stats; `scale`: applied before `fmt` (bytes
     shown as MB) and in run_stats' column; `label`: the long label (terminal summary, axes);
-    `short`: the column title of tables when the label is too long for one."""
+    `short`: the column title of tables when the label is too long for one; `unit`: of the
+    value as shown (after `scale`)."""
 
     key: str
     label: str
@@ -99,51 +100,48 @@ class Headline:
 _MEDIAN, _MEAN = Reduction.MEDIAN_AFTER_WARMUP, Reduction.MEAN
 
 
-def _h(key: str, label: str, fmt: str, reduce: Reduction, **fields: Any) -> Headline:
-    return Headline(key, label, fmt, reduce, **fields)
-
-
-# Every number summary.json reports from the logged rows, in the order the terminal prints them.
+# Every number summary.json reduces from the logged train rows: timings, traffic, density,
+# selection shape, then the state that is not a headline (last logged values).
 HEADLINES: dict[str, Headline] = {h.key: h for h in (
-    _h("time/select_ms_max", "select ms, slowest rank (median step)", "{:.4g}", _MEDIAN, short="select ms max", unit="ms", stat="select_ms_max"),
-    _h("time/select_ms_mean", "select ms, mean over ranks (median step)", "{:.4g}", _MEDIAN, short="select ms mean", unit="ms", stat="select_ms_mean"),
-    _h("time/compute_ms_max", "compute ms, slowest rank (median step)", "{:.4g}", _MEDIAN, short="compute ms", unit="ms", stat="compute_ms"),
-    _h("time/compute_ms_mean", "compute ms, mean over ranks (median step)", "{:.4g}", _MEDIAN, unit="ms"),
-    _h("time/exchange_ms", "exchange ms, slowest rank (median step)", "{:.4g}", _MEDIAN, short="exchange ms", unit="ms", stat="exchange_ms"),
-    _h("time/exchange_model_ms", "exchange ms, network model (median step)", "{:.4g}", _MEDIAN, short="exchange model ms", unit="ms", stat="exchange_model_ms"),
-    _h("time/dense_model_ms", "dense allreduce ms, network model (median step)", "{:.4g}", _MEDIAN, unit="ms"),
-    _h("time/step_ms", "step ms, slowest rank (median step)", "{:.4g}", _MEDIAN, short="step ms", unit="ms", stat="step_ms"),
-    _h("traffic/sent_bytes_max", "MB sent per rank per step (busiest rank, mean)", "{:.4f}", _MEAN, short="MB sent/rank/step", unit="MB", scale=1e-6, stat="mb_sent"),
-    _h("traffic/sent_bytes_mean", "MB sent per rank per step (mean rank, mean)", "{:.4f}", _MEAN, unit="MB", scale=1e-6),
-    _h("traffic/recv_bytes_max", "MB received per rank per step (busiest rank, mean)", "{:.4f}", _MEAN, unit="MB", scale=1e-6),
-    _h("traffic/recv_bytes_mean", "MB received per rank per step (mean rank, mean)", "{:.4f}", _MEAN, unit="MB", scale=1e-6),
-    _h("traffic/dense_bytes", "MB per rank of the dense allreduce", "{:.4f}", _MEAN, unit="MB", scale=1e-6),
-    _h("traffic/ratio", "traffic vs dense allreduce (mean)", "{:.4f}", _MEAN, short="traffic ratio", stat="traffic_ratio"),
-    _h("density/actual", "density actual |U|/N (mean)", "{:.5f}", _MEAN, short="density actual", stat="density_actual"),
-    _h("density/target", "density target k/N (mean)", "{:.5f}", _MEAN, short="density target", stat="density_target"),
-    _h("density/error", "density error |U|/k-1 (mean)", "{:+.3f}", _MEAN, short="error |U|/k-1", stat="density_error"),
-    _h("density/error_settled", "density error |U|/k-1 (later half of steps)", "{:+.3f}", Reduction.MEAN_LATER_HALF,
+    Headline("time/select_ms_max", "select ms, slowest rank (median step)", "{:.4g}", _MEDIAN, short="select ms max", unit="ms", stat="select_ms_max"),
+    Headline("time/select_ms_mean", "select ms, mean over ranks (median step)", "{:.4g}", _MEDIAN, short="select ms mean", unit="ms", stat="select_ms_mean"),
+    Headline("time/compute_ms_max", "compute ms, slowest rank (median step)", "{:.4g}", _MEDIAN, short="compute ms", unit="ms", stat="compute_ms"),
+    Headline("time/compute_ms_mean", "compute ms, mean over ranks (median step)", "{:.4g}", _MEDIAN, unit="ms"),
+    Headline("time/exchange_ms", "exchange ms, slowest rank (median step)", "{:.4g}", _MEDIAN, short="exchange ms", unit="ms", stat="exchange_ms"),
+    Headline("time/exchange_model_ms", "exchange ms, network model (median step)", "{:.4g}", _MEDIAN, short="exchange model ms", unit="ms", stat="exchange_model_ms"),
+    Headline("time/dense_model_ms", "dense allreduce ms, network model (median step)", "{:.4g}", _MEDIAN, unit="ms"),
+    Headline("time/step_ms", "step ms, slowest rank (median step)", "{:.4g}", _MEDIAN, short="step ms", unit="ms", stat="step_ms"),
+    Headline("traffic/sent_bytes_max", "MB sent per rank per step (busiest rank, mean)", "{:.4f}", _MEAN, short="MB sent/rank/step", unit="MB", scale=1e-6, stat="mb_sent"),
+    Headline("traffic/sent_bytes_mean", "MB sent per rank per step (mean rank, mean)", "{:.4f}", _MEAN, unit="MB", scale=1e-6),
+    Headline("traffic/recv_bytes_max", "MB received per rank per step (busiest rank, mean)", "{:.4f}", _MEAN, unit="MB", scale=1e-6),
+    Headline("traffic/recv_bytes_mean", "MB received per rank per step (mean rank, mean)", "{:.4f}", _MEAN, unit="MB", scale=1e-6),
+    Headline("traffic/dense_bytes", "MB per rank of the dense allreduce", "{:.4f}", _MEAN, unit="MB", scale=1e-6),
+    Headline("traffic/ratio", "traffic vs dense allreduce (mean)", "{:.4f}", _MEAN, short="traffic ratio", stat="traffic_ratio"),
+    Headline("density/actual", "density actual |U|/N (mean)", "{:.5f}", _MEAN, short="density actual", stat="density_actual"),
+    Headline("density/target", "density target k/N (mean)", "{:.5f}", _MEAN, short="density target", stat="density_target"),
+    Headline("density/error", "density error |U|/k-1 (mean)", "{:+.3f}", _MEAN, short="error |U|/k-1", stat="density_error"),
+    Headline("density/error_settled", "density error |U|/k-1 (later half of steps)", "{:+.3f}", Reduction.MEAN_LATER_HALF,
        short="settled error", stat="density_error_settled", source="density/error"),
-    _h("density/abs_error", "|density error| (mean)", "{:.3f}", Reduction.MEAN_ABS, short="|error|",
+    Headline("density/abs_error", "|density error| (mean)", "{:.3f}", Reduction.MEAN_ABS, short="|error|",
        stat="abs_density_error", source="density/error"),
-    _h("buildup", "build-up |U| / selection (mean)", "{:.3f}", _MEAN, short="build-up", stat="buildup"),
-    _h("selection/overlap", "selection overlap (mean)", "{:.3f}", _MEAN),
-    _h("selection/k_max", "largest selection |S_r| (mean)", "{:.1f}", _MEAN),
-    _h("selection/k_mean", "mean selection |S_r| (mean)", "{:.1f}", _MEAN),
-    _h("selection/load_imbalance", "load imbalance W max|S_r| / sum|S_r| - 1 (mean)", "{:.3f}", _MEAN,
+    Headline("buildup", "build-up |U| / selection (mean)", "{:.3f}", _MEAN, short="build-up", stat="buildup"),
+    Headline("selection/overlap", "selection overlap (mean)", "{:.3f}", _MEAN),
+    Headline("selection/k_max", "largest selection |S_r| (mean)", "{:.1f}", _MEAN),
+    Headline("selection/k_mean", "mean selection |S_r| (mean)", "{:.1f}", _MEAN),
+    Headline("selection/load_imbalance", "load imbalance W max|S_r| / sum|S_r| - 1 (mean)", "{:.3f}", _MEAN,
        short="load imbalance", stat="load_imbalance"),
-    _h("train/loss", "train loss (last logged)", "{:.4f}", Reduction.LAST, short="train loss"),
-    _h("train/lr", "learning rate (last logged)", "{:.4g}", Reduction.LAST),
-    _h("ef/residual_norm", "error-feedback residual norm (last logged)", "{:.4g}", Reduction.LAST),
-    _h("ef/rel_residual", "residual / accumulated norm (last logged)", "{:.4g}", Reduction.LAST),
+    Headline("train/loss", "train loss (last logged)", "{:.4f}", Reduction.LAST, short="train loss"),
+    Headline("train/lr", "learning rate (last logged)", "{:.4g}", Reduction.LAST),
+    Headline("ef/residual_norm", "error-feedback residual norm (last logged)", "{:.4g}", Reduction.LAST),
+    Headline("ef/rel_residual", "residual / accumulated norm (last logged)", "{:.4g}", Reduction.LAST),
 )}
 
 # Task metrics (eval rows): each run's headline is its own task's (summary.json's task.metric).
 _TASK_METRICS: dict[str, Headline] = {h.key: h for h in (
-    _h("eval/accuracy", "accuracy", "{:.2%}", Reduction.LAST_EVAL, higher_is_better=True),
-    _h("eval/top5", "top-5 accuracy", "{:.2%}", Reduction.LAST_EVAL, higher_is_better=True),
-    _h("eval/perplexity", "perplexity", "{:.2f}", Reduction.LAST_EVAL, higher_is_better=False),
-    _h("eval/loss", "eval loss", "{:.4f}", Reduction.LAST_EVAL, higher_is_better=False),
+    Headline("eval/accuracy", "accuracy", "{:.2%}", Reduction.LAST_EVAL, higher_is_better=True),
+    Headline("eval/top5", "top-5 accuracy", "{:.2%}", Reduction.LAST_EVAL, higher_is_better=True),
+    Headline("eval/perplexity", "perplexity", "{:.2f}", Reduction.LAST_EVAL, higher_is_better=False),
+    Headline("eval/loss", "eval loss", "{:.4f}", Reduction.LAST_EVAL, higher_is_better=False),
 )}
 # Recommendation metrics carry their cut-off: eval/hr10, eval/ndcg10 (eval/hr20 with top_k=20).
 _AT_K = {"hr": "HR", "ndcg": "NDCG"}
@@ -158,7 +156,7 @@ def task_metric(key: str, higher_is_better: bool | None = None) -> Headline:
     if spec is None:
         match = _AT_K_NAME.match(str(key))
         label = f"{_AT_K[match.group(1)]}@{match.group(2)}" if match else str(key).removeprefix("eval/")
-        spec = _h(str(key), label, "{:.2%}" if match else "{:.4g}", Reduction.LAST_EVAL, higher_is_better=True)
+        spec = Headline(str(key), label, "{:.2%}" if match else "{:.4g}", Reduction.LAST_EVAL, higher_is_better=True)
     if higher_is_better is not None and not _missing(higher_is_better) and bool(higher_is_better) != spec.higher_is_better:
         spec = replace(spec, higher_is_better=bool(higher_is_better))
     return spec
