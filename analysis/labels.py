@@ -19,7 +19,13 @@ def varying_knobs(rows: pd.DataFrame, exclude: set[str] = _NOT_KNOBS) -> list[st
     """The `cfg.sparsifier.*` columns that take several values among `rows` (runs-table rows),
     other than `exclude` (knob names without the prefix)."""
     knobs = [c for c in rows.columns if c.startswith(PREFIX) and c[len(PREFIX):] not in exclude]
-    return [c for c in knobs if rows[c].map(format_knob).nunique(dropna=False) > 1]
+    return varying_columns(rows, knobs)
+
+
+def varying_columns(rows: pd.DataFrame, columns: list[str]) -> list[str]:
+    """Those of `columns` that take several values among `rows`, compared as the config writes
+    them (a missing value is `null`, a value of its own)."""
+    return [c for c in columns if c in rows.columns and rows[c].map(format_knob).nunique(dropna=False) > 1]
 
 
 def format_knob(value: object) -> str:

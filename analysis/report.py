@@ -6,8 +6,10 @@ Writes into REPORT_DIR (default: <first DIR>/report):
   <figure>.png  one per figure type that has data (analysis.figures.FIGURES);
   summary.csv   the summary's numbers, unformatted (means, stds, run and seed counts);
   runs.csv      one row per run: status, error and the per-run numbers the summary averages.
-and prints the summary table. The summary and figures use finished runs (status done) unless
---include-unfinished; failed and unfinished runs are always listed.
+and prints the summary table. The summary and figures use finished runs (status done) with finite
+numbers; --include-unfinished adds runs still running or killed (no end recorded), in rows of
+their own. Failed runs and runs with non-finite numbers (skipped steps, an infinite number) are
+never averaged in; they and the unfinished runs are always listed.
 """
 from __future__ import annotations
 
@@ -22,16 +24,18 @@ from analysis import markdown
 from analysis.figures import FIGURES
 from analysis.load import load_runs
 from analysis.report_tables import problem_runs, stand_in_notes, summary_cells
-from analysis.stats import run_stats, summarize
+from analysis.settings import key_title, varying_in
+from analysis.stats import nonfinite_reasons, run_stats, summarize
 from analysis.tables import RunTables
 
 RULES = (
-    "Per run, from its logged train rows: timings are medians over steps at or after the run's "
-    "warmup_steps (max = slowest rank, mean = mean over ranks); traffic, density, build-up and load "
-    "imbalance are means over logged steps; MB sent is the busiest rank's bytes per step; the task's "
-    "metric (summary.json's task.metric: accuracy, perplexity, HR@10) is its last evaluation, in a column "
-    "of its own per metric. Across runs with the same method, density, W, world, model, dataset and data "
-    "source: mean ± std over seeds."
+    "Per run, from its logged train rows (the rule summary.json and the terminal summary use too): timings "
+    "are medians over steps at or after the run's warmup_steps (max = slowest rank, mean = mean over ranks); "
+    "traffic, density, build-up and load imbalance are means over logged steps; the density error is "
+    "|U|/k-1, its settled value the mean over the later half of the logged steps; MB sent is the busiest "
+    "rank's bytes per step; the task's metric (summary.json's task.metric: accuracy, perplexity, HR@10) is "
+    "its last evaluation, in a column of its own per metric. Across runs that differ only in their seed: "
+    "mean ± std over seeds."
 )
 
 
@@ -55,14 +59,20 @@ def write_report(paths: list[Path], out: Path, include_unfinished: bool = False,
     if tables.runs.empty:
         raise FileNotFoundError(f"no run directories below {', '.join(map(str, paths))}")
     out.mkdir(parents=True, exist_ok=True)
-    used = tables if include_unfinished else tables.select(status="done")
     stats = run_stats(tables)
+    nonfinite = nonfinite_reasons(tables.runs, stats)
+    # Failed and non-finite runs are never averaged in; unfinished ones only on request, in rows
+    # of their own (summarize keeps statuses apart).
+    statuses = ["done", "running", "missing"] if include_unfinished else ["done"]
+    ok = tables.runs["status"].isin(statuses).to_numpy() & (nonfinite.to_numpy() == "")
+    used = tables.select(run_id=list(tables.runs.loc[ok, "run_id"]))
     summary = summarize(stats[stats["run_id"].isin(set(used.runs["run_id"]))])
     cells = summary_cells(summary)
+    varying = [key_title(column) for column in varying_in(summary)]
     notes = stand_in_notes(summary)
     stand_in = ("Rows whose data is `stand-in` trained on stand-in data of the same shapes, not the paper's data: "
                 + "; ".join(notes) + ".") if notes else ""
-    problems = problem_runs(tables.runs)
+    problems = problem_runs(tables.runs, nonfinite)
     summary.to_csv(out / "summary.csv", index=False)
     stats.merge(tables.runs[["run_id", "name", "error", "metrics_cut", "train_rows", "last_step"]], on="run_id").to_csv(
         out / "runs.csv", index=False)
@@ -80,12 +90,16 @@ def write_report(paths: list[Path], out: Path, include_unfinished: bool = False,
         "",
         RULES,
         "",
+        *([f"Rows also differ in: {', '.join(varying)} (runs are averaged only when nothing but the seed differs).", ""]
+          if varying else []),
         markdown.table(cells) if len(cells) else "No finished runs.",
         "",
         *([stand_in, ""] if stand_in else []),
-        "## Failed and unfinished runs",
+        "## Failed, unfinished and non-finite runs",
         "",
-        markdown.table(problems) if len(problems) else "None: every run finished.",
+        "Not averaged into the summary (unfinished runs are, with --include-unfinished, in rows of their own).",
+        "",
+        markdown.table(problems) if len(problems) else "None: every run finished with finite numbers.",
         "",
         "## Figures",
         "",
@@ -94,10 +108,12 @@ def write_report(paths: list[Path], out: Path, include_unfinished: bool = False,
         lines += [f"### {caption}", "", f"![{caption}]({path.name})" if path else "no data", ""]
     (out / "report.md").write_text("\n".join(lines))
     text = cells.to_string(index=False) if len(cells) else "No finished runs."
+    if varying:
+        text += f"\nRows also differ in: {', '.join(varying)}."
     if stand_in:
         text += "\n" + stand_in
     if len(problems):
-        text += "\n\nFailed or unfinished:\n" + problems.to_string(index=False)
+        text += "\n\nFailed, unfinished or non-finite runs (see report.md):\n" + problems.to_string(index=False)
     return text
 
 
@@ -107,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dirs", nargs="+", type=Path, help="run or sweep directories (searched recursively)")
     parser.add_argument("--out", type=Path, default=None, help="report folder (default: <first DIR>/report)")
-    parser.add_argument("--include-unfinished", action="store_true", help="also summarize runs not marked done")
+    parser.add_argument("--include-unfinished", action="store_true", help="also summarize runs still running or killed, in rows of their own (never failed or non-finite ones)")
     parser.add_argument("--no-cache", action="store_true", help="do not read or write the metrics cache")
     args = parser.parse_args(argv)
     matplotlib.use("Agg")  # files only: never open a window, even where a display exists

@@ -13,19 +13,15 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.markdown import mean_std
+from analysis.settings import key_title, varying_in
+from analysis.stats import STATS
 from analysis.tasks import is_stand_in, metric_order, metric_spec, stand_in_what
 
-# stat -> (column title, number format); the summary table's columns after the metric columns, in order.
-SHOWN = {
-    "select_ms_max": ("select ms max", "{:.4g}"),
-    "select_ms_mean": ("select ms mean", "{:.4g}"),
-    "mb_sent": ("MB sent/rank/step", "{:.4f}"),
-    "traffic_ratio": ("traffic ratio", "{:.4f}"),
-    "density_error": ("density error", "{:+.3f}"),
-    "abs_density_error": ("abs density error", "{:.3f}"),
-    "buildup": ("build-up", "{:.3f}"),
-    "load_imbalance": ("load imbalance", "{:.3f}"),
-}
+# The summary table's columns after the metric columns, in order: stats of analysis.stats,
+# titled and formatted by the headline registry (experiments/headline.py). The density error is
+# |U|/k - 1 (mean over logged steps, then over the later half: how a threshold controller settled).
+SHOWN = ("select_ms_max", "select_ms_mean", "mb_sent", "traffic_ratio", "density_actual", "density_target",
+         "density_error", "density_error_settled", "abs_density_error", "buildup", "load_imbalance")
 KEY_TITLES = {"method": "method", "density": "density", "workers": "W", "world": "world", "model": "model", "dataset": "dataset"}
 ALWAYS = ("method", "density", "workers", "world")
 
@@ -41,15 +37,20 @@ def summary_cells(summary: pd.DataFrame) -> pd.DataFrame:
     stand_in = summary["data_source"].map(is_stand_in)
     if stand_in.any():
         cells["data"] = stand_in.map({True: "stand-in", False: "real"})
+    for column in varying_in(summary):  # the config keys that tell rows apart
+        cells[key_title(column)] = summary[column].astype(str)
+    if "status" in summary.columns:  # --include-unfinished: unfinished runs in rows of their own
+        cells["status"] = summary["status"].astype(str)
     cells["runs"] = summary["runs"].astype(str)
     for metric in metric_order(summary["task_metric"]):
         spec = metric_spec(metric)
         mine = summary["task_metric"] == metric
         pairs = zip(summary["metric"], summary["metric_std"])
         cells[spec.title] = [mean_std(spec.fmt)(pair) if own else "-" for pair, own in zip(pairs, mine)]
-    for stat, (title, fmt) in SHOWN.items():
+    for stat in SHOWN:
+        spec = STATS[stat]
         pairs = zip(summary[stat], summary[f"{stat}_std"])
-        cells[title] = [mean_std(fmt)(pair) for pair in pairs]
+        cells[spec.title] = [mean_std(spec.fmt)(pair) for pair in pairs]
     return cells.reset_index(drop=True)
 
 
@@ -60,12 +61,15 @@ def stand_in_notes(summary: pd.DataFrame) -> list[str]:
     return [f"{_plain(dataset)}: {stand_in_what(source)}" for dataset, source in pairs.itertuples(index=False)]
 
 
-def problem_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """Every run whose status is not `done`, and every run whose metrics lost a line, with what
-    it logged and why it stopped."""
-    mask = (runs["status"] != "done") | runs["metrics_cut"].astype(bool) | (runs["bad_lines"] > 0)
+def problem_runs(runs: pd.DataFrame, nonfinite: pd.Series | None = None) -> pd.DataFrame:
+    """Every run whose status is not `done`, every run with non-finite numbers (`nonfinite`:
+    per run_id the reason, "" for none; analysis.stats.nonfinite_reasons), and every run whose
+    metrics lost a line, with what it logged and why it stopped."""
+    reasons = (nonfinite if nonfinite is not None else pd.Series(dtype=object)).reindex(runs["run_id"]).fillna("")
+    reasons.index = runs.index
+    mask = (runs["status"] != "done") | (reasons != "") | runs["metrics_cut"].astype(bool) | (runs["bad_lines"] > 0)
     rows = runs[mask]
-    notes = [_note(row) for _, row in rows.iterrows()]
+    notes = ["; ".join(part for part in (reasons[index], _note(row)) if part) for index, row in rows.iterrows()]
     return pd.DataFrame({
         "run": rows["name"].astype(str),
         "method": rows["method"].astype(str),

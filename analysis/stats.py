@@ -1,12 +1,16 @@
-"""The numbers of the report: one row per run from its logged rows, then mean and std over seeds.
+"""The numbers of the report: one row per run from its logged rows, then mean and std over the
+seeds of runs that differ in nothing else.
 
-Rules (the same as summary.json's where they overlap, but computed from metrics.jsonl, so they
-exist for unfinished runs and for W&B runs too):
-- timings: median over logged train steps at or after the run's warmup_steps (all logged steps
-  when none is that late);
-- traffic, density, build-up, load imbalance: mean over logged train steps;
-- the run's task metric (`task_metric`: eval/accuracy, eval/perplexity, eval/hr10, ...): its
-  last evaluation (largest step, then epoch), as `metric`.
+Per run, the one reduction rule of experiments/headline.py (the registry summary.json and the
+terminal summary use too), from metrics.jsonl, so the numbers exist for unfinished runs and for
+W&B runs too: timings are medians over logged train steps at or after warmup_steps (all logged
+steps when none is that late); traffic, density, build-up, load imbalance are means over logged
+steps; the settled density error is the mean over the later half of them; the run's task metric
+(`task_metric`: eval/accuracy, eval/perplexity, eval/hr10, ...) is its last evaluation
+(largest step, then epoch), as `metric`.
+
+Groups (`summarize`): runs that differ only in their seed (analysis.settings decides which
+config keys count); the keys that tell groups apart are `cfg.<key>` columns of the summary.
 """
 from __future__ import annotations
 
@@ -14,48 +18,59 @@ import numpy as np
 import pandas as pd
 
 from analysis import columns as c
+from analysis.settings import as_text, differing_keys, setting_columns
 from analysis.tables import RunTables
+from experiments.headline import HEADLINES, Headline, reduce_logged
 
-# stat -> (metric column, "median" over post-warm-up steps | "mean" over all logged steps, scale)
-STATS = {
-    "select_ms_max": (c.SELECT_MAX, "median", 1.0),
-    "select_ms_mean": (c.SELECT_MEAN, "median", 1.0),
-    "mb_sent": (c.SENT_MAX, "mean", 1e-6),
-    "traffic_ratio": (c.RATIO, "mean", 1.0),
-    "density_actual": (c.DENSITY_ACTUAL, "mean", 1.0),
-    "density_error": (c.DENSITY_ERROR, "mean", 1.0),
-    "abs_density_error": (c.DENSITY_ERROR, "mean_abs", 1.0),
-    "buildup": (c.BUILDUP, "mean", 1.0),
-    "load_imbalance": (c.LOAD_IMBALANCE, "mean", 1.0),
-    "compute_ms": (c.COMPUTE_MAX, "median", 1.0),
-    "exchange_ms": (c.EXCHANGE, "median", 1.0),
-    "exchange_model_ms": (c.EXCHANGE_MODEL, "median", 1.0),
-    "step_ms": (c.STEP, "median", 1.0),
-}
+# stat -> headline: the registry's numbers the report has a column for (scaled: MB, not bytes).
+STATS: dict[str, Headline] = {spec.stat: spec for spec in HEADLINES.values() if spec.stat}
 # task_metric: runs of different tasks are never averaged together; data_source: nor runs on
-# stand-in data with runs on the real data.
+# stand-in data with runs on the real data. Config differences beyond these: analysis.settings.
 GROUP = ["method", "density", "workers", "world", "model", "dataset", "task_metric", "data_source"]
 RUN_KEYS = ["run_id", "sparsifier", *GROUP, "seed", "status"]
 
 
 def run_stats(tables: RunTables) -> pd.DataFrame:
     """One row per run (every status): RUN_KEYS, `metric` (the last evaluation of the run's
-    `task_metric`) and the STATS columns."""
-    stats = tables.runs[RUN_KEYS].copy().set_index("run_id")
+    `task_metric`), the STATS columns, `skipped_steps` (on_nonfinite=skip) and the config
+    columns that can tell runs apart (analysis.settings)."""
+    runs = tables.runs
+    stats = runs[RUN_KEYS + setting_columns(runs)].copy().set_index("run_id")
     steps = tables.steps
-    for name, (column, how, scale) in STATS.items():
-        if not c.has_data(steps, column):
+    order = _logged_order(steps)
+    late = steps["after_warmup"].to_numpy(dtype=bool) if "after_warmup" in steps.columns else None
+    for name, spec in STATS.items():
+        if not c.has_data(steps, spec.logged_key):
             stats[name] = np.nan
             continue
-        values = steps[column].astype(float) * scale
-        if how == "mean":
-            stats[name] = values.groupby(steps["run_id"], observed=True).mean()
-        elif how == "mean_abs":
-            stats[name] = values.abs().groupby(steps["run_id"], observed=True).mean()
-        else:
-            stats[name] = _median_after_warmup(values, steps)
+        values = pd.to_numeric(steps[spec.logged_key], errors="coerce").to_numpy(dtype=float)
+        stats[name] = pd.Series({
+            run: reduce_logged(spec.reduce, values[rows], None if late is None else late[rows]) * spec.scale
+            for run, rows in order.items()
+        }, dtype=float)
     stats["metric"] = _last_task_metric(tables.epochs)
+    stats["skipped_steps"] = _skipped_steps(runs, steps)
     return stats.reset_index()
+
+
+def _logged_order(steps: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Per run, the positions of its train rows in step order (the order they were logged)."""
+    if steps.empty or "run_id" not in steps.columns:
+        return {}
+    step = steps["step"].to_numpy()
+    groups = steps.groupby("run_id", observed=True, sort=False).indices
+    return {run: rows[np.argsort(step[rows], kind="stable")] for run, rows in groups.items()}
+
+
+def _skipped_steps(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.Series:
+    """Steps skipped by on_nonfinite=skip: summary.json's count, else the skipped rows logged
+    (an unfinished run has no summary yet)."""
+    logged = pd.Series(dtype=float)
+    if c.has_data(steps, "train/skipped"):
+        logged = (pd.to_numeric(steps["train/skipped"], errors="coerce") == 1).groupby(steps["run_id"], observed=True).sum()
+    counted = runs.set_index("run_id")["train/skipped_steps"] if "train/skipped_steps" in runs.columns else pd.Series(dtype=float)
+    combined = pd.to_numeric(counted, errors="coerce").reindex(runs["run_id"])
+    return combined.fillna(logged.reindex(runs["run_id"])).fillna(0).astype(float)
 
 
 def timing_rows(steps: pd.DataFrame) -> pd.Series:
@@ -64,11 +79,6 @@ def timing_rows(steps: pd.DataFrame) -> pd.Series:
     late = steps["after_warmup"].astype(bool)
     has_late = late.groupby(steps["run_id"], observed=True).transform("any").astype(bool)
     return late | ~has_late
-
-
-def _median_after_warmup(values: pd.Series, steps: pd.DataFrame) -> pd.Series:
-    mask = timing_rows(steps)
-    return values[mask].groupby(steps["run_id"][mask], observed=True).median()
 
 
 def _last_task_metric(epochs: pd.DataFrame) -> pd.Series:
@@ -82,14 +92,41 @@ def _last_task_metric(epochs: pd.DataFrame) -> pd.Series:
 
 
 def summarize(stats: pd.DataFrame, names: list[str] | None = None) -> pd.DataFrame:
-    """Mean and std over seeds of each GROUP (method, density, workers, world, model, dataset,
-    task metric, data source).
+    """Mean and std over seeds of the runs that differ only in their seed: each GROUP (method,
+    density, workers, world, model, dataset, task metric, data source) and, within it, each
+    combination of the config keys that differ among `stats` (analysis.settings).
 
-    Columns: GROUP, `runs`, `seeds`, and `<stat>` (mean) and `<stat>_std` (NaN for one seed).
+    Columns: GROUP, the differing keys (`cfg.<key>`, as the config writes them), `status` when
+    runs of several statuses are summarized, `runs`, `seeds`, and `<stat>` (mean) and
+    `<stat>_std` (NaN for one seed).
     """
     names = names or ["metric", *STATS]
-    grouped = stats.groupby(GROUP, dropna=False, observed=True, sort=True)
+    varying = differing_keys(stats)
+    # Unfinished runs (--include-unfinished) get rows of their own, never averaged with done ones.
+    status = ["status"] if stats["status"].nunique() > 1 else []
+    keyed = stats.assign(**{column: as_text(stats[column]) for column in varying})
+    grouped = keyed.groupby(GROUP + varying + status, dropna=False, observed=True, sort=True)
     summary = grouped[names].mean()
     spread = grouped[names].std(ddof=1).add_suffix("_std")
     counts = grouped.agg(runs=("run_id", "size"), seeds=("seed", "nunique"))
     return pd.concat([counts, summary, spread], axis=1).reset_index()
+
+
+def nonfinite_reasons(runs: pd.DataFrame, stats: pd.DataFrame) -> pd.Series:
+    """Per run_id, why its numbers are not to be averaged although it may have finished ("" when
+    they are fine): steps skipped by on_nonfinite=skip, an infinite headline number, or
+    evaluations without a finite task metric."""
+    evaluated = runs.set_index("run_id")["eval_rows"] if "eval_rows" in runs.columns else pd.Series(dtype=float)
+    reasons = {}
+    for row in stats.itertuples(index=False):
+        row = row._asdict()
+        parts = []
+        if row.get("skipped_steps", 0) > 0:
+            parts.append(f"{int(row['skipped_steps'])} step(s) skipped (on_nonfinite=skip)")
+        infinite = [name for name in ("metric", *STATS) if np.isinf(row.get(name, np.nan))]
+        if infinite:
+            parts.append("non-finite " + ", ".join(infinite))
+        if evaluated.get(row["run_id"], 0) > 0 and np.isnan(row.get("metric", np.nan)):
+            parts.append(f"no finite {row['task_metric']} in its evaluations")
+        reasons[row["run_id"]] = "; ".join(parts)
+    return pd.Series(reasons, dtype=object).reindex(runs["run_id"]).fillna("")

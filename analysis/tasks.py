@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from typing import Any, Iterable
 
 from analysis.columns import ACCURACY
+from experiments.headline import Headline, task_metric
 
 # The task of runs that do not record one (older runs): the runner only trained classifiers then.
 DEFAULT_KIND = "classification"
@@ -31,66 +31,10 @@ UNKNOWN_STAND_IN = "stand-in: possibly (no summary.json, and dataset.if_missing=
 KINDS = {"eval/accuracy": "classification", "eval/perplexity": "language_model", "eval/hr10": "recommendation"}
 
 
-@dataclass(frozen=True)
-class MetricSpec:
-    """How one eval metric reads: `label` for axes and table titles, `fmt` for its numbers
-    (values as logged: fractions for accuracies and hit rates, "{:.2%}" shows them as %)."""
-
-    name: str
-    label: str
-    fmt: str
-    higher_is_better: bool = True
-
-    @property
-    def title(self) -> str:
-        """The label, with "(lower is better)" where lower is better: a reader of a perplexity
-        column or axis must not have to know which way is good."""
-        return self.label if self.higher_is_better else f"{self.label} (lower is better)"
-
-    @property
-    def percent(self) -> bool:
-        return self.fmt.endswith("%}")
-
-    def plotted(self, values: Any) -> Any:
-        """Values as figures plot them: percentages for metrics shown as % (accuracy, HR@10)."""
-        return values * 100.0 if self.percent else values
-
-    def axis_label(self, prefix: str = "eval ") -> str:
-        """"eval accuracy (%)", "eval perplexity (lower is better)": the axis of `plotted` values."""
-        return f"{prefix}{self.title}" + (" (%)" if self.percent else "")
-
-    def format(self, value: Any) -> str:
-        """One value as text; "-" when missing."""
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            return "-"
-        return self.fmt.format(value)
-
-
-_KNOWN = {
-    "eval/accuracy": MetricSpec("eval/accuracy", "accuracy", "{:.2%}"),
-    "eval/top5": MetricSpec("eval/top5", "top-5 accuracy", "{:.2%}"),
-    "eval/perplexity": MetricSpec("eval/perplexity", "perplexity", "{:.2f}", higher_is_better=False),
-    "eval/loss": MetricSpec("eval/loss", "eval loss", "{:.4f}", higher_is_better=False),
-}
-# Recommendation metrics carry their cut-off: eval/hr10, eval/ndcg10 (eval/hr20 with top_k=20).
-_AT_K = {"hr": "HR", "ndcg": "NDCG"}
-_AT_K_NAME = re.compile(r"eval/(hr|ndcg)(\d+)$")
-
-
-def metric_spec(name: str, higher_is_better: bool | None = None) -> MetricSpec:
-    """Label, format and direction of the eval metric `name`. Unknown metrics read as their
-    name without `eval/`, in 4 significant digits; `higher_is_better` (from the run's summary)
-    overrides the direction when given."""
-    spec = _KNOWN.get(name)
-    if spec is None:
-        match = _AT_K_NAME.match(str(name))
-        if match:
-            spec = MetricSpec(name, f"{_AT_K[match.group(1)]}@{match.group(2)}", "{:.2%}")
-        else:
-            spec = MetricSpec(name, str(name).removeprefix("eval/"), "{:.4g}")
-    if higher_is_better is not None and not _missing(higher_is_better) and bool(higher_is_better) != spec.higher_is_better:
-        spec = MetricSpec(spec.name, spec.label, spec.fmt, bool(higher_is_better))
-    return spec
+# How an eval metric reads (label, format, direction) lives in the headline registry, with every
+# other reported number; these names are the ones the analysis has always used.
+MetricSpec = Headline
+metric_spec = task_metric
 
 
 def metric_order(metrics: Iterable[Any]) -> list[str]:

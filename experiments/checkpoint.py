@@ -33,7 +33,7 @@ from experiments.store import write_atomic
 
 CHECKPOINTS = "checkpoints"
 MARKER = "complete.json"
-FORMAT = 1  # bump when the layout of a process file changes
+FORMAT = 2  # bump when the layout of a process file changes (2: the summary accumulator keeps logged rows)
 
 
 def check_config(cfg: DictConfig) -> None:

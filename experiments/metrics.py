@@ -6,7 +6,7 @@ norms are gathered from all ranks on logging steps only, then reduced (max and m
 """
 from __future__ import annotations
 
-import statistics
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -14,6 +14,7 @@ import torch
 
 from experiments import metric_keys as keys
 from experiments.exchange import ExchangeResult
+from experiments.headline import HEADLINES, reduce_logged
 from experiments.traffic import TrafficMeter
 from sparsifiers.base import ExchangeKind, SelectionScope
 
@@ -101,59 +102,52 @@ def rank_metrics(stats: torch.Tensor) -> dict[str, float]:
     return metrics
 
 
-# Summary: counts-based metrics are averaged over every step; timings are medians over logged
-# steps after the warm-up; eval metrics are the last epoch's.
-MEAN_OVER_STEPS = (
-    "traffic/sent_bytes_max", "traffic/sent_bytes_mean", "traffic/recv_bytes_max", "traffic/recv_bytes_mean",
-    "traffic/dense_bytes", "traffic/ratio", "density/actual", "density/target", "density/error", "buildup",
-    "selection/overlap", "selection/k_max", "selection/k_mean", "selection/load_imbalance",
-    "time/exchange_model_ms", "time/dense_model_ms",
-)
-MEDIAN_OVER_LOGGED = (
-    "time/select_ms_max", "time/select_ms_mean", "time/compute_ms_max", "time/compute_ms_mean",
-    "time/exchange_ms", "time/step_ms",
-)
+# The headline keys summary.json reduces, as logged (settled and |error| share density/error).
+SUMMARY_SOURCES = tuple(dict.fromkeys(spec.logged_key for spec in HEADLINES.values()))
 
 
 @dataclass
 class SummaryAccumulator:
-    """Collects what summary.json reports, without keeping every step in memory."""
+    """Collects what summary.json reports by the one reduction rule (experiments/headline.py):
+    it keeps the logged values of the few headline keys (one float each per logged row, NaN
+    where a row lacks the key), never every step."""
 
     warmup_steps: int
-    sums: dict[str, float] = field(default_factory=dict)
-    abs_density_error: float = 0.0
     steps: int = 0
-    sent_total: np.ndarray | None = None  # bytes each rank sent over the whole run
-    logged: dict[str, list[float]] = field(default_factory=dict)
-    last: dict[str, float] = field(default_factory=dict)
+    sent_total: np.ndarray | None = None  # bytes each rank sent over the whole run (every step)
+    logged: dict[str, list[float]] = field(default_factory=dict)  # SUMMARY_SOURCES key -> per logged row
+    late: list[bool] = field(default_factory=list)  # per logged row: step >= warmup_steps
+    evals: dict[str, float] = field(default_factory=dict)  # eval/* of the latest evaluation
+    last: dict[str, float] = field(default_factory=dict)  # latest logged values (the epoch table)
 
     def add_step(self, metrics: dict[str, float], sent_per_rank: np.ndarray) -> None:
-        for key in MEAN_OVER_STEPS:
-            if key in metrics:
-                self.sums[key] = self.sums.get(key, 0.0) + metrics[key]
-        self.abs_density_error += abs(metrics["density/error"])
+        """Every step: only the bytes sent add up (traffic/sent_bytes_total_max is not a headline
+        and sums every step); `metrics` is this step's, logged or not."""
         self.sent_total = sent_per_rank.copy() if self.sent_total is None else self.sent_total + sent_per_rank
         self.steps += 1
 
     def add_logged(self, step: int, metrics: dict[str, float]) -> None:
+        """A train row as it is logged."""
         self.last.update(metrics)
-        if step < self.warmup_steps:
-            return
-        for key in MEDIAN_OVER_LOGGED:
-            if key in metrics:
-                self.logged.setdefault(key, []).append(metrics[key])
+        self.late.append(step >= self.warmup_steps)
+        for key in SUMMARY_SOURCES:
+            value = metrics.get(key)
+            self.logged.setdefault(key, []).append(float("nan") if value is None else float(value))
+
+    def add_eval(self, metrics: dict[str, float]) -> None:
+        """An eval row as it is logged (evaluations come in step order: the last one counts)."""
+        self.last.update(metrics)
+        # NaN is no value (metrics.jsonl writes it as null): the last evaluation that has one
+        self.evals.update({key: float(value) for key, value in metrics.items()
+                           if key.startswith("eval/") and not math.isnan(float(value))})
 
     def summary(self) -> dict[str, float]:
-        result = {key: total / self.steps for key, total in self.sums.items()} if self.steps else {}
-        if self.steps:
-            result["density/abs_error"] = self.abs_density_error / self.steps
+        result = {}
+        for spec in HEADLINES.values():
+            value = reduce_logged(spec.reduce, self.logged.get(spec.logged_key, []), self.late)
+            if not math.isnan(value):
+                result[spec.key] = value
         if self.sent_total is not None:
             result["traffic/sent_bytes_total_max"] = float(self.sent_total.max())
-        for key in MEDIAN_OVER_LOGGED:
-            values = self.logged.get(key) or ([self.last[key]] if key in self.last else [])
-            if values:
-                result[key] = statistics.median(values)
-        for key, value in self.last.items():  # the last logged values; every eval/* metric of the task
-            if key in ("train/loss", "train/lr", "ef/residual_norm", "ef/rel_residual") or key.startswith("eval/"):
-                result[key] = value
+        result.update(self.evals)
         return result

@@ -161,7 +161,7 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path, resumed: Resumed |
             evaluation = _evaluate(task, model, replicas[0], world.device, cfg.eval_limit)
             evaluation["epoch"] = epoch
             evaluation["time/elapsed_s"] = time.perf_counter() - started
-            accumulator.add_logged(step - 1, evaluation)
+            accumulator.add_eval(evaluation)
             sink.log({"kind": "eval", **evaluation}, step - 1)
             table.row(epoch, accumulator.last)
 
@@ -180,7 +180,9 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path, resumed: Resumed |
         numel=layout.numel,
         k_target=context.k_target,
         sparsifier=method.describe(),
-        **{"density/target": method.density},  # the configured target (steps may log a warm-up stage)
+        # The configured target: density/target is, like every headline, the mean of the logged
+        # targets (DGC's warm-up stages log their own).
+        **{"density/target_configured": method.density},
         optimizer={"name": cfg.optimizer.name, "momentum": optimizer.param_groups[0].get("momentum")},
         schedule={"name": cfg.schedule.name, **schedule.describe()},
         task={**describe_task(task), "eval_limit": cfg.eval_limit},

@@ -67,8 +67,8 @@ def test_short_run_fills_the_results_store_and_wandb_offline(tmp_path):
     assert summary["buildup"] == pytest.approx(sum(r["buildup"] for r in train) / len(train))
 
     # what a person sees
-    assert "eval acc" in result.stdout and "summary (topk, 4 workers" in result.stdout
-    assert "build-up (mean)" in result.stdout and str(run_dir) in result.stdout
+    assert "accuracy" in result.stdout and "summary (topk, 4 workers" in result.stdout
+    assert "build-up |U| / selection (mean)" in result.stdout and str(run_dir) in result.stdout
 
     # W&B offline run in the run directory; no secret in any file written
     offline = list((run_dir / "wandb").glob("offline-run-*"))

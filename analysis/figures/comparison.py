@@ -8,18 +8,20 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from analysis.figures.style import base_method, finish, method_color, new_figure, series_labels
-from analysis.stats import run_stats
+from analysis.settings import as_text, differing_keys, key_title
+from analysis.stats import STATS, run_stats
 from analysis.tables import RunTables
 from analysis.tasks import metric_order, metric_spec
 
-# (stat of analysis.stats.run_stats, panel title, y-axis label with units), after the panel of
-# each task metric present (final accuracy, perplexity, HR@10).
+# (stat of analysis.stats.run_stats, panel title), after the panel of each task metric present
+# (final accuracy, perplexity, HR@10). The numbers are the report's (the headline registry's one
+# reduction rule); the y-axis is the registry's column title of the number.
 PANELS = (
-    ("select_ms_max", "selection time (slowest rank)", "ms per step"),
-    ("mb_sent", "traffic (busiest rank)", "MB sent per step"),
-    ("abs_density_error", "compression ratio error", "mean |density error|"),
-    ("buildup", "build-up", "|U| / selection size"),
-    ("load_imbalance", "load imbalance", "W max|S_r| / sum|S_r| - 1"),
+    ("select_ms_max", "selection time (slowest rank)"),
+    ("mb_sent", "traffic (busiest rank)"),
+    ("abs_density_error", "compression ratio error"),
+    ("buildup", "build-up"),
+    ("load_imbalance", "load imbalance"),
 )
 COLUMNS = 3
 
@@ -34,8 +36,12 @@ def method_comparison(tables: RunTables) -> Figure | None:
         return None
     several_w = stats["workers"].nunique() > 1
     stats = stats.assign(label=series_labels(stats, extra=("workers",) if several_w else ()))
+    # Runs that differ in more than their seed never share a bar (the report's rows): the keys
+    # that differ join the label, "topk max_steps=3".
+    for column in differing_keys(stats):
+        stats["label"] = stats["label"] + f" {key_title(column)}=" + as_text(stats[column])
     metrics = metric_order(stats["task_metric"]) or ["eval/accuracy"]
-    panels = [(metric, None, None) for metric in metrics] + list(PANELS)
+    panels = [(metric, None, None) for metric in metrics] + [(stat, title, STATS[stat].title) for stat, title in PANELS]
     rows = -(-len(panels) // COLUMNS)
     # Rotated bar labels below each panel: taller panels for longer labels (knob variants, workloads).
     longest = int(stats["label"].str.len().max())

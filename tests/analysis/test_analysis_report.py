@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -39,6 +40,10 @@ def recompute(run_dir: Path) -> dict[str, float]:
         "traffic_ratio": mean("traffic/ratio"),
         "density_error": mean("density/error"),
         "abs_density_error": statistics.fmean(abs(row["density/error"]) for row in train),
+        "density_actual": mean("density/actual"),
+        "density_target": mean("density/target"),
+        # the later half of the logged rows: the last ceil(n/2)
+        "density_error_settled": statistics.fmean(row["density/error"] for row in train[len(train) // 2:]),
         "buildup": mean("buildup"),
         "load_imbalance": mean("selection/load_imbalance"),
     }
@@ -48,8 +53,12 @@ def markdown_rows(text: str, section: str) -> list[dict[str, str]]:
     """The table under the `## section` heading of report.md, as dicts."""
     body = text.split(f"## {section}")[1].split("\n## ")[0]
     lines = [line for line in body.splitlines() if line.startswith("|")]
-    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
-    return [dict(zip(header, (cell.strip() for cell in line.strip("|").split("|")))) for line in lines[2:]]
+
+    def cells(line: str) -> list[str]:  # on unescaped pipes: "error \|U\|/k-1" is one cell
+        return [cell.strip().replace("\\|", "|") for cell in re.split(r"(?<!\\)\|", line.strip()[1:-1])]
+
+    header = cells(lines[0])
+    return [dict(zip(header, cells(line))) for line in lines[2:]]
 
 
 @pytest.fixture(scope="module")
@@ -82,12 +91,14 @@ def test_summary_numbers_match_the_metrics_files(report: tuple[Path, str], sweep
         assert cells["accuracy"] == f"{expected['metric']:.2%}"
         assert cells["build-up"] == f"{expected['buildup']:.3f}"
         assert cells["MB sent/rank/step"] == f"{expected['mb_sent']:.4f}"
-        assert cells["density error"] == f"{expected['density_error']:+.3f}"
+        assert cells["error |U|/k-1"] == f"{expected['density_error']:+.3f}"
+        assert cells["settled error"] == f"{expected['density_error_settled']:+.3f}"
+        assert cells["density target"] == f"{expected['density_target']:.5f}"
 
 
 def test_failed_and_killed_runs_are_listed(report: tuple[Path, str]) -> None:
     out, stdout = report
-    listed = {row["run"]: row for row in markdown_rows((out / "report.md").read_text(), "Failed and unfinished runs")}
+    listed = {row["run"]: row for row in markdown_rows((out / "report.md").read_text(), "Failed, unfinished and non-finite runs")}
     assert listed["failed_topk"]["status"] == "failed" and "injected" in listed["failed_topk"]["note"]
     assert listed["killed_dense"]["status"] == "running" and "cut mid-write" in listed["killed_dense"]["note"]
     assert listed["killed_dense"]["train rows"] == "5"

@@ -1,0 +1,110 @@
+"""Reports compare like with like: runs are averaged only when nothing but their seed differs, the
+keys that differ across rows are named, and failed, unfinished and non-finite runs are listed
+and never averaged in. Cheap run directories written with the results store's writer."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from analysis.report import write_report
+from experiments.store import METRICS, STATUS, SUMMARY, RunStore
+
+
+def write_run(run_dir: Path, max_steps: int, seed: int, status: str = "done", skipped: bool = False,
+              lr: float = 0.1) -> Path:
+    """A Top-k run of `max_steps` logged steps (one evaluation), as the runner lays it out."""
+    run_dir.mkdir(parents=True)
+    config = {"sparsifier": {"name": "topk", "density": 0.01, "exchange": "union_allreduce"},
+              "model": {"name": "mlp"}, "dataset": {"name": "digits"}, "optimizer": {"name": "sgd", "lr": lr},
+              "logger": {"name": "local", "log_every": 1}, "workers": 2, "processes": 1, "epochs": 1,
+              "max_steps": max_steps, "seed": seed, "warmup_steps": 0, "output_root": f"/tmp/out{seed}"}
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    store = RunStore(run_dir)
+    store.write_json("env.json", {"resolved": {"world": "hosted", "processes": 1}, "job": {"group": "g"}})
+    writer = store.open_metrics()
+    for step in range(max_steps):
+        error = 0.5 + 0.1 * seed + step  # seeds and step counts give different numbers
+        writer.write({"step": step, "kind": "train", "epoch": 0, "density/error": error, "density/actual": 0.01 * (1 + error),
+                      "density/target": 0.01, "buildup": 1.0 + error, "time/select_ms_max": 1.0, "train/loss": 1.0})
+    if skipped:  # on_nonfinite=skip's row for a skipped step (experiments/skip.py)
+        writer.write({"step": max_steps, "kind": "train", "epoch": 0, "train/skipped": 1.0, "train/skipped_total": 1.0})
+    writer.write({"step": max_steps - 1, "kind": "eval", "epoch": 0, "eval/accuracy": 0.5 + 0.01 * seed})
+    writer.close()
+    store.set_status(status, **({"error": "rank0: RuntimeError: injected"} if status == "failed" else {}))
+    if status == "done":
+        summary = {"task": {"kind": "classification", "metric": "eval/accuracy", "higher_is_better": True},
+                   "dataset": {"name": "digits", "source": "real"}, "steps": max_steps}
+        if skipped:
+            summary["train/skipped_steps"] = 1
+        store.write_json(SUMMARY, summary)
+    assert {METRICS, STATUS} <= {path.name for path in run_dir.iterdir()}
+    return run_dir
+
+
+@pytest.fixture
+def mixed(tmp_path: Path) -> Path:
+    """Top-k at max_steps=3 and 4, two seeds each; and at max_steps=3 a failed, a non-finite
+    (one skipped step) and an unfinished run."""
+    root = tmp_path / "sweep"
+    number = 0
+    for max_steps in (3, 4):
+        for seed in (0, 1):
+            write_run(root / f"{number}_topk_s{seed}", max_steps, seed)
+            number += 1
+    write_run(root / "failed", 3, 2, status="failed")
+    write_run(root / "nonfinite", 3, 3, skipped=True)
+    write_run(root / "unfinished", 3, 4, status="running")
+    return root
+
+
+def _summary(out: Path) -> pd.DataFrame:
+    return pd.read_csv(out / "summary.csv")
+
+
+def test_a_sweep_mixing_step_counts_gives_a_row_per_count_and_names_the_key(mixed: Path, tmp_path: Path) -> None:
+    text = write_report([mixed], tmp_path / "report", cache=False)
+    summary = _summary(tmp_path / "report")
+    assert sorted(summary["cfg.max_steps"]) == [3, 4]  # two rows, not one average over 3 and 4 steps
+    assert (summary["runs"] == 2).all() and (summary["seeds"] == 2).all()
+    # the two seeds of max_steps=3 only: the failed, non-finite and unfinished runs are not averaged in
+    three = summary[summary["cfg.max_steps"] == 3].iloc[0]
+    assert three["density_error"] == pytest.approx(((0.5 + 1.5 + 2.5) / 3 + (0.6 + 1.6 + 2.6) / 3) / 2)
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "Rows also differ in: max_steps" in report and "Rows also differ in: max_steps" in text
+    header = text.splitlines()[0].split()
+    assert "max_steps" in header  # a column of the table, like the method labels' knobs
+    # output_root and seed differ too, but change nothing measured: no column, no split
+    assert "output_root" not in header and "seed" not in header
+
+
+def test_failed_nonfinite_and_unfinished_runs_are_flagged_and_never_averaged(mixed: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    write_report([mixed], out, include_unfinished=True, cache=False)
+    summary = _summary(out)
+    # --include-unfinished: the running run in a row of its own, never the failed or non-finite one
+    assert summary["runs"].sum() == 5
+    alone = summary[summary["status"] == "running"]
+    assert len(alone) == 1 and alone["runs"].item() == 1 and alone["cfg.max_steps"].item() == 3
+    assert set(summary["status"]) == {"done", "running"}
+    report = (out / "report.md").read_text()
+    problems = report.split("## Failed, unfinished and non-finite runs")[1].split("\n## ")[0]
+    rows = {line.split("|")[1].strip(): line for line in problems.splitlines() if line.startswith("| ") and "---" not in line}
+    assert {"failed", "nonfinite", "unfinished"} <= rows.keys()
+    assert "1 step(s) skipped (on_nonfinite=skip)" in rows["nonfinite"]
+    assert "injected" in rows["failed"] and "still running" in rows["unfinished"]
+    runs = pd.read_csv(out / "runs.csv").set_index("name")
+    assert runs.loc["nonfinite", "skipped_steps"] == 1 and runs.loc["0_topk_s0", "skipped_steps"] == 0
+
+
+def test_a_different_learning_rate_is_a_row_of_its_own(tmp_path: Path) -> None:
+    for seed, lr in ((0, 0.1), (1, 0.1), (0, 0.05)):
+        write_run(tmp_path / "runs" / f"lr{lr}_s{seed}", 3, seed, lr=lr)
+    text = write_report([tmp_path / "runs"], tmp_path / "report", cache=False)
+    summary = _summary(tmp_path / "report")
+    assert sorted(zip(summary["cfg.optimizer.lr"], summary["runs"])) == [(0.05, 1), (0.1, 2)]
+    assert "optimizer.lr" in text.splitlines()[0]
+    assert json.loads(json.dumps(list(summary.columns)))  # plain column names for the CSV

@@ -1,0 +1,80 @@
+"""The headline-metric registry and its one reduction rule: the rule on hand-made values, and the
+streaming SummaryAccumulator (summary.json) against the reference reduce_run on the same rows."""
+from __future__ import annotations
+
+import math
+import statistics
+
+import numpy as np
+import pytest
+
+from analysis.report_tables import SHOWN
+from analysis.stats import STATS
+from analysis.tasks import metric_spec
+from experiments.headline import HEADLINES, Reduction, headline, reduce_logged, reduce_run, task_metric
+from experiments.metrics import SummaryAccumulator
+
+
+def test_the_rule_on_values() -> None:
+    values = [5.0, 1.0, 2.0, 3.0, 10.0]
+    late = [False, False, True, True, True]
+    assert reduce_logged(Reduction.MEDIAN_AFTER_WARMUP, values, late) == 3.0  # of 2, 3, 10
+    assert reduce_logged(Reduction.MEDIAN_AFTER_WARMUP, values, [False] * 5) == 3.0  # none late: all five
+    assert reduce_logged(Reduction.MEDIAN_AFTER_WARMUP, [9.0, 1.0, 2.0], [False] * 3) == 2.0
+    assert reduce_logged(Reduction.MEAN, values) == pytest.approx(4.2)
+    assert reduce_logged(Reduction.MEAN_ABS, [-1.0, 3.0]) == 2.0
+    # the later half: the last ceil(n/2) values (n = 5: the last 3; n = 4: the last 2)
+    assert reduce_logged(Reduction.MEAN_LATER_HALF, values) == pytest.approx(5.0)
+    assert reduce_logged(Reduction.MEAN_LATER_HALF, values[:4]) == pytest.approx(2.5)
+    assert reduce_logged(Reduction.LAST_EVAL, [0.5, 0.7, float("nan")]) == 0.7  # NaN is no value
+    assert reduce_logged(Reduction.MEAN, [1.0, float("nan"), 3.0]) == 2.0
+    assert math.isinf(reduce_logged(Reduction.MEAN, [1.0, float("inf")]))  # kept: the report flags it
+    assert math.isnan(reduce_logged(Reduction.MEAN, []))
+
+
+def _rows(count: int, seed: int = 0) -> list[dict]:
+    """Logged train rows as the runner writes them, every third lacking density (a skipped step's
+    row has none) and steps 3 apart (log_every=3)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for index in range(count):
+        row = {"step": 3 * index, "time/select_ms_max": float(rng.random()), "traffic/sent_bytes_max": float(rng.random() * 1e5),
+               "train/loss": float(rng.random())}
+        if index % 3 != 2:
+            row.update({"density/error": float(rng.normal()), "density/actual": float(rng.random()), "buildup": 1.5})
+        rows.append(row)
+    return rows
+
+
+@pytest.mark.parametrize("count", [1, 2, 7, 8])
+def test_summary_json_is_the_reference_reduction_of_the_logged_rows(count: int) -> None:
+    rows = _rows(count)
+    evals = [{"step": 2, "epoch": 0, "eval/accuracy": 0.5}, {"step": 5, "epoch": 1, "eval/accuracy": 0.6}]
+    accumulator = SummaryAccumulator(warmup_steps=6)
+    for row in rows:
+        accumulator.add_step(row, np.array([1.0, 2.0]))
+        accumulator.add_logged(row["step"], row)
+    for row in evals:
+        accumulator.add_eval(row)
+    summary = accumulator.summary()
+    expected = reduce_run(rows, evals, warmup_steps=6)
+    assert summary.pop("traffic/sent_bytes_total_max") == 2.0 * count  # summed over every step, not a headline
+    assert summary == pytest.approx(expected)
+    # spelled out once: settled = the later half of the rows that have a density error
+    errors = [row["density/error"] for row in rows if "density/error" in row]
+    assert summary["density/error_settled"] == pytest.approx(statistics.fmean(errors[len(errors) // 2:]))
+    assert summary["density/abs_error"] == pytest.approx(statistics.fmean(abs(e) for e in errors))
+    timed = [row["time/select_ms_max"] for row in rows if row["step"] >= 6] or [row["time/select_ms_max"] for row in rows]
+    assert summary["time/select_ms_max"] == pytest.approx(statistics.median(timed))
+    assert summary["eval/accuracy"] == 0.6
+
+
+def test_every_reported_column_is_a_registry_entry() -> None:
+    assert set(SHOWN) <= set(STATS)
+    assert all(HEADLINES[spec.key] is spec for spec in STATS.values())
+    for spec in HEADLINES.values():
+        assert spec.reduce is not Reduction.LAST_EVAL and spec.format(1.0) != "-"
+    assert headline("eval/perplexity") == task_metric("eval/perplexity") == metric_spec("eval/perplexity")
+    assert task_metric("eval/perplexity").title == "perplexity (lower is better)"
+    assert HEADLINES["traffic/sent_bytes_max"].format(12345.0) == "0.0123"  # bytes shown as MB
+    assert "|U|/k-1" in HEADLINES["density/error"].title
