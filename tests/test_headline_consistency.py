@@ -6,7 +6,6 @@ log_every=3: the summary used to average every step while the report averaged th
 so with unlogged steps the two disagreed (issue 11); now both reduce the logged rows."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from analysis.report_tables import summary_cells
 from analysis.stats import STATS, run_stats, summarize
 from experiments.headline import reduce_run
 from experiments.report import summary_lines
-from experiments.store import read_metrics
+from experiments import run_dir as run_files
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.slow
@@ -42,12 +41,12 @@ def test_summary_report_row_and_terminal_show_the_same_numbers(tmp_path: Path) -
     run_dir = tmp_path / "run"
     result = run_cli([*RUN, f"hydra.run.dir={run_dir}"], env={"WANDB_MODE": "disabled"})
     assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = run_files.read_json(run_dir / run_files.SUMMARY)
     metric = summary["task"]["metric"]
     printed = printed_summary(result.stdout, metric)
 
     # summary.json is the reference reduction of what metrics.jsonl holds (steps 0, 3, 6, 9)
-    records = read_metrics(run_dir / "metrics.jsonl")
+    records = run_files.read_metrics(run_dir / run_files.METRICS)
     train = [r for r in records if r["kind"] == "train"]
     assert [r["step"] for r in train] == [0, 3, 6, 9]
     expected = reduce_run(train, [r for r in records if r["kind"] == "eval"], warmup_steps=2)

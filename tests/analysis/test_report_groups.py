@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
 from analysis.report import write_report
-from experiments.store import METRICS, STATUS, SUMMARY, RunStore
+from experiments import run_dir as run_files
+from experiments.store import RunStore
 
 
 def write_run(run_dir: Path, max_steps: int, seed: int, status: str = "done", skipped: bool = False,
@@ -22,9 +22,9 @@ def write_run(run_dir: Path, max_steps: int, seed: int, status: str = "done", sk
               "model": {"name": "mlp"}, "dataset": {"name": "digits"}, "optimizer": {"name": "sgd", "lr": lr},
               "logger": {"name": "local", "log_every": 1}, "workers": 2, "processes": 1, "epochs": 1,
               "max_steps": max_steps, "seed": seed, "warmup_steps": 0, "output_root": f"/tmp/out{seed}"}
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    run_files.write_yaml(run_dir / run_files.CONFIG, config)
     store = RunStore(run_dir)
-    store.write_json("env.json", {"resolved": {"world": "hosted", "processes": 1}, "job": {"group": "g"}})
+    store.write_json(run_files.ENV, {"resolved": {"world": "hosted", "processes": 1}, "job": {"group": "g"}})
     writer = store.open_metrics()
     for step in range(max_steps):
         error = 0.5 + 0.1 * seed + step  # seeds and step counts give different numbers
@@ -40,8 +40,8 @@ def write_run(run_dir: Path, max_steps: int, seed: int, status: str = "done", sk
                    "dataset": {"name": "digits", "source": "real"}, "steps": max_steps}
         if skipped:
             summary["train/skipped_steps"] = 1
-        store.write_json(SUMMARY, summary)
-    assert {METRICS, STATUS} <= {path.name for path in run_dir.iterdir()}
+        store.write_json(run_files.SUMMARY, summary)
+    assert {run_files.METRICS, run_files.STATUS} <= {path.name for path in run_dir.iterdir()}
     return run_dir
 
 
