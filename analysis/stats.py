@@ -20,6 +20,7 @@ import pandas as pd
 from analysis import columns as c
 from analysis.settings import as_text, differing_keys, setting_columns
 from analysis.tables import RunTables
+from experiments import metric_keys as keys
 from experiments.headline import HEADLINES, Headline, reduce_logged
 
 # stat -> headline: the registry's numbers the report has a column for (scaled: MB, not bytes).
@@ -66,9 +67,9 @@ def _skipped_steps(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.Series:
     """Steps skipped by on_nonfinite=skip: summary.json's count, else the skipped rows logged
     (an unfinished run has no summary yet)."""
     logged = pd.Series(dtype=float)
-    if c.has_data(steps, "train/skipped"):
-        logged = (pd.to_numeric(steps["train/skipped"], errors="coerce") == 1).groupby(steps["run_id"], observed=True).sum()
-    counted = runs.set_index("run_id")["train/skipped_steps"] if "train/skipped_steps" in runs.columns else pd.Series(dtype=float)
+    if c.has_data(steps, keys.SKIPPED):
+        logged = (pd.to_numeric(steps[keys.SKIPPED], errors="coerce") == 1).groupby(steps["run_id"], observed=True).sum()
+    counted = runs.set_index("run_id")[keys.SKIPPED_STEPS] if keys.SKIPPED_STEPS in runs.columns else pd.Series(dtype=float)
     combined = pd.to_numeric(counted, errors="coerce").reindex(runs["run_id"])
     return combined.fillna(logged.reindex(runs["run_id"])).fillna(0).astype(float)
 

@@ -18,6 +18,7 @@ import re
 from typing import Any, Iterable
 
 from analysis.columns import ACCURACY
+from experiments import metric_keys as keys
 from experiments.headline import Headline, task_metric
 
 # The task of runs that do not record one (older runs): the runner only trained classifiers then.
@@ -28,7 +29,7 @@ STAND_IN = "stand-in"
 UNKNOWN_STAND_IN = "stand-in: possibly (no summary.json, and dataset.if_missing=stand_in allowed one)"
 
 # Headline metric -> task kind, in the order eval columns are searched when a run does not say.
-KINDS = {"eval/accuracy": "classification", "eval/perplexity": "language_model", "eval/hr10": "recommendation"}
+KINDS = {keys.ACCURACY: "classification", keys.PERPLEXITY: "language_model", keys.HR10: "recommendation"}
 
 
 # How an eval metric reads (label, format, direction) lives in the headline registry, with every
@@ -90,7 +91,7 @@ def fill_task(row: dict[str, Any], eval_columns: Iterable[str]) -> None:
     and its config let a stand-in replace missing data (flagged as possible: only the summary
     would have said)."""
     if not row.get("task_metric"):
-        logged = set(eval_columns) | {key for key in row if str(key).startswith("eval/")}
+        logged = set(eval_columns) | {key for key in row if str(key).startswith(keys.EVAL_PREFIX)}
         metric = infer_metric(logged) or DEFAULT_METRIC
         row.update(task=kind_of(metric), task_metric=metric, higher_is_better=metric_spec(metric).higher_is_better)
     if not row.get("data_source"):

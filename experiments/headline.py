@@ -29,6 +29,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from experiments import metric_keys as keys
+
 
 class Reduction(enum.Enum):
     """How one run's logged values of a metric become its one number."""
@@ -103,45 +105,45 @@ _MEDIAN, _MEAN = Reduction.MEDIAN_AFTER_WARMUP, Reduction.MEAN
 # Every number summary.json reduces from the logged train rows: timings, traffic, density,
 # selection shape, then the state that is not a headline (last logged values).
 HEADLINES: dict[str, Headline] = {h.key: h for h in (
-    Headline("time/select_ms_max", "select ms, slowest rank (median step)", "{:.4g}", _MEDIAN, short="select ms max", unit="ms", stat="select_ms_max"),
-    Headline("time/select_ms_mean", "select ms, mean over ranks (median step)", "{:.4g}", _MEDIAN, short="select ms mean", unit="ms", stat="select_ms_mean"),
-    Headline("time/compute_ms_max", "compute ms, slowest rank (median step)", "{:.4g}", _MEDIAN, short="compute ms", unit="ms", stat="compute_ms"),
-    Headline("time/compute_ms_mean", "compute ms, mean over ranks (median step)", "{:.4g}", _MEDIAN, unit="ms"),
-    Headline("time/exchange_ms", "exchange ms, slowest rank (median step)", "{:.4g}", _MEDIAN, short="exchange ms", unit="ms", stat="exchange_ms"),
-    Headline("time/exchange_model_ms", "exchange ms, network model (median step)", "{:.4g}", _MEDIAN, short="exchange model ms", unit="ms", stat="exchange_model_ms"),
-    Headline("time/dense_model_ms", "dense allreduce ms, network model (median step)", "{:.4g}", _MEDIAN, unit="ms"),
-    Headline("time/step_ms", "step ms, slowest rank (median step)", "{:.4g}", _MEDIAN, short="step ms", unit="ms", stat="step_ms"),
-    Headline("traffic/sent_bytes_max", "MB sent per rank per step (busiest rank, mean)", "{:.4f}", _MEAN, short="MB sent/rank/step", unit="MB", scale=1e-6, stat="mb_sent"),
-    Headline("traffic/sent_bytes_mean", "MB sent per rank per step (mean rank, mean)", "{:.4f}", _MEAN, unit="MB", scale=1e-6),
-    Headline("traffic/recv_bytes_max", "MB received per rank per step (busiest rank, mean)", "{:.4f}", _MEAN, unit="MB", scale=1e-6),
-    Headline("traffic/recv_bytes_mean", "MB received per rank per step (mean rank, mean)", "{:.4f}", _MEAN, unit="MB", scale=1e-6),
-    Headline("traffic/dense_bytes", "MB per rank of the dense allreduce", "{:.4f}", _MEAN, unit="MB", scale=1e-6),
-    Headline("traffic/ratio", "traffic vs dense allreduce (mean)", "{:.4f}", _MEAN, short="traffic ratio", stat="traffic_ratio"),
-    Headline("density/actual", "density actual |U|/N (mean)", "{:.5f}", _MEAN, short="density actual", stat="density_actual"),
-    Headline("density/target", "density target k/N (mean)", "{:.5f}", _MEAN, short="density target", stat="density_target"),
-    Headline("density/error", "density error |U|/k-1 (mean)", "{:+.3f}", _MEAN, short="error |U|/k-1", stat="density_error"),
-    Headline("density/error_settled", "density error |U|/k-1 (later half of steps)", "{:+.3f}", Reduction.MEAN_LATER_HALF,
-       short="settled error", stat="density_error_settled", source="density/error"),
-    Headline("density/abs_error", "|density error| (mean)", "{:.3f}", Reduction.MEAN_ABS, short="|error|",
-       stat="abs_density_error", source="density/error"),
-    Headline("buildup", "build-up |U| / selection (mean)", "{:.3f}", _MEAN, short="build-up", stat="buildup"),
-    Headline("selection/overlap", "selection overlap (mean)", "{:.3f}", _MEAN),
-    Headline("selection/k_max", "largest selection |S_r| (mean)", "{:.1f}", _MEAN),
-    Headline("selection/k_mean", "mean selection |S_r| (mean)", "{:.1f}", _MEAN),
-    Headline("selection/load_imbalance", "load imbalance W max|S_r| / sum|S_r| - 1 (mean)", "{:.3f}", _MEAN,
+    Headline(keys.SELECT_MAX, "select ms, slowest rank (median step)", "{:.4g}", _MEDIAN, short="select ms max", unit="ms", stat="select_ms_max"),
+    Headline(keys.SELECT_MEAN, "select ms, mean over ranks (median step)", "{:.4g}", _MEDIAN, short="select ms mean", unit="ms", stat="select_ms_mean"),
+    Headline(keys.COMPUTE_MAX, "compute ms, slowest rank (median step)", "{:.4g}", _MEDIAN, short="compute ms", unit="ms", stat="compute_ms"),
+    Headline(keys.COMPUTE_MEAN, "compute ms, mean over ranks (median step)", "{:.4g}", _MEDIAN, unit="ms"),
+    Headline(keys.EXCHANGE, "exchange ms, slowest rank (median step)", "{:.4g}", _MEDIAN, short="exchange ms", unit="ms", stat="exchange_ms"),
+    Headline(keys.EXCHANGE_MODEL, "exchange ms, network model (median step)", "{:.4g}", _MEDIAN, short="exchange model ms", unit="ms", stat="exchange_model_ms"),
+    Headline(keys.DENSE_MODEL, "dense allreduce ms, network model (median step)", "{:.4g}", _MEDIAN, unit="ms"),
+    Headline(keys.STEP, "step ms, slowest rank (median step)", "{:.4g}", _MEDIAN, short="step ms", unit="ms", stat="step_ms"),
+    Headline(keys.SENT_MAX, "MB sent per rank per step (busiest rank, mean)", "{:.4f}", _MEAN, short="MB sent/rank/step", unit="MB", scale=1e-6, stat="mb_sent"),
+    Headline(keys.SENT_MEAN, "MB sent per rank per step (mean rank, mean)", "{:.4f}", _MEAN, unit="MB", scale=1e-6),
+    Headline(keys.RECV_MAX, "MB received per rank per step (busiest rank, mean)", "{:.4f}", _MEAN, unit="MB", scale=1e-6),
+    Headline(keys.RECV_MEAN, "MB received per rank per step (mean rank, mean)", "{:.4f}", _MEAN, unit="MB", scale=1e-6),
+    Headline(keys.DENSE_BYTES, "MB per rank of the dense allreduce", "{:.4f}", _MEAN, unit="MB", scale=1e-6),
+    Headline(keys.RATIO, "traffic vs dense allreduce (mean)", "{:.4f}", _MEAN, short="traffic ratio", stat="traffic_ratio"),
+    Headline(keys.DENSITY_ACTUAL, "density actual |U|/N (mean)", "{:.5f}", _MEAN, short="density actual", stat="density_actual"),
+    Headline(keys.DENSITY_TARGET, "density target k/N (mean)", "{:.5f}", _MEAN, short="density target", stat="density_target"),
+    Headline(keys.DENSITY_ERROR, "density error |U|/k-1 (mean)", "{:+.3f}", _MEAN, short="error |U|/k-1", stat="density_error"),
+    Headline(keys.DENSITY_ERROR_SETTLED, "density error |U|/k-1 (later half of steps)", "{:+.3f}", Reduction.MEAN_LATER_HALF,
+       short="settled error", stat="density_error_settled", source=keys.DENSITY_ERROR),
+    Headline(keys.DENSITY_ABS_ERROR, "|density error| (mean)", "{:.3f}", Reduction.MEAN_ABS, short="|error|",
+       stat="abs_density_error", source=keys.DENSITY_ERROR),
+    Headline(keys.BUILDUP, "build-up |U| / selection (mean)", "{:.3f}", _MEAN, short="build-up", stat=keys.BUILDUP),
+    Headline(keys.OVERLAP, "selection overlap (mean)", "{:.3f}", _MEAN),
+    Headline(keys.K_MAX, "largest selection |S_r| (mean)", "{:.1f}", _MEAN),
+    Headline(keys.K_MEAN, "mean selection |S_r| (mean)", "{:.1f}", _MEAN),
+    Headline(keys.LOAD_IMBALANCE, "load imbalance W max|S_r| / sum|S_r| - 1 (mean)", "{:.3f}", _MEAN,
        short="load imbalance", stat="load_imbalance"),
-    Headline("train/loss", "train loss (last logged)", "{:.4f}", Reduction.LAST, short="train loss"),
-    Headline("train/lr", "learning rate (last logged)", "{:.4g}", Reduction.LAST),
-    Headline("ef/residual_norm", "error-feedback residual norm (last logged)", "{:.4g}", Reduction.LAST),
-    Headline("ef/rel_residual", "residual / accumulated norm (last logged)", "{:.4g}", Reduction.LAST),
+    Headline(keys.LOSS, "train loss (last logged)", "{:.4f}", Reduction.LAST, short="train loss"),
+    Headline(keys.LR, "learning rate (last logged)", "{:.4g}", Reduction.LAST),
+    Headline(keys.RESIDUAL, "error-feedback residual norm (last logged)", "{:.4g}", Reduction.LAST),
+    Headline(keys.REL_RESIDUAL, "residual / accumulated norm (last logged)", "{:.4g}", Reduction.LAST),
 )}
 
 # Task metrics (eval rows): each run's headline is its own task's (summary.json's task.metric).
 _TASK_METRICS: dict[str, Headline] = {h.key: h for h in (
-    Headline("eval/accuracy", "accuracy", "{:.2%}", Reduction.LAST_EVAL, higher_is_better=True),
-    Headline("eval/top5", "top-5 accuracy", "{:.2%}", Reduction.LAST_EVAL, higher_is_better=True),
-    Headline("eval/perplexity", "perplexity", "{:.2f}", Reduction.LAST_EVAL, higher_is_better=False),
-    Headline("eval/loss", "eval loss", "{:.4f}", Reduction.LAST_EVAL, higher_is_better=False),
+    Headline(keys.ACCURACY, "accuracy", "{:.2%}", Reduction.LAST_EVAL, higher_is_better=True),
+    Headline(keys.TOP5, "top-5 accuracy", "{:.2%}", Reduction.LAST_EVAL, higher_is_better=True),
+    Headline(keys.PERPLEXITY, "perplexity", "{:.2f}", Reduction.LAST_EVAL, higher_is_better=False),
+    Headline(keys.EVAL_LOSS, "eval loss", "{:.4f}", Reduction.LAST_EVAL, higher_is_better=False),
 )}
 # Recommendation metrics carry their cut-off: eval/hr10, eval/ndcg10 (eval/hr20 with top_k=20).
 _AT_K = {"hr": "HR", "ndcg": "NDCG"}
@@ -155,7 +157,7 @@ def task_metric(key: str, higher_is_better: bool | None = None) -> Headline:
     spec = _TASK_METRICS.get(key)
     if spec is None:
         match = _AT_K_NAME.match(str(key))
-        label = f"{_AT_K[match.group(1)]}@{match.group(2)}" if match else str(key).removeprefix("eval/")
+        label = f"{_AT_K[match.group(1)]}@{match.group(2)}" if match else str(key).removeprefix(keys.EVAL_PREFIX)
         spec = Headline(str(key), label, "{:.2%}" if match else "{:.4g}", Reduction.LAST_EVAL, higher_is_better=True)
     if higher_is_better is not None and not _missing(higher_is_better) and bool(higher_is_better) != spec.higher_is_better:
         spec = replace(spec, higher_is_better=bool(higher_is_better))
@@ -204,7 +206,7 @@ def reduce_run(train: Iterable[dict[str, Any]], evals: Iterable[dict[str, Any]],
         value = reduce_logged(spec.reduce, values, late)
         if not math.isnan(value):
             result[spec.key] = value
-    for key in dict.fromkeys(key for row in evals for key in row if str(key).startswith("eval/")):
+    for key in dict.fromkeys(key for row in evals for key in row if str(key).startswith(keys.EVAL_PREFIX)):
         value = reduce_logged(Reduction.LAST_EVAL, [_number(row.get(key)) for row in evals])
         if not math.isnan(value):
             result[key] = value

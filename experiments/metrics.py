@@ -139,7 +139,7 @@ class SummaryAccumulator:
         self.last.update(metrics)
         # NaN is no value (metrics.jsonl writes it as null): the last evaluation that has one
         self.evals.update({key: float(value) for key, value in metrics.items()
-                           if key.startswith("eval/") and not math.isnan(float(value))})
+                           if key.startswith(keys.EVAL_PREFIX) and not math.isnan(float(value))})
 
     def summary(self) -> dict[str, float]:
         result = {}
@@ -148,6 +148,6 @@ class SummaryAccumulator:
             if not math.isnan(value):
                 result[spec.key] = value
         if self.sent_total is not None:
-            result["traffic/sent_bytes_total_max"] = float(self.sent_total.max())
+            result[keys.SENT_TOTAL_MAX] = float(self.sent_total.max())
         result.update(self.evals)
         return result

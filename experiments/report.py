@@ -5,17 +5,18 @@ from typing import Any
 
 from tqdm import tqdm
 
+from experiments import metric_keys as keys
 from experiments.headline import Headline, headline, task_metric
 
 
 # The per-epoch table's columns after the epoch and the task metric: the latest logged values.
-EPOCH_COLUMNS = ("train/loss", "time/select_ms_max", "traffic/sent_bytes_max", "density/error", "buildup")
+EPOCH_COLUMNS = (keys.LOSS, keys.SELECT_MAX, keys.SENT_MAX, keys.DENSITY_ERROR, keys.BUILDUP)
 
 
 def _columns(metric: str) -> tuple[tuple[str, Headline], ...]:
     """(title, headline) per column; titles and formats are the registry's."""
-    keys = (EPOCH_COLUMNS[0], metric, *EPOCH_COLUMNS[1:])
-    return tuple((spec.title, spec) for spec in map(headline, keys))
+    names = (EPOCH_COLUMNS[0], metric, *EPOCH_COLUMNS[1:])
+    return tuple((spec.title, spec) for spec in map(headline, names))
 
 
 def _cell(value: Any, spec: Headline, width: int) -> str:
@@ -25,7 +26,7 @@ def _cell(value: Any, spec: Headline, width: int) -> str:
 class EpochTable:
     """Prints one row per epoch without breaking the progress bar."""
 
-    def __init__(self, enabled: bool, metric: str = "eval/accuracy") -> None:
+    def __init__(self, enabled: bool, metric: str = keys.ACCURACY) -> None:
         self.enabled = enabled
         self.columns = _columns(metric)
 
@@ -43,24 +44,24 @@ class EpochTable:
         tqdm.write("  ".join([f"{epoch:>5d}", *cells]))
 
 
-# The final summary's lines: (label, keys); several keys print as "a / b"; label None: the
+# The final summary's lines: (label, names); several names print as "a / b"; label None: the
 # registry's label of the one key. Numbers read as in the report (the registry's formats).
 SUMMARY_LINES: tuple[tuple[str | None, tuple[str, ...]], ...] = (
-    ("select ms, slowest rank / mean over ranks (median step)", ("time/select_ms_max", "time/select_ms_mean")),
-    (None, ("traffic/sent_bytes_max",)),
-    (None, ("traffic/ratio",)),
-    ("density actual |U|/N / target k/N (mean)", ("density/actual", "density/target")),
-    ("density error |U|/k-1: mean / later half of steps", ("density/error", "density/error_settled")),
-    (None, ("density/abs_error",)),
-    (None, ("buildup",)),
-    (None, ("selection/load_imbalance",)),
+    ("select ms, slowest rank / mean over ranks (median step)", (keys.SELECT_MAX, keys.SELECT_MEAN)),
+    (None, (keys.SENT_MAX,)),
+    (None, (keys.RATIO,)),
+    ("density actual |U|/N / target k/N (mean)", (keys.DENSITY_ACTUAL, keys.DENSITY_TARGET)),
+    ("density error |U|/k-1: mean / later half of steps", (keys.DENSITY_ERROR, keys.DENSITY_ERROR_SETTLED)),
+    (None, (keys.DENSITY_ABS_ERROR,)),
+    (None, (keys.BUILDUP,)),
+    (None, (keys.LOAD_IMBALANCE,)),
 )
 
 
 def summary_lines(metric: str) -> tuple[tuple[str, tuple[Headline, ...]], ...]:
     """(label, headlines) of every line of the final summary, the run's task metric first."""
     lines = ((task_metric(metric).title + " (last evaluation)", (metric,)), *SUMMARY_LINES)
-    return tuple((label or headline(keys[0]).label, tuple(map(headline, keys))) for label, keys in lines)
+    return tuple((label or headline(names[0]).label, tuple(map(headline, names))) for label, names in lines)
 
 
 def format_summary(summary: dict[str, Any], run_dir: str) -> str:
@@ -70,7 +71,7 @@ def format_summary(summary: dict[str, Any], run_dir: str) -> str:
     source = summary.get("dataset", {}).get("source", "real")
     if source != "real":
         lines.append(f"  data: {source} (not the paper's data)")
-    metric = summary.get("task", {}).get("metric", "eval/accuracy")
+    metric = summary.get("task", {}).get("metric", keys.ACCURACY)
     for label, specs in summary_lines(metric):
         lines.append(f"  {label:<56} " + " / ".join(spec.format(summary.get(spec.key)) for spec in specs))
     lines.append(f"  results: {run_dir}")

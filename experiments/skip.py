@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from experiments import metric_keys as keys
 from experiments.console import say
 from experiments.finite import HINT, KINDS, NonFiniteValue
 from experiments.replica import Replica
@@ -126,8 +127,8 @@ class SkipGuard:
 def log_skipped(sink, guard: SkipGuard, skipped: SkippedStep, hosts_rank_zero: bool, fields: dict[str, Any]) -> None:
     """A skipped step's metric row (logged whether or not it is a logging step: it is an event),
     a warning on the terminal, and the run's failure past the limit. Every process calls it."""
-    sink.log({"kind": "train", "train/skipped": 1.0, "train/skipped_total": float(guard.total),
-              "train/skipped_rank": -1 if skipped.rank is None else skipped.rank, **fields}, skipped.step)
+    sink.log({"kind": "train", keys.SKIPPED: 1.0, keys.SKIPPED_TOTAL: float(guard.total),
+              keys.SKIPPED_RANK: -1 if skipped.rank is None else skipped.rank, **fields}, skipped.step)
     if hosts_rank_zero:
         say(f"warning: step {skipped.step} skipped ({skipped.describe()}; on_nonfinite=skip): "
             f"{guard.in_a_row} in a row, {guard.total} in all")  # above the progress bar

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
+from experiments import metric_keys as keys
 from experiments.build import build_dataset, build_model, build_optimizer, build_schedule, build_sparsifier
 from experiments.checkpoint import Checkpointer, Resumed, restore
 from experiments.flat_grad import bind_flat_grad, parameter_checksum, parameters_sha256
@@ -133,7 +134,7 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path, resumed: Resumed |
                 guard.count(outcome.skipped)
             if outcome.skipped is not None:  # on_nonfinite=skip: logged, then failed past the limit
                 log_skipped(sink, guard, outcome.skipped, world.hosts_rank_zero,
-                            {"epoch": epoch, "train/lr": lr, "time/elapsed_s": time.perf_counter() - started})
+                            {"epoch": epoch, keys.LR: lr, keys.ELAPSED: time.perf_counter() - started})
             else:
                 metrics = exchange_metrics(outcome.result, world.comm.meter, context, method.current_k, method.current_density)
                 accumulator.add_step(metrics, world.comm.meter.sent)
@@ -141,10 +142,10 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path, resumed: Resumed |
                     metrics.update(rank_metrics(_gather_rank_stats(world, outcome)))
                     metrics.update(method.metrics())
                     metrics["epoch"] = epoch
-                    metrics["train/lr"] = lr
-                    metrics["time/elapsed_s"] = time.perf_counter() - started
+                    metrics[keys.LR] = lr
+                    metrics[keys.ELAPSED] = time.perf_counter() - started
                     if guard is not None:
-                        metrics["train/skipped"] = 0.0
+                        metrics[keys.SKIPPED] = 0.0
                     accumulator.add_logged(step, metrics)
                     sink.log({"kind": "train", **metrics}, step)
                     if progress is not None:
@@ -160,7 +161,7 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path, resumed: Resumed |
         if world.hosts_rank_zero:
             evaluation = _evaluate(task, model, replicas[0], world.device, cfg.eval_limit)
             evaluation["epoch"] = epoch
-            evaluation["time/elapsed_s"] = time.perf_counter() - started
+            evaluation[keys.ELAPSED] = time.perf_counter() - started
             accumulator.add_eval(evaluation)
             sink.log({"kind": "eval", **evaluation}, step - 1)
             table.row(epoch, accumulator.last)
@@ -182,14 +183,14 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path, resumed: Resumed |
         sparsifier=method.describe(),
         # The configured target: density/target is, like every headline, the mean of the logged
         # targets (DGC's warm-up stages log their own).
-        **{"density/target_configured": method.density},
+        **{keys.DENSITY_TARGET_CONFIGURED: method.density},
         optimizer={"name": cfg.optimizer.name, "momentum": optimizer.param_groups[0].get("momentum")},
         schedule={"name": cfg.schedule.name, **schedule.describe()},
         task={**describe_task(task), "eval_limit": cfg.eval_limit},
         dataset=data.describe(),
     )
     if guard is not None:
-        summary["train/skipped_steps"] = guard.total
+        summary[keys.SKIPPED_STEPS] = guard.total
     return summary
 
 

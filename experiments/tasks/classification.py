@@ -18,6 +18,8 @@ from torch.utils.data.distributed import DistributedSampler
 
 from datasets.base import Augmentation, DatasetSplits
 
+from experiments import metric_keys as keys
+
 # Streams of the per-rank augmentation generator are offset from the run seed by this much per
 # rank, so that no two ranks (and no rank and the model init) share a stream.
 RANK_STREAM = 1_000_003
@@ -85,7 +87,7 @@ class ShardBatches:
 
 class ClassificationTask:
     kind = "classification"
-    metric = "eval/accuracy"
+    metric = keys.ACCURACY
     higher_is_better = True
 
     def __init__(self, data: DatasetSplits) -> None:
@@ -120,7 +122,7 @@ class ClassificationTask:
             correct += int((logits.argmax(dim=1) == labels).sum())
             if data.num_classes > 5:
                 top5 += int((logits.topk(5, dim=1).indices == labels[:, None]).any(dim=1).sum())
-        result = {"eval/accuracy": correct / count, "eval/loss": loss_sum / count}
+        result = {keys.ACCURACY: correct / count, keys.EVAL_LOSS: loss_sum / count}
         if data.num_classes > 5:
-            result["eval/top5"] = top5 / count
+            result[keys.TOP5] = top5 / count
         return result

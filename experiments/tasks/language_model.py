@@ -17,6 +17,8 @@ import torch.nn.functional as F
 
 from datasets.base import TokenStreams
 
+from experiments import metric_keys as keys
+
 
 def batchify(stream: torch.Tensor, columns: int) -> torch.Tensor:
     """rows x columns: column c holds stream[c * rows : (c + 1) * rows]; the tail is dropped."""
@@ -57,7 +59,7 @@ def _detached(hidden: Any) -> Any:
 
 class LanguageModelTask:
     kind = "language_model"
-    metric = "eval/perplexity"
+    metric = keys.PERPLEXITY
     higher_is_better = False
 
     def __init__(self, data: TokenStreams) -> None:
@@ -91,4 +93,4 @@ class LanguageModelTask:
             loss_sum += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.to(device).reshape(-1), reduction="sum"))
             tokens += targets.numel()
         mean = loss_sum / max(tokens, 1)
-        return {"eval/perplexity": math.exp(min(mean, 700.0)), "eval/loss": mean}
+        return {keys.PERPLEXITY: math.exp(min(mean, 700.0)), keys.EVAL_LOSS: mean}

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch.utils.data.distributed import DistributedSampler
 
 from datasets.base import Interactions
+from experiments import metric_keys as keys
 from experiments.tasks.classification import RANK_STREAM
 
 RESAMPLE_ROUNDS = 20  # draws that hit a known item are redrawn; after this many rounds the
@@ -71,7 +72,7 @@ class PositivesAndNegatives:
 
 class RecommendationTask:
     kind = "recommendation"
-    metric = "eval/hr10"
+    metric = keys.HR10
     higher_is_better = True
 
     def __init__(self, data: Interactions) -> None:
