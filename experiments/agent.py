@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from experiments.console import line_start
+from experiments.lifetime import mark_orphaned, outlived
 from experiments.store import write_atomic
 
 REPORT_VARIABLE = "SPARSEBENCH_AGENT_REPORT"
-STATUS_VARIABLE = "SPARSEBENCH_STATUS_FILE"  # the status file this agent marks if run.py dies first
 
 
 def process_state(pid: int) -> str | None:
@@ -132,37 +132,6 @@ def main(argv: list[str]) -> int:
             mark_orphaned(parent, f"torchrun (pid {os.getpid()}) got {report['signal'] or 'no signal'} and "
                                   f"stopped the ranks")
     return code
-
-
-def outlived(parent: int, wait_s: float = 1.0) -> bool:
-    """Whether the parent (run.py, pid `parent`) has died. A process killed by SIGKILL loses its
-    threads one by one, and its child is first handed to a surviving thread of the same process
-    (and gets its death signal then), so getppid() can still name the parent for a moment."""
-    deadline = time.time() + wait_s
-    while os.getppid() == parent:
-        if time.time() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
-def mark_orphaned(parent: int, then: str) -> None:
-    """run.py (pid `parent`) died before this process (torchrun, or the single worker): nobody
-    else is left to say so. `then`: what this process did about it."""
-    path = os.environ.get(STATUS_VARIABLE)
-    if not path:
-        return
-    from experiments.nodes import hosts_rank_zero
-    from experiments.store import STATUS, RunStore
-
-    error = f"run.py (pid {parent}) died without stopping the job (killed, e.g. by SIGKILL); {then}"
-    cause = {"text": error, "process": "run.py", "kind": "signal", "pid": parent, "signal": None}
-    store = RunStore(os.path.dirname(path))
-    names = {os.path.basename(path)}
-    if hosts_rank_zero(store.dir, os.getpid()):  # several nodes: the run's own status.json is this node's too
-        names.add(STATUS)
-    for name in sorted(names):
-        store.set_status("failed", name=name, ended=time.time(), error=error, cause=cause, consequences=[])
 
 
 if __name__ == "__main__":

@@ -21,13 +21,13 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.agent import REPORT_VARIABLE, STATUS_VARIABLE
+from experiments.agent import REPORT_VARIABLE
 from experiments.blame import explain, merge_reports, rank_failures
 from experiments.console import line_start
 from experiments.environment import REPO_ROOT, collect_environment
 from experiments.errors import ConfigError
 from experiments.launcher_checks import rendezvous_error
-from experiments.lifetime import Stopped, run_job
+from experiments.lifetime import STATUS_VARIABLE, Stopped, run_job
 from experiments.nodes import (AGENT_REPORT, ENV_FILE_VARIABLE, RANK_ZERO, hosts_rank_zero, node_file, node_tag,
                                rendezvous_id)
 from experiments.report import format_summary

@@ -5,7 +5,9 @@ run.py starts torchrun (or the single worker) in a process group of its own, and
   alive after STOP_GRACE_S is killed, so nothing outlives the job;
 - every process of the job asks the kernel for a signal when its parent dies
   (PR_SET_PDEATHSIG): torchrun gets SIGTERM when run.py is killed, even by SIGKILL, which no
-  handler sees, and a rank gets SIGKILL when torchrun dies, instead of training on as an orphan.
+  handler sees, and a rank gets SIGKILL when torchrun dies, instead of training on as an orphan;
+- torchrun (agent.py) or the single worker, when it outlives run.py, marks the run failed
+  (`mark_orphaned`): nobody else is left to say so.
 """
 from __future__ import annotations
 
@@ -14,10 +16,12 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 STOP_GRACE_S = 5.0  # torchrun stops its ranks on SIGTERM within this, or they are killed
 FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 PR_SET_PDEATHSIG = 1
+STATUS_VARIABLE = "SPARSEBENCH_STATUS_FILE"  # the status file torchrun (or the single worker) marks if run.py dies first
 
 
 def die_with_parent(sig: signal.Signals) -> None:
@@ -70,3 +74,35 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
     except ProcessLookupError:
         pass
+
+
+def outlived(parent: int, wait_s: float = 1.0) -> bool:
+    """Whether the parent (run.py, pid `parent`) has died. A process killed by SIGKILL loses its
+    threads one by one, and its child is first handed to a surviving thread of the same process
+    (and gets its death signal then), so getppid() can still name the parent for a moment."""
+    deadline = time.time() + wait_s
+    while os.getppid() == parent:
+        if time.time() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def mark_orphaned(parent: int, then: str) -> None:
+    """run.py (pid `parent`) died before this process (torchrun, or the single worker): nobody
+    else is left to say so. `then`: what this process did about it."""
+    path = os.environ.get(STATUS_VARIABLE)
+    if not path:
+        return
+    from experiments.nodes import hosts_rank_zero
+    from experiments.store import STATUS, RunStore  # only when run.py died: neither is needed otherwise
+
+    error = f"run.py (pid {parent}) died without stopping the job (killed, e.g. by SIGKILL); {then}"
+    cause = {"text": error, "process": "run.py", "kind": "signal", "pid": parent, "signal": None}
+    store = RunStore(os.path.dirname(path))
+    names = {os.path.basename(path)}
+    if hosts_rank_zero(store.dir, os.getpid()):  # several nodes: the run's own status.json is this node's too
+        names.add(STATUS)
+    for name in sorted(names):
+        store.set_status("failed", name=name, ended=time.time(), error=error, cause=cause, consequences=[])
+

@@ -15,10 +15,9 @@ import traceback
 import torch
 from omegaconf import OmegaConf
 
-from experiments.agent import mark_orphaned, outlived
 from experiments.checkpoint import load_agreed
 from experiments.console import close_bars, line_start, route_warnings
-from experiments.lifetime import die_with_parent
+from experiments.lifetime import die_with_parent, mark_orphaned, outlived
 from experiments.network import NetworkModel
 from experiments.nodes import ENV_FILE_VARIABLE, record_rank_zero
 from experiments.runtime import Runtime
