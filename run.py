@@ -21,14 +21,14 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from experiments.compose import check_top_level_keys, preflight
+from experiments.launcher.compose import check_top_level_keys, preflight
 from experiments.errors import ConfigError
-from experiments.help import PRIMARY_CONFIG, print_help, wants_help
-from experiments.launch import launch
-from experiments.lifetime import Stopped
-from experiments.resume import resume, resume_argument
-from experiments.schema import register
-from experiments.validate import validate
+from experiments.launcher.help import PRIMARY_CONFIG, print_help, wants_help
+from experiments.launcher.launch import launch
+from experiments.rank.lifetime import Stopped
+from experiments.launcher.resume import resume, resume_argument
+from experiments.launcher.schema import register
+from experiments.launcher.validate import validate
 
 register()
 FAILED_JOBS: list[str] = []
@@ -66,7 +66,7 @@ def run(cfg: DictConfig) -> dict:
 
 
 def resume_and_exit(directory: str) -> None:
-    """`python run.py resume=DIR`: no composition, the run's own config.yaml (experiments/resume.py)."""
+    """`python run.py resume=DIR`: no composition, the run's own config.yaml (experiments/launcher/resume.py)."""
     try:
         summary = resume(directory)
     except ConfigError as error:
@@ -78,7 +78,7 @@ def resume_and_exit(directory: str) -> None:
 
 if __name__ == "__main__":
     try:
-        if wants_help(sys.argv[1:]):  # the project's help (experiments/help.py); Hydra's is --hydra-help
+        if wants_help(sys.argv[1:]):  # the project's help (experiments/launcher/help.py); Hydra's is --hydra-help
             print_help(sys.argv[1:])
             sys.exit(0)
         directory = resume_argument(sys.argv[1:])

@@ -16,7 +16,7 @@ KIND_EVAL = "eval"
 # -- train/* ----------------------------------------------------------------------------------
 LOSS = "train/loss"  # mean over ranks
 LR = "train/lr"
-SKIPPED = "train/skipped"  # 1.0 on a step the non-finite guard skipped (experiments/skip.py)
+SKIPPED = "train/skipped"  # 1.0 on a step the non-finite guard skipped (experiments/core/skip.py)
 SKIPPED_TOTAL = "train/skipped_total"
 SKIPPED_RANK = "train/skipped_rank"
 SKIPPED_STEPS = "train/skipped_steps"  # summary.json only

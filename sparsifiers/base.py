@@ -6,7 +6,7 @@ buffer), and is told afterwards what happened globally so that adaptive rules up
 on every rank. What it needs from other ranks before selecting (a leader's plan) it requests
 declaratively through `plan_leader`/`make_plan`, and the world serves it.
 
-One step, as the world drives it (see experiments/step.py):
+One step, as the world drives it (see experiments/core/step.py):
 
     acc  = precondition(grad) + residual          # error feedback (shared plumbing)
     plan = make_plan(acc, t) on rank plan_leader(t), broadcast   # only if a leader is declared

@@ -11,9 +11,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from experiments.train import ReplicasDiverged, _check_replicas_agree  # noqa: E402
-from experiments.worker import exit_now  # noqa: E402
-from experiments.world import close_world, init_world  # noqa: E402
+from experiments.rank.train import ReplicasDiverged, _check_replicas_agree  # noqa: E402
+from experiments.rank.worker import exit_now  # noqa: E402
+from experiments.core.world import close_world, init_world  # noqa: E402
 
 
 def main(out: Path) -> None:

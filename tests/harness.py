@@ -18,12 +18,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from experiments.compose import compose_job  # noqa: E402
-from experiments.metrics import exchange_metrics  # noqa: E402
-from experiments.step import train_step  # noqa: E402
-from experiments.train import build_session  # noqa: E402
-from experiments.worker import exit_now  # noqa: E402
-from experiments.world import close_world, init_world  # noqa: E402
+from experiments.launcher.compose import compose_job  # noqa: E402
+from experiments.core.metrics import exchange_metrics  # noqa: E402
+from experiments.core.step import train_step  # noqa: E402
+from experiments.rank.train import build_session  # noqa: E402
+from experiments.rank.worker import exit_now  # noqa: E402
+from experiments.core.world import close_world, init_world  # noqa: E402
 from sparsifiers.kernels import current_backend  # noqa: E402
 
 TINY = ["dataset=synthetic", "dataset.num_train=512", "dataset.num_test=64", "model=mlp", "model.hidden=32", "batch_size=8"]

@@ -4,8 +4,8 @@
     B  in OUT/<case>/interrupted: stopped at STOPS[0], continued from its newest checkpoint,
        stopped again at STOPS[1], continued again to the end
 
-Each attempt is what a rank process does (`experiments.worker.train_run` in a run directory
-that `experiments.launch.prepare_run_dir` prepared): load the newest checkpoint every process
+Each attempt is what a rank process does (`experiments.rank.worker.train_run` in a run directory
+that `experiments.launcher.launch.prepare_run_dir` prepared): load the newest checkpoint every process
 has, move the metrics logged after it aside, train, write the summary. A stop is an exception
 raised on every process right before the step runs, like a job killed there: what it had
 logged stays in metrics.jsonl, and only complete checkpoints count.
@@ -27,12 +27,12 @@ from omegaconf import open_dict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import experiments.train  # noqa: E402
-from experiments.compose import compose_job  # noqa: E402
-from experiments.launch import prepare_run_dir  # noqa: E402
+import experiments.rank.train  # noqa: E402
+from experiments.launcher.compose import compose_job  # noqa: E402
+from experiments.launcher.launch import prepare_run_dir  # noqa: E402
 from experiments.store import ENV, RunStore  # noqa: E402
-from experiments.worker import exit_now, train_run  # noqa: E402
-from experiments.world import close_world, init_world  # noqa: E402
+from experiments.rank.worker import exit_now, train_run  # noqa: E402
+from experiments.core.world import close_world, init_world  # noqa: E402
 
 TINY = ["dataset=digits", "model=mlp", "model.hidden=32", "batch_size=32", "logger=local", "logger.log_every=1",
         "logger.progress=false", "warmup_steps=0", "epochs=2", "checkpoint.every_steps=5", "checkpoint.keep=2"]
@@ -82,17 +82,17 @@ def run_method(case: str, workers: int, processes: int, stops: list[int], out: P
     train_run(store, cfg, env, world)
 
     store, env = prepared(cfg, out / "interrupted", world)
-    real = experiments.train.train_step
+    real = experiments.rank.train.train_step
     try:
         for stop in stops:
-            experiments.train.train_step = stopping_at(stop, real)
+            experiments.rank.train.train_step = stopping_at(stop, real)
             try:
                 train_run(store, cfg, env, world)
                 raise AssertionError(f"{case}: the run did not reach step {stop}")
             except Interrupted:
                 pass
     finally:
-        experiments.train.train_step = real
+        experiments.rank.train.train_step = real
     train_run(store, cfg, env, world)
 
 

@@ -1,8 +1,8 @@
-"""W sparsifiers driven through every phase of experiments/step.py, without a model.
+"""W sparsifiers driven through every phase of experiments/core/step.py, without a model.
 
 Tests supply each rank's gradient; everything after that is the production code: the step's
-accumulate rule (`experiments.error_feedback.accumulate`), then
-`experiments.step.sparsify_and_exchange` (averaged inputs, the leader's plan and its broadcast,
+accumulate rule (`experiments.core.error_feedback.accumulate`), then
+`experiments.core.step.sparsify_and_exchange` (averaged inputs, the leader's plan and its broadcast,
 select, exchange, residual zeroing, on_residual_zeroed, observe) over a one-process
 `RankCollectives`, which simulates W ranks exactly.
 """
@@ -15,11 +15,11 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-from experiments.collectives import RankCollectives
-from experiments.error_feedback import accumulate
-from experiments.exchange import ExchangeResult
-from experiments.step import sparsify_and_exchange
-from experiments.world import World
+from experiments.core.collectives import RankCollectives
+from experiments.core.error_feedback import accumulate
+from experiments.core.exchange import ExchangeResult
+from experiments.core.step import sparsify_and_exchange
+from experiments.core.world import World
 from sparsifiers.base import Sparsifier
 
 
@@ -61,7 +61,7 @@ class SteppedRanks:
 
     def step(self, grads: list[torch.Tensor], step: int) -> SteppedStep:
         self.comm.meter.reset()
-        # 1. acc = precondition(grad) + residual: the function experiments/step.py calls after backward.
+        # 1. acc = precondition(grad) + residual: the function experiments/core/step.py calls after backward.
         for sparsifier, residual, grad in zip(self.sparsifiers, self.residuals, grads):
             accumulate(sparsifier, residual, grad)
         before = [acc.clone() for acc in self.residuals]

@@ -2,7 +2,7 @@
 file, no traceback, no run directory.
 
 Two tables. `CLI_CASES` go through the real command line (`python run.py ...`), one or more per
-class. `PREFLIGHT_CASES` call the same preflight run.py calls first (experiments/compose.py), in
+class. `PREFLIGHT_CASES` call the same preflight run.py calls first (experiments/launcher/compose.py), in
 this interpreter: a Python and Hydra start-up per case would cost ~3 s each, and preflight is
 where every one of these fails.
 """
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.compose import preflight
-from experiments.environment_checks import check_wandb_reachable
+from experiments.launcher.compose import preflight
+from experiments.launcher.environment_checks import check_wandb_reachable
 from experiments.errors import ConfigError
 from experiments.store import RunStore
 from tests.conftest import run_cli

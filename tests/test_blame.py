@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from experiments.blame import explain, merge_reports
+from experiments.launcher.blame import explain, merge_reports
 
 RESET = "RuntimeError: [../gloo/transport/tcp/pair.cc:545] Read error [127.0.0.1]:935: Connection reset by peer."
 

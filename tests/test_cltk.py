@@ -8,10 +8,10 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from experiments.build import build_sparsifier
-from experiments.compose import compose_job
+from experiments.rank.build import build_sparsifier
+from experiments.launcher.compose import compose_job
 from experiments.errors import ConfigError
-from experiments.metrics import MetricContext, exchange_metrics
+from experiments.core.metrics import MetricContext, exchange_metrics
 from sparsifiers.cltk import CLTK
 from sparsifiers.layout import Layout
 from tests.stepped_ranks import SteppedRanks, gradients
@@ -136,7 +136,7 @@ def test_bad_knobs_name_the_key(override: str, key: str) -> None:
 
 def test_real_step() -> None:
     """The real training step (tests/harness.py, one process hosting 4 ranks)."""
-    from experiments.world import init_world
+    from experiments.core.world import init_world
     from tests.harness import run_method
 
     record = run_method("cltk", 4, 5, [], init_world(4, "cpu", "gloo", 60))

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from experiments.build import build_dataset, build_model, build_optimizer, build_sparsifier
-from experiments.compose import CONF_DIR, compose_job, job_overrides, preflight
+from experiments.rank.build import build_dataset, build_model, build_optimizer, build_sparsifier
+from experiments.launcher.compose import CONF_DIR, compose_job, job_overrides, preflight
 from experiments.errors import ConfigError
-from experiments.flat_grad import bind_flat_grad
-from experiments.validate import validate
+from experiments.core.flat_grad import bind_flat_grad
+from experiments.launcher.validate import validate
 from sparsifiers.base import Sparsifier
 from tests.conftest import run_cli
 
@@ -153,7 +153,7 @@ def test_cfg_job_prints_the_composed_config():
 
 def test_slurm_and_multi_node_settings_compose():
     """Slurm through Hydra's submitit launcher; several nodes through torchrun's rendezvous."""
-    from experiments.launch import rank_command
+    from experiments.launcher.launch import rank_command
     from experiments.runtime import resolve
 
     cfg = compose_job(["hydra/launcher=submitit_slurm", "hydra.launcher.partition=gpu", *SMALL])
@@ -176,8 +176,8 @@ def test_slurm_across_several_nodes_composes_one_agent_per_node(monkeypatch):
     same endpoint and the same rendezvous id."""
     from pathlib import Path
 
-    from experiments.launch import rank_command
-    from experiments.nodes import rendezvous_id
+    from experiments.launcher.launch import rank_command
+    from experiments.rank.nodes import rendezvous_id
     from experiments.runtime import resolve
 
     recipe = ["hydra/launcher=submitit_slurm", "hydra.launcher.nodes=2", "hydra.launcher.tasks_per_node=1",
@@ -193,7 +193,7 @@ def test_slurm_across_several_nodes_composes_one_agent_per_node(monkeypatch):
         cfg = compose_job(recipe)
         command = rank_command(cfg, resolve(cfg), Path(f"/scratch/{node}/run"))
         assert "--rdzv-endpoint=10.0.0.7:29400" in command and "--nnodes=2" in command
-        assert "--nproc-per-node=4" in command and command[1:3] == ["-m", "experiments.agent"]
+        assert "--nproc-per-node=4" in command and command[1:3] == ["-m", "experiments.launcher.agent"]
         ids.add(rendezvous_id(cfg))
     assert len(ids) == 1
 

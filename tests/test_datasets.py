@@ -443,8 +443,8 @@ CONFIGS = {"cifar10": cifar, "cifar100": cifar, "wikitext2": wikitext2, "moviele
 
 @pytest.mark.parametrize("option", CONFIGS)
 def test_each_config_composes_and_its_knobs_are_the_loaders_and_the_checks(tmp_path, option):
-    from experiments.build import knobs
-    from experiments.compose import compose_job
+    from experiments.rank.build import knobs
+    from experiments.launcher.compose import compose_job
 
     module = CONFIGS[option]
     assert inspect.signature(module.load).parameters.keys() == inspect.signature(module.check_available).parameters.keys()

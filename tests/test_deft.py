@@ -10,10 +10,10 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from experiments.build import build_sparsifier
-from experiments.compose import compose_job
+from experiments.rank.build import build_sparsifier
+from experiments.launcher.compose import compose_job
 from experiments.errors import ConfigError
-from experiments.traffic import binomial_children
+from experiments.core.traffic import binomial_children
 from tests.stepped_ranks import SteppedRanks, gradients
 from sparsifiers.deft import DEFT
 from sparsifiers.deft_allocation import allocate, bin_loads, decode_plan
@@ -298,7 +298,7 @@ def test_common_units_released_and_sent_by_the_leader(world_size: int) -> None:
     """released: the common unit is in no selection and no count, every rank adds it to U (the
     mean of the ranks' values) and zeroes it, and nobody sends its indices. leader: the leader's
     selection holds it. Aggregates and residuals are the same either way; the traffic is not."""
-    from experiments.metrics import MetricContext, exchange_metrics
+    from experiments.core.metrics import MetricContext, exchange_metrics
     from sparsifiers.base import SelectionScope
 
     density = 0.05
@@ -438,7 +438,7 @@ def test_state_round_trip(norms: str) -> None:
 def test_real_step() -> None:
     """The real training step (tests/harness.py, one process hosting 4 ranks)."""
     from tests.harness import run_method
-    from experiments.world import init_world
+    from experiments.core.world import init_world
 
     record = run_method("deft", 4, 5, [], init_world(4, "cpu", "gloo", 60))
     for step, selections in enumerate(record["selections"]):

@@ -1,4 +1,4 @@
-"""reduction=rank_order (experiments/collectives.py): hosted and distributed runs of every
+"""reduction=rank_order (experiments/core/collectives.py): hosted and distributed runs of every
 sparsifier are bitwise equal over a full epoch of the quickstart's shapes, and ring (the default)
 is not, so the comparison can fail.
 
@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from experiments import run_dir as run_files
-from experiments.compose import CONF_DIR
+from experiments.launcher.compose import CONF_DIR
 from datasets.fashion_mnist import DEBIAN_DIR
 from tests.conftest import REPO, run_cli, run_world
 from tests.harness import result_name

@@ -11,8 +11,8 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from experiments.build import build_optimizer, build_sparsifier
-from experiments.compose import compose_job
+from experiments.rank.build import build_optimizer, build_sparsifier
+from experiments.launcher.compose import compose_job
 from experiments.errors import ConfigError
 from sparsifiers.dgc import DGC
 from sparsifiers.layout import Layout
@@ -161,9 +161,9 @@ def test_warmup_schedule(warmup: bool) -> None:
 def test_warmup_in_the_real_step() -> None:
     """Four epochs of two real steps each (one process hosting 2 ranks): the selection sizes
     follow the schedule, and the optimizer runs without momentum."""
-    from experiments.step import train_step
-    from experiments.train import build_session
-    from experiments.world import init_world
+    from experiments.core.step import train_step
+    from experiments.rank.train import build_session
+    from experiments.core.world import init_world
     from tests.harness import TINY
 
     world = init_world(2, "cpu", "gloo", 60)

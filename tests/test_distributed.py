@@ -12,7 +12,7 @@ import torch
 from hydra.utils import get_object
 from omegaconf import OmegaConf
 
-from experiments.compose import CONF_DIR
+from experiments.launcher.compose import CONF_DIR
 from sparsifiers.base import SelectionScope
 from tests.conftest import REPO, run_world
 from tests.harness import result_name

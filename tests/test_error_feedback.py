@@ -1,4 +1,4 @@
-"""The accumulate rule and the residual rule of the step (experiments/error_feedback.py), against
+"""The accumulate rule and the residual rule of the step (experiments/core/error_feedback.py), against
 expectations written out by hand, alone and through the step's phases with error feedback on
 and off."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from experiments.error_feedback import accumulate, keep_residual
+from experiments.core.error_feedback import accumulate, keep_residual
 from sparsifiers.dgc import DGC
 from sparsifiers.layout import Layout
 from sparsifiers.topk import TopK

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from experiments.collectives import RankCollectives
-from experiments.compose import compose_job
-from experiments.exchange import allreduce_at, exchange
-from experiments.metrics import MetricContext, exchange_metrics
-from experiments.step import train_step
-from experiments.train import build_session
-from experiments.traffic import TrafficMeter, binomial_children
-from experiments.world import World
+from experiments.core.collectives import RankCollectives
+from experiments.launcher.compose import compose_job
+from experiments.core.exchange import allreduce_at, exchange
+from experiments.core.metrics import MetricContext, exchange_metrics
+from experiments.core.step import train_step
+from experiments.rank.train import build_session
+from experiments.core.traffic import TrafficMeter, binomial_children
+from experiments.core.world import World
 from sparsifiers.base import ExchangeKind, SelectionScope
 
 W, N = 4, 40

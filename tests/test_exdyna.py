@@ -12,10 +12,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from experiments.build import build_sparsifier
-from experiments.compose import compose_job
+from experiments.rank.build import build_sparsifier
+from experiments.launcher.compose import compose_job
 from experiments.errors import ConfigError
-from experiments.validate import validate
+from experiments.launcher.validate import validate
 from sparsifiers.exdyna import ExDyna
 from sparsifiers.layout import Layout
 from sparsifiers.micro import Micro

@@ -1,4 +1,4 @@
-"""The non-finite checks of the step (experiments/finite.py): what each one catches and names."""
+"""The non-finite checks of the step (experiments/core/finite.py): what each one catches and names."""
 from __future__ import annotations
 
 import math
@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from experiments.finite import NonFiniteValue, check_accumulator, check_aggregate, check_loss
+from experiments.core.finite import NonFiniteValue, check_accumulator, check_aggregate, check_loss
 
 
 def test_a_finite_step_passes() -> None:

@@ -14,7 +14,7 @@ from analysis.load import load_runs
 from analysis.report_tables import summary_cells
 from analysis.stats import STATS, run_stats, summarize
 from experiments.headline import reduce_run
-from experiments.report import summary_lines
+from experiments.rank.report import summary_lines
 from experiments import run_dir as run_files
 from tests.conftest import run_cli
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 import shutil
 
-from experiments.compose import CONF_DIR, compose_job
-from experiments.help import group_options, help_text, overrides_for_help
+from experiments.launcher.compose import CONF_DIR, compose_job
+from experiments.launcher.help import group_options, help_text, overrides_for_help
 from tests.conftest import run_cli
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.compose import compose_job
-from experiments.metrics import exchange_metrics
-from experiments.step import train_step
-from experiments.train import build_session
-from experiments.world import init_world
+from experiments.launcher.compose import compose_job
+from experiments.core.metrics import exchange_metrics
+from experiments.core.step import train_step
+from experiments.rank.train import build_session
+from experiments.core.world import init_world
 
 WORKERS = (2, 8, 64)
 STEPS = 3

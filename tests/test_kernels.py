@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments.build import build_sparsifier
-from experiments.compose import compose_job
+from experiments.rank.build import build_sparsifier
+from experiments.launcher.compose import compose_job
 from sparsifiers import kernels
 from sparsifiers.kernels import AtLeastSelector, ExactTopK, count_at_least, sorted_union
 from sparsifiers.kernels.threshold import count_at_least_reference, select_at_least_reference

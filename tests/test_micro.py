@@ -11,10 +11,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from experiments.build import build_sparsifier
-from experiments.compose import compose_job
+from experiments.rank.build import build_sparsifier
+from experiments.launcher.compose import compose_job
 from experiments.errors import ConfigError
-from experiments.validate import validate
+from experiments.launcher.validate import validate
 from sparsifiers.layout import Layout
 from sparsifiers.micro import Micro
 from tests.stepped_ranks import SteppedRanks, assert_resume_is_exact, inject_ties, noise, passes

@@ -15,8 +15,8 @@ import time
 import pytest
 
 from experiments import run_dir as run_files
-from experiments.compose import compose_job
-from experiments.nodes import rendezvous_id
+from experiments.launcher.compose import compose_job
+from experiments.rank.nodes import rendezvous_id
 from experiments.store import read_metrics
 from tests.conftest import REPO, TINY_RUN
 from tests.test_stopping import kill_tree, process_tree

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from experiments.errors import ConfigError
-from experiments.network import NetworkModel
-from experiments.traffic import TrafficMeter
+from experiments.core.network import NetworkModel
+from experiments.core.traffic import TrafficMeter
 
 # 10 Gbit/s = 1.25e9 B/s; 20 us latency.
 NET = NetworkModel("test", latency_us=20, bandwidth_gbit=10)

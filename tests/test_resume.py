@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from experiments import run_dir as run_files
-from experiments.checkpoint import MARKER, complete_steps, step_dir
+from experiments.rank.checkpoint import MARKER, complete_steps, step_dir
 from experiments.store import read_metrics
 from tests.conftest import REPO, TINY_RUN, run_cli, run_world
 

@@ -8,12 +8,12 @@ import subprocess
 import pytest
 
 from analysis.runinfo import describe_run
-from experiments.build import RUNTIME_ARGUMENTS, target_of
-from experiments.compose import compose_job
+from experiments.rank.build import RUNTIME_ARGUMENTS, target_of
+from experiments.launcher.compose import compose_job
 from experiments.errors import ConfigError, require
-from experiments.knob_types import accepted_parameters, parameter_types
+from experiments.launcher.knob_types import accepted_parameters, parameter_types
 from experiments.runtime import Runtime, recorded_world, resolve, wandb_mode
-from experiments.validate import validate
+from experiments.launcher.validate import validate
 from tests.conftest import REPO, TINY_RUN
 
 ENV_JSON_KEYS = {"device", "backend", "processes", "processes_per_node", "ranks_per_process", "world",

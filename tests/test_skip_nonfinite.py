@@ -1,4 +1,4 @@
-"""on_nonfinite=skip (experiments/skip.py): a step with a non-finite loss, gradient or aggregate
+"""on_nonfinite=skip (experiments/core/skip.py): a step with a non-finite loss, gradient or aggregate
 on any rank leaves parameters, residuals, optimizer state, sparsifier state and BatchNorm
 buffers exactly as before it, on every rank; the run ends done with the step logged as skipped;
 too many skipped steps in a row fail the run."""
@@ -12,13 +12,13 @@ import pytest
 import torch
 
 from experiments import run_dir as run_files
-from experiments import step as step_module
-from experiments.compose import compose_job
-from experiments.finite import NonFiniteValue
-from experiments.skip import SkipGuard, SkippedStep
-from experiments.step import train_step
-from experiments.train import build_session
-from experiments.world import init_world
+from experiments.core import step as step_module
+from experiments.launcher.compose import compose_job
+from experiments.core.finite import NonFiniteValue
+from experiments.core.skip import SkipGuard, SkippedStep
+from experiments.core.step import train_step
+from experiments.rank.train import build_session
+from experiments.core.world import init_world
 from tests.conftest import TINY_RUN, run_cli
 
 BAD_STEP, BAD_RANK, WORKERS = 3, 1, 4

@@ -18,7 +18,7 @@ from experiments.benchmarks.step import (
     run_hosted,
     start_residual,
 )
-from experiments.phases import PHASES
+from experiments.core.phases import PHASES
 
 NUMEL = 50_000
 METHODS = ["topk", "micro"]

@@ -70,14 +70,14 @@ def rank_pid(run_dir: Path, rank: int) -> int:
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"experiments.worker" in Path(f"/proc/{pid}/cmdline").read_bytes() and f"RANK={rank}".encode() in environ:
+        if b"experiments.rank.worker" in Path(f"/proc/{pid}/cmdline").read_bytes() and f"RANK={rank}".encode() in environ:
             return pid
     raise AssertionError(f"no process of rank {rank} among {job_processes(run_dir)}")
 
 
 def agent_pid(run_dir: Path) -> int:
     agents = [pid for pid in job_processes(run_dir)
-              if b"experiments.agent" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+              if b"experiments.launcher.agent" in Path(f"/proc/{pid}/cmdline").read_bytes()]
     assert len(agents) == 1, job_processes(run_dir)
     return agents[0]
 

@@ -13,10 +13,10 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from experiments.build import build_sparsifier
-from experiments.compose import compose_job
+from experiments.rank.build import build_sparsifier
+from experiments.launcher.compose import compose_job
 from experiments.errors import ConfigError
-from experiments.validate import validate
+from experiments.launcher.validate import validate
 from sparsifiers.base import ExchangeKind
 from sparsifiers.exdyna import ExDyna
 from sparsifiers.gaussiank import GaussianK

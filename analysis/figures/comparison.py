@@ -1,5 +1,5 @@
 """The quickstart comparison: one bar per method (and worker count) for each headline number,
-the figure every sweep ends with (experiments/callbacks.py)."""
+the figure every sweep ends with (experiments/launcher/callbacks.py)."""
 from __future__ import annotations
 
 import numpy as np

@@ -3,7 +3,7 @@
     model (parameters + flat gradient + optimizer state) + L x residual (N x 4 bytes)
     + the method's own per-rank state + one set of full-size scratch buffers (shared)
 
-(experiments/resources.py, the estimate validation refuses jobs by). This benchmark measures
+(experiments/launcher/resources.py, the estimate validation refuses jobs by). This benchmark measures
 peak resident memory of a real hosted session (set-up plus a few training steps) for several L,
 in fresh processes, and prints it beside that formula.
 
@@ -25,11 +25,11 @@ def measure(ranks: int, method: str, steps: int) -> dict:
     """Runs in a fresh process: peak RSS after set-up and `steps` steps with `ranks` hosted ranks."""
     import torch
 
-    from experiments.compose import compose_job
-    from experiments.resources import estimate, method_vectors
-    from experiments.step import train_step
-    from experiments.train import build_session
-    from experiments.world import init_world
+    from experiments.launcher.compose import compose_job
+    from experiments.launcher.resources import estimate, method_vectors
+    from experiments.core.step import train_step
+    from experiments.rank.train import build_session
+    from experiments.core.world import init_world
 
     torch.set_num_threads(1)
     baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 
 from experiments.benchmarks.resnet18_layout import resnet18_cifar_layout
-from experiments.build import build_sparsifier
-from experiments.compose import CONF_DIR, compose_job
+from experiments.rank.build import build_sparsifier
+from experiments.launcher.compose import CONF_DIR, compose_job
 from sparsifiers.base import Feedback
 from sparsifiers.kernels import set_backend
 from sparsifiers.threshold_control import initial_threshold

@@ -20,7 +20,7 @@ and threshold <= 4 (ok/MISSED on the `auto` rows).
 Gradients: GRADIENTS_PER_RANK Gaussian tensors per rank, seeded from (rank, i), used in turn,
 each step rotated by a new offset (two in-place slice adds: the cost of one add), so that steps
 do not repeat. Accumulate is residual += gradient, fused with that rotation: the run's rule
-(experiments/error_feedback.py) also applies a method's `precondition` (DGC's momentum
+(experiments/core/error_feedback.py) also applies a method's `precondition` (DGC's momentum
 correction), which is not applied here. The gradients' sigma and the starting residual follow
 `--gradients` (see `gradient_std`): `steady` (the default) starts in the regime error feedback
 settles in, so the thresholds start where they end up and |U| is about k; `fresh` puts lambda0 =
@@ -52,7 +52,7 @@ from pathlib import Path
 import torch
 
 from experiments.benchmarks.resnet18_layout import RESNET18_CIFAR_NUMEL, resnet18_cifar_layout
-from experiments.phases import PHASES
+from experiments.core.phases import PHASES
 from sparsifiers.kernels import set_backend
 from sparsifiers.layout import Layout
 
@@ -177,8 +177,8 @@ def rotate_into(destination: torch.Tensor, source: torch.Tensor, shift: int, acc
 
 
 def build_method(name: str, workers: int, density: float, layout: Layout, rank: int):
-    from experiments.build import build_sparsifier
-    from experiments.compose import compose_job
+    from experiments.rank.build import build_sparsifier
+    from experiments.launcher.compose import compose_job
 
     cfg = compose_job([f"sparsifier={name}", f"workers={workers}", f"sparsifier.density={density}",
                        "dataset=synthetic", "model=mlp"])
@@ -223,9 +223,9 @@ def measure_rank(run: Run) -> list[dict] | None:
     with every backend. Returns rank 0's numbers (None elsewhere)."""
     import torch.distributed as dist
 
-    from experiments.phases import PhaseClock
-    from experiments.step import sparsify_and_exchange
-    from experiments.world import close_world, init_world
+    from experiments.core.phases import PhaseClock
+    from experiments.core.step import sparsify_and_exchange
+    from experiments.core.world import close_world, init_world
 
     torch.set_num_threads(run.threads)
     finished = False
@@ -297,9 +297,9 @@ def available_memory_bytes() -> int | None:
 
 def measure_hosted(run: Run) -> list[dict]:
     """Runs in a process of its own with no WORLD_SIZE: init_world hosts all W ranks here."""
-    from experiments.phases import PhaseClock
-    from experiments.step import sparsify_and_exchange
-    from experiments.world import close_world, init_world
+    from experiments.core.phases import PhaseClock
+    from experiments.core.step import sparsify_and_exchange
+    from experiments.core.world import close_world, init_world
 
     torch.set_num_threads(run.threads)
     try:

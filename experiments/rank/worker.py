@@ -1,4 +1,4 @@
-"""Entry point of every rank-hosting process: `python -m experiments.worker RUN_DIR`.
+"""Entry point of every rank-hosting process: `python -m experiments.rank.worker RUN_DIR`.
 
 torchrun starts it (or run.py directly, for one process). It reads the resolved config and
 env.json that run.py wrote; it never composes a config itself (no @hydra.main in ranks: that
@@ -15,16 +15,16 @@ import traceback
 import torch
 from omegaconf import OmegaConf
 
-from experiments.checkpoint import load_agreed
+from experiments.rank.checkpoint import load_agreed
 from experiments.console import close_bars, line_start, route_warnings
-from experiments.lifetime import die_with_parent, mark_orphaned, outlived
-from experiments.network import NetworkModel
-from experiments.nodes import ENV_FILE_VARIABLE, record_rank_zero
+from experiments.rank.lifetime import die_with_parent, mark_orphaned, outlived
+from experiments.core.network import NetworkModel
+from experiments.rank.nodes import ENV_FILE_VARIABLE, record_rank_zero
 from experiments.runtime import Runtime
-from experiments.sinks import JsonlSink, MultiSink, NullSink, WandbSink
+from experiments.rank.sinks import JsonlSink, MultiSink, NullSink, WandbSink
 from experiments.store import CONFIG, ENV, SUMMARY, RunStore
-from experiments.train import train
-from experiments.world import World, close_world, init_world
+from experiments.rank.train import train
+from experiments.core.world import World, close_world, init_world
 
 
 def make_sink(cfg, world: World, store: RunStore, env: dict, runtime: Runtime):

@@ -9,7 +9,7 @@ from typing import Any, Iterator
 
 import torch
 
-from experiments.tasks import Batches
+from experiments.core.tasks import Batches
 from sparsifiers.base import Sparsifier
 
 

@@ -25,9 +25,9 @@ import torch
 
 from experiments import metric_keys as keys
 from experiments.console import say
-from experiments.finite import HINT, KINDS, NonFiniteValue
-from experiments.replica import Replica
-from experiments.world import World
+from experiments.core.finite import HINT, KINDS, NonFiniteValue
+from experiments.core.replica import Replica
+from experiments.core.world import World
 
 OK = 0  # verdict code of a finite rank; others are 1 + KINDS.index(kind)
 

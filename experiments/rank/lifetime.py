@@ -94,7 +94,7 @@ def mark_orphaned(parent: int, then: str) -> None:
     path = os.environ.get(STATUS_VARIABLE)
     if not path:
         return
-    from experiments.nodes import hosts_rank_zero
+    from experiments.rank.nodes import hosts_rank_zero
     from experiments.store import STATUS, RunStore  # only when run.py died: neither is needed otherwise
 
     error = f"run.py (pid {parent}) died without stopping the job (killed, e.g. by SIGKILL); {then}"

@@ -52,7 +52,7 @@ class NetworkConfig:
 
 @dataclass
 class CheckpointConfig:
-    """Run-level checkpoints (experiments/checkpoint.py): what `python run.py resume=DIR` and
+    """Run-level checkpoints (experiments/rank/checkpoint.py): what `python run.py resume=DIR` and
     torchrun's restarts continue from."""
 
     every_steps: int = 0  # also every this many steps (0: only at epoch ends)

@@ -13,9 +13,9 @@ import numpy as np
 import torch
 
 from experiments import metric_keys as keys
-from experiments.exchange import ExchangeResult
+from experiments.core.exchange import ExchangeResult
 from experiments.headline import HEADLINES, reduce_logged
-from experiments.traffic import TrafficMeter
+from experiments.core.traffic import TrafficMeter
 from sparsifiers.base import ExchangeKind, SelectionScope
 
 # Exchanges whose index all-gather pads every rank to the largest count: load imbalance is the

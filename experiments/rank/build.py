@@ -15,8 +15,8 @@ from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from datasets.base import TaskData
-from experiments.optimizers import parameter_groups
-from experiments.schedule import StepSchedule
+from experiments.rank.optimizers import parameter_groups
+from experiments.rank.schedule import StepSchedule
 from sparsifiers.base import Sparsifier
 from sparsifiers.layout import Layout
 

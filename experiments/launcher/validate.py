@@ -11,12 +11,12 @@ import os
 
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.build import RUNTIME_ARGUMENTS, knobs, target_of
-from experiments.checkpoint import check_config as check_checkpoint_config
-from experiments.collectives import REDUCTIONS
+from experiments.rank.build import RUNTIME_ARGUMENTS, knobs, target_of
+from experiments.rank.checkpoint import check_config as check_checkpoint_config
+from experiments.core.collectives import REDUCTIONS
 from experiments.errors import ConfigError, require
-from experiments.knob_types import accepted_parameters, check_knob_types
-from experiments.launcher_checks import check_launcher
+from experiments.launcher.knob_types import accepted_parameters, check_knob_types
+from experiments.launcher.launcher_checks import check_launcher
 from experiments.runtime import WANDB_MODES, processes_of, wandb_mode
 from sparsifiers.kernels import BACKENDS, compiled_available
 from sparsifiers.layout import Layout
@@ -145,7 +145,7 @@ def _check_dataset_available(cfg: DictConfig) -> None:
 def _dataset_for(dataset_yaml: str):
     """The dataset, loaded once per dataset config in this process (validation needs its shapes)."""
     from datasets.base import DatasetCorrupt, DatasetNotFound
-    from experiments.build import build_dataset
+    from experiments.rank.build import build_dataset
 
     try:
         return build_dataset(OmegaConf.create({"dataset": OmegaConf.create(dataset_yaml)}))
@@ -171,7 +171,7 @@ def _check_model_fits_dataset(cfg: DictConfig) -> None:
 def _check_resources(cfg: DictConfig) -> None:
     """Memory (model, optimizer, residual per hosted rank, scratch, dataset per process) and
     processes per core, estimated on the real model before launch (resources.py)."""
-    from experiments.resources import check_resources
+    from experiments.launcher.resources import check_resources
 
     dataset_yaml = OmegaConf.to_yaml(cfg.dataset, resolve=True)
     layout = _layout_for(OmegaConf.to_yaml(cfg.model, resolve=True), dataset_yaml)
@@ -180,13 +180,13 @@ def _check_resources(cfg: DictConfig) -> None:
 
 
 def _check_every_worker_has_a_batch(cfg: DictConfig) -> None:
-    from experiments.resources import check_every_worker_has_a_batch
+    from experiments.launcher.resources import check_every_worker_has_a_batch
 
     check_every_worker_has_a_batch(cfg, _dataset_for(OmegaConf.to_yaml(cfg.dataset, resolve=True)))
 
 
 def _check_optimizer_fits_sparsifier(cfg: DictConfig) -> None:
-    from experiments.optimizers import ReleasedSGD
+    from experiments.rank.optimizers import ReleasedSGD
 
     owns_momentum = getattr(target_of(cfg.sparsifier), "owns_momentum", False)
     require(
@@ -201,7 +201,7 @@ def _check_optimizer_builds(cfg: DictConfig) -> None:
     here rather than in every rank."""
     import torch
 
-    from experiments.build import instantiate_node
+    from experiments.rank.build import instantiate_node
 
     try:
         instantiate_node(cfg.optimizer, [torch.nn.Parameter(torch.zeros(1))])
@@ -210,7 +210,7 @@ def _check_optimizer_builds(cfg: DictConfig) -> None:
 
 
 def _check_schedule(cfg: DictConfig) -> None:
-    from experiments.build import instantiate_node
+    from experiments.rank.build import instantiate_node
 
     try:
         instantiate_node(cfg.schedule)
@@ -221,7 +221,7 @@ def _check_schedule(cfg: DictConfig) -> None:
 @functools.lru_cache(maxsize=4)
 def _layout_for(model_yaml: str, dataset_yaml: str) -> Layout:
     """The model's gradient layout, built once per (model, dataset) in this process."""
-    from experiments.build import build_model
+    from experiments.rank.build import build_model
 
     node = OmegaConf.create({"model": OmegaConf.create(model_yaml)})
     return Layout.from_module(build_model(node, _dataset_for(dataset_yaml)))
@@ -230,7 +230,7 @@ def _layout_for(model_yaml: str, dataset_yaml: str) -> Layout:
 def _check_sparsifier_builds(cfg: DictConfig) -> None:
     """Builds the first and last rank's sparsifier on the real model, so that knob values the
     method itself checks (exchange kinds, rule names, k >= 1) fail here, not in every rank."""
-    from experiments.build import build_sparsifier
+    from experiments.rank.build import build_sparsifier
 
     model_yaml = OmegaConf.to_yaml(cfg.model, resolve=True)
     dataset_yaml = OmegaConf.to_yaml(cfg.dataset, resolve=True)
@@ -245,7 +245,7 @@ def _check_sparsifier_builds(cfg: DictConfig) -> None:
 
 
 def _check_network(cfg: DictConfig) -> None:
-    from experiments.network import NetworkModel
+    from experiments.core.network import NetworkModel
 
     NetworkModel(cfg.network.name, cfg.network.latency_us, cfg.network.bandwidth_gbit)  # raises ConfigError
 
@@ -258,6 +258,6 @@ def _check_wandb(cfg: DictConfig) -> None:
             "logger.wandb_mode=online needs a W&B key: set WANDB_API_KEY (or run `wandb login`), "
             "or use logger=wandb_offline",
         )
-        from experiments.environment_checks import check_wandb_reachable
+        from experiments.launcher.environment_checks import check_wandb_reachable
 
         check_wandb_reachable()  # a few seconds now, instead of ~100 s blocked after launch

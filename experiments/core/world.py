@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from experiments.collectives import RankCollectives
-from experiments.network import NetworkModel
+from experiments.core.collectives import RankCollectives
+from experiments.core.network import NetworkModel
 from experiments.runtime import world_kind
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from experiments.store import MetricsWriter
-from experiments.wandb_failure import note_run
+from experiments.rank.wandb_failure import note_run
 
 
 class Sink(Protocol):

@@ -65,7 +65,7 @@ def check_creatable(run_dir: Path, key: str) -> None:
 def check_not_a_run(run_dir: Path, key: str) -> None:
     """Refuses a run directory that already holds a run (its status.json or Hydra's .hydra/),
     before Hydra writes into it. (`resume=DIR`, which continues its own directory on purpose,
-    never composes: experiments/resume.py.)"""
+    never composes: experiments/launcher/resume.py.)"""
     for marker in (STATUS, ".hydra/config.yaml"):
         if (run_dir / marker).exists():
             raise ConfigError(f"{key}: {run_dir} already holds a run ({marker} exists): choose another {key} "

@@ -12,18 +12,18 @@ import torch
 from omegaconf import DictConfig
 
 from experiments import metric_keys as keys
-from experiments.build import build_dataset, build_model, build_optimizer, build_schedule, build_sparsifier
-from experiments.checkpoint import Checkpointer, Resumed, restore
-from experiments.flat_grad import bind_flat_grad, parameter_checksum, parameters_sha256
-from experiments.metrics import RANK_STATS, MetricContext, SummaryAccumulator, exchange_metrics, rank_metrics
-from experiments.replica import Replica, make_replicas
-from experiments.report import EpochTable
-from experiments.schedule import StepSchedule
-from experiments.skip import SkipGuard, log_skipped
-from experiments.step import train_step
-from experiments.tasks import Task, describe_task, make_task
-from experiments.traffic import dense_allreduce_bytes
-from experiments.world import World
+from experiments.rank.build import build_dataset, build_model, build_optimizer, build_schedule, build_sparsifier
+from experiments.rank.checkpoint import Checkpointer, Resumed, restore
+from experiments.core.flat_grad import bind_flat_grad, parameter_checksum, parameters_sha256
+from experiments.core.metrics import RANK_STATS, MetricContext, SummaryAccumulator, exchange_metrics, rank_metrics
+from experiments.core.replica import Replica, make_replicas
+from experiments.rank.report import EpochTable
+from experiments.rank.schedule import StepSchedule
+from experiments.core.skip import SkipGuard, log_skipped
+from experiments.core.step import train_step
+from experiments.core.tasks import Task, describe_task, make_task
+from experiments.core.traffic import dense_allreduce_bytes
+from experiments.core.world import World
 from datasets.base import TaskData
 from sparsifiers.base import Sparsifier
 from sparsifiers.kernels import set_backend as set_kernel_backend

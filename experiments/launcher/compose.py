@@ -16,12 +16,12 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig
 
-from experiments.environment_checks import check_creatable, check_not_a_run, job_run_dir
+from experiments.launcher.environment_checks import check_creatable, check_not_a_run, job_run_dir
 from experiments.errors import ConfigError
-from experiments.launch import joins_a_running_node
+from experiments.launcher.launch import joins_a_running_node
 from experiments.store import RunStore
-from experiments.schema import RunConfig, register
-from experiments.validate import validate
+from experiments.launcher.schema import RunConfig, register
+from experiments.launcher.validate import validate
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 MULTIRUN_FLAGS = {"-m", "--multirun"}

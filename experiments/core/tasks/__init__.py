@@ -1,6 +1,6 @@
 """Tasks: how a rank turns its data into batches and a loss, and how rank 0 evaluates.
 
-The training step is the same for every workload (experiments/step.py); what differs is here:
+The training step is the same for every workload (experiments/core/step.py); what differs is here:
 
 | task             | data (datasets/base.py) | batches per rank                          | loss          | headline metric          |
 |------------------|-------------------------|-------------------------------------------|---------------|--------------------------|
@@ -48,9 +48,9 @@ class Task(Protocol):
 
 def make_task(data: TaskData) -> Task:
     """The task that trains on `data` (dispatch on the container's kind)."""
-    from experiments.tasks.classification import ClassificationTask
-    from experiments.tasks.language_model import LanguageModelTask
-    from experiments.tasks.recommendation import RecommendationTask
+    from experiments.core.tasks.classification import ClassificationTask
+    from experiments.core.tasks.language_model import LanguageModelTask
+    from experiments.core.tasks.recommendation import RecommendationTask
 
     if isinstance(data, DatasetSplits):
         return ClassificationTask(data)

@@ -1,7 +1,7 @@
 """`python run.py resume=<run dir>`: continue a stopped run in its own directory.
 
 The run goes on with the config it was started with (its config.yaml, not a new composition),
-from its newest complete checkpoint (experiments/checkpoint.py), or from step 0 if it stopped
+from its newest complete checkpoint (experiments/rank/checkpoint.py), or from step 0 if it stopped
 before the first one. metrics.jsonl keeps the steps the checkpoint had seen; the lines logged
 after it move to metrics.dropped.jsonl, so no step appears twice. The W&B run is the same one
 (its id is in env.json). A resume is recorded in env.json (`resumes`) and status.json.
@@ -18,11 +18,11 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from experiments.checkpoint import complete_steps
+from experiments.rank.checkpoint import complete_steps
 from experiments.errors import ConfigError
-from experiments.launch import run_to_end
+from experiments.launcher.launch import run_to_end
 from experiments.store import CONFIG, ENV, RunStore
-from experiments.validate import validate
+from experiments.launcher.validate import validate
 
 LOCK = ".resume.lock"
 

@@ -210,7 +210,7 @@ def overrides_for_help(args: list[str]) -> list[str]:
 def print_help(args: list[str]) -> None:
     """Composes the command line's config (in memory) and prints the help. Raises ConfigError
     when the overrides do not compose, like any other command line."""
-    from experiments.compose import CONF_DIR, compose_job  # the parent's composition, imported when asked
+    from experiments.launcher.compose import CONF_DIR, compose_job  # the parent's composition, imported when asked
 
     cfg = compose_job(overrides_for_help(args))
     print(help_text(cfg, CONF_DIR), end="")

@@ -10,7 +10,7 @@ after every step, so phase 1 gives acc_r = precondition_r(grad_r): the same rule
 carried over. `precondition` is the sparsifier's (DGC's momentum correction and clipping; the
 gradient itself by default).
 
-experiments/step.py calls both; so does every test harness that drives ranks without a model
+experiments/core/step.py calls both; so does every test harness that drives ranks without a model
 (tests/stepped_ranks.py), so the rule they test is the one the run uses. Tests that recompute the
 rule by hand to check it (the reference implementations in tests/test_*.py) keep their own.
 """

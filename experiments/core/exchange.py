@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from experiments.collectives import RankCollectives
-from experiments.phases import NO_CLOCK, PhaseClock
+from experiments.core.collectives import RankCollectives
+from experiments.core.phases import NO_CLOCK, PhaseClock
 from sparsifiers.base import ExchangeKind
 from sparsifiers.kernels import sorted_union
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from experiments.network import NetworkModel
+from experiments.core.network import NetworkModel
 
 
 def binomial_children(relative_rank: int, world_size: int) -> int:

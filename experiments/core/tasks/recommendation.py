@@ -18,7 +18,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from datasets.base import Interactions
 from experiments import metric_keys as keys
-from experiments.tasks.classification import RANK_STREAM
+from experiments.core.tasks.classification import RANK_STREAM
 
 RESAMPLE_ROUNDS = 20  # draws that hit a known item are redrawn; after this many rounds the
 # few left (users who rated nearly every item) stay as drawn

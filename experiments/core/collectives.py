@@ -24,8 +24,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from experiments.network import NetworkModel
-from experiments.traffic import TrafficMeter
+from experiments.core.network import NetworkModel
+from experiments.core.traffic import TrafficMeter
 
 REDUCTIONS = ("ring", "rank_order")
 

@@ -21,19 +21,19 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.agent import REPORT_VARIABLE
-from experiments.blame import explain, merge_reports, rank_failures
+from experiments.launcher.agent import REPORT_VARIABLE
+from experiments.launcher.blame import explain, merge_reports, rank_failures
 from experiments.console import line_start
-from experiments.environment import REPO_ROOT, collect_environment
+from experiments.launcher.environment import REPO_ROOT, collect_environment
 from experiments.errors import ConfigError
-from experiments.launcher_checks import rendezvous_error
-from experiments.lifetime import STATUS_VARIABLE, Stopped, run_job
-from experiments.nodes import (AGENT_REPORT, ENV_FILE_VARIABLE, RANK_ZERO, hosts_rank_zero, node_file, node_tag,
+from experiments.launcher.launcher_checks import rendezvous_error
+from experiments.rank.lifetime import STATUS_VARIABLE, Stopped, run_job
+from experiments.rank.nodes import (AGENT_REPORT, ENV_FILE_VARIABLE, RANK_ZERO, hosts_rank_zero, node_file, node_tag,
                                rendezvous_id)
-from experiments.report import format_summary
+from experiments.rank.report import format_summary
 from experiments.runtime import Runtime, resolve
 from experiments.store import CONFIG, ENV, STATUS, SUMMARY, RunStore, write_atomic
-from experiments.wandb_failure import record_failure
+from experiments.rank.wandb_failure import record_failure
 
 
 def joins_a_running_node(cfg: DictConfig, existing: dict[str, Any]) -> bool:
@@ -72,13 +72,13 @@ def status_files(store: RunStore, tag: str, owner: bool) -> list[str]:
 
 def rank_command(cfg: DictConfig, runtime: Runtime, run_dir: Path) -> list[str]:
     """One process hosting every rank runs the worker directly, without torch.distributed (unless
-    launcher.max_restarts asks torchrun to restart it); otherwise torchrun: `python -m experiments.agent ... -m experiments.worker RUN_DIR`."""
+    launcher.max_restarts asks torchrun to restart it); otherwise torchrun: `python -m experiments.launcher.agent ... -m experiments.rank.worker RUN_DIR`."""
     launcher = cfg.launcher
     if runtime.single_process and launcher.nnodes == 1 and launcher.max_restarts == 0:  # restarts need torchrun
-        return [sys.executable, "-m", "experiments.worker", str(run_dir)]
+        return [sys.executable, "-m", "experiments.rank.worker", str(run_dir)]
     rdzv_id = rendezvous_id(cfg)  # alike on every node (nodes.py)
     return [
-        sys.executable, "-m", "experiments.agent",  # torchrun, and a report of how it ended
+        sys.executable, "-m", "experiments.launcher.agent",  # torchrun, and a report of how it ended
         f"--nnodes={launcher.nnodes}",
         f"--nproc-per-node={runtime.processes_per_node}",
         f"--max-restarts={launcher.max_restarts}",
@@ -86,7 +86,7 @@ def rank_command(cfg: DictConfig, runtime: Runtime, run_dir: Path) -> list[str]:
         f"--rdzv-endpoint={launcher.rdzv_endpoint}",
         f"--rdzv-id={rdzv_id}",
         f"--rdzv-conf=join_timeout={launcher.rdzv_timeout_s}",  # a node that never joins fails the run
-        "-m", "experiments.worker", str(run_dir),
+        "-m", "experiments.rank.worker", str(run_dir),
     ]
 
 
@@ -186,7 +186,7 @@ def run_to_end(cfg: DictConfig, store: RunStore, environment: dict[str, Any], ex
             store.set_status("done", name=name, ended=ended, elapsed_s=ended - started)
         print(format_summary(summary, str(run_dir)), flush=True)
         return {"status": "done", **summary}
-    blame = explain(run_dir, returncode, pid, command[1:3] == ["-m", "experiments.agent"], report, ended,
+    blame = explain(run_dir, returncode, pid, command[1:3] == ["-m", "experiments.launcher.agent"], report, ended,
                     cfg.launcher.timeout_s, per_process)
     hint = rendezvous_error(cfg, ended - started)
     if hint is not None and blame["cause"]["process"] == "torchrun" and blame["cause"]["kind"] == "error":

@@ -21,14 +21,14 @@ from dataclasses import dataclass
 
 import torch
 
-from experiments.error_feedback import accumulate, keep_residual
-from experiments.exchange import INDEX_DTYPE, ExchangeResult, exchange
-from experiments.finite import NonFiniteValue, check_accumulator, check_aggregate, check_loss
-from experiments.phases import NO_CLOCK, PhaseClock
-from experiments.replica import Replica
-from experiments.skip import SkipGuard, SkippedStep
-from experiments.tasks import Task
-from experiments.world import World
+from experiments.core.error_feedback import accumulate, keep_residual
+from experiments.core.exchange import INDEX_DTYPE, ExchangeResult, exchange
+from experiments.core.finite import NonFiniteValue, check_accumulator, check_aggregate, check_loss
+from experiments.core.phases import NO_CLOCK, PhaseClock
+from experiments.core.replica import Replica
+from experiments.core.skip import SkipGuard, SkippedStep
+from experiments.core.tasks import Task
+from experiments.core.world import World
 from sparsifiers.base import Feedback, Sparsifier
 
 

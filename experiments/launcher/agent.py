@@ -1,5 +1,5 @@
 """torchrun, reporting how its job ended:
-`python -m experiments.agent <torchrun arguments> -m experiments.worker RUN_DIR`.
+`python -m experiments.launcher.agent <torchrun arguments> -m experiments.rank.worker RUN_DIR`.
 
 This is torchrun itself (`torch.distributed.run.main`, in this process) plus a report, written
 as JSON to the path in $SPARSEBENCH_AGENT_REPORT when it ends, for run.py to say why a run
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.console import line_start
-from experiments.lifetime import mark_orphaned, outlived
+from experiments.rank.lifetime import mark_orphaned, outlived
 from experiments.store import write_atomic
 
 REPORT_VARIABLE = "SPARSEBENCH_AGENT_REPORT"

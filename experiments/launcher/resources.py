@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from datasets.base import REAL
 from experiments.errors import ConfigError
 from experiments.runtime import processes_of, resolve
-from experiments.tasks import make_task
+from experiments.core.tasks import make_task
 
 ELEMENT_BYTES = 4  # float32 gradients, residuals and parameters
 # A rank process before its tensors: interpreter, torch, numba's kernels (~0.4-1.1 GiB measured here).

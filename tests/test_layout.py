@@ -1,0 +1,99 @@
+"""The architecture's import rules, read from the source (every import, function-level ones
+included), so a shortcut across roles fails here instead of in a review.
+
+Roles (docs/architecture.md): experiments/core (the step), experiments/rank (the rank process),
+experiments/launcher (the parent), experiments/benchmarks; the modules at the experiments/ root
+are neutral (errors, run directory, headline metrics, runtime settings) and anyone may use them.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ROLES = ("core", "rank", "launcher", "benchmarks")
+# importer -> roles of experiments/ it must not import
+FORBIDDEN = {
+    "core": {"rank", "launcher", "benchmarks"},
+    "rank": {"launcher", "benchmarks"},
+    "launcher": {"benchmarks"},
+    "neutral": {"core", "rank", "launcher", "benchmarks"},
+    "sparsifiers": {"core", "rank", "launcher", "benchmarks"},
+    "models": {"core", "rank", "launcher", "benchmarks"},
+    "datasets": {"core", "rank", "launcher", "benchmarks"},
+    "analysis": {"core", "rank", "launcher", "benchmarks"},
+}
+
+
+def role_of_module(name: str) -> str | None:
+    """The role of an imported module name, None outside experiments/."""
+    parts = name.split(".")
+    if parts[0] != "experiments" or len(parts) == 1:
+        return None
+    return parts[1] if parts[1] in ROLES else "neutral"
+
+
+def role_of_file(path: Path) -> str | None:
+    parts = path.relative_to(ROOT).parts
+    if parts[0] == "experiments":
+        return parts[1] if len(parts) > 2 and parts[1] in ROLES else "neutral"
+    return parts[0] if parts[0] in FORBIDDEN else None
+
+
+def imported_modules(source: str, package: str) -> list[tuple[int, str]]:
+    """(line, module) of every import in `source`, a module of `package`, function-level imports
+    included and relative imports resolved."""
+    tree = ast.parse(source)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            found.append((node.lineno, base))
+            # `from experiments import core` names a role too
+            found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names if base == "experiments"]
+    return found
+
+
+def source_files() -> list[Path]:
+    files = []
+    for top in ("experiments", "sparsifiers", "models", "datasets", "analysis"):
+        files += sorted((ROOT / top).rglob("*.py"))
+    return files
+
+
+def test_every_experiments_module_has_a_role_or_is_neutral_and_small():
+    """A module at the experiments/ root is neutral: it may not import any role (checked
+    below); list them here so a new root module is a decision, not an accident."""
+    neutral = sorted(p.stem for p in (ROOT / "experiments").glob("*.py") if p.stem != "__init__")
+    assert neutral == sorted(NEUTRAL), f"experiments/ root modules changed: {neutral}; update NEUTRAL and docs/architecture.md"
+
+
+# The neutral modules: facts every role needs (docs/architecture.md, "Three roles").
+NEUTRAL = ("console", "errors", "headline", "metric_keys", "run_dir", "runtime", "store")
+
+
+@pytest.mark.parametrize("path", source_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_imports_follow_the_layers(path: Path):
+    role = role_of_file(path)
+    if role is None:
+        return
+    package = ".".join(path.relative_to(ROOT).parts[:-1])
+    bad = [f"line {line}: {module}" for line, module in imported_modules(path.read_text(), package)
+           if role_of_module(module) in FORBIDDEN.get(role, set())]
+    assert not bad, f"{path.relative_to(ROOT)} ({role}) imports across the layers: {bad}"
+
+
+def test_the_rule_checker_sees_a_violation():
+    """The checker itself: a core module importing the rank process inside a function, and one
+    reaching the launcher by a relative import, are both seen."""
+    assert role_of_file(ROOT / "experiments" / "core" / "step.py") == "core"
+    source = "def f():\n    from experiments.rank.worker import main\nfrom ..launcher import validate\n"
+    roles = [role_of_module(module) for _, module in imported_modules(source, "experiments.core")]
+    assert sorted(roles) == ["launcher", "rank"]
+    assert FORBIDDEN["core"] >= {"rank", "launcher"}
