@@ -1,5 +1,5 @@
 """Names the analysis relies on, in one place: the config columns every table carries, and the
-metric keys (DESIGN.md, "Metrics") the analysis reads, which are experiments/metric_keys.py's:
+metric keys (docs/metrics.md) the analysis reads, which are experiments/metric_keys.py's:
 one key per fact, the one the runner logs (method state included, e.g. DEFT's `deft/unit_norms`).
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The keys of metrics.jsonl and summary.json, one constant per fact (DESIGN.md, "Metrics").
+"""The keys of metrics.jsonl and summary.json, one constant per fact (docs/metrics.md).
 
 The runner, the sparsifiers, the analysis and the tests' synthetic runs all name a metric through
 these constants, so a key exists once: the one the runner logs. A neutral module (stdlib only):

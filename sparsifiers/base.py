@@ -36,7 +36,7 @@ from sparsifiers.layout import Layout
 
 
 class ExchangeKind(str, Enum):
-    """How the ranks' selections become one aggregate (DESIGN.md, "Exchange semantics")."""
+    """How the ranks' selections become one aggregate (docs/algorithms.md, "Exchange kinds")."""
 
     DENSE = "dense"  # allreduce of the whole vector
     UNION_ALLREDUCE = "union_allreduce"  # allgather indices, allreduce values on the union
@@ -47,7 +47,7 @@ class ExchangeKind(str, Enum):
 
 
 class SelectionScope(str, Enum):
-    """What build-up is measured against (DESIGN.md, "buildup")."""
+    """What build-up is measured against (docs/metrics.md, "Density and selection")."""
 
     WHOLE = "whole"  # every rank selects over the whole vector for the whole aggregate
     SPLIT = "split"  # the vector or the work is split among ranks: build-up is 1 by construction

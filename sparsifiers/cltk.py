@@ -1,4 +1,4 @@
-"""CLT-k: cyclic local top-k (ScaleCom, NeurIPS 2020; ALGORITHMS.md, "CLT-k").
+"""CLT-k: cyclic local top-k (ScaleCom, NeurIPS 2020; docs/algorithms.md, "CLT-k").
 
     1. Leader = t mod W.
     2. The leader selects its top-k of |acc| (in make_plan, the world's leader-plan request).
@@ -6,7 +6,7 @@
     4. Exchange: leader_broadcast: every rank allreduces its values at those indices.
 
 Exactly k coordinates are aggregated. The released code selects on every rank and throws all but
-the leader's away; as ALGORITHMS.md asks wherever released code and intent differ, that is the
+the leader's away; as docs/algorithms.md asks wherever released code and intent differ, that is the
 default (`select_on: all`, so selection times match the papers' harness), and `select_on:
 leader` is the evident intent: only the leader pays for a selection. Selections and results are
 the same either way. Scope `split`: one selector, so build-up is 1.

@@ -1,4 +1,4 @@
-"""DEFT: Distributed Execution of Fragmented Top-k (ICPP 2023; ALGORITHMS.md, "DEFT").
+"""DEFT: Distributed Execution of Fragmented Top-k (ICPP 2023; docs/algorithms.md, "DEFT").
 
     1. Units (once): tensors in order; one with more than N / W elements is cut into W pieces.
     2. k per unit (every step): from the unit norms, k_l ~ k * norm_l / sum(norm), at least 1.
@@ -9,7 +9,7 @@
     5. Exchange: union_allreduce over the selections plus the common units; selections are
        disjoint, so build-up is 1.
 
-`common_units`, where the units with k_l = size go (ALGORITHMS.md, DEFT steps 3 and 5):
+`common_units`, where the units with k_l = size go (docs/algorithms.md, DEFT steps 3 and 5):
     released  as the released code: in no rank's selection. Every rank knows them from the plan
               and adds them to the union itself (`shared_indices`): no index traffic, no rank's
               count or load, but their values are allreduced with the rest of U and every rank

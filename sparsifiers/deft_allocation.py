@@ -1,4 +1,4 @@
-"""DEFT's planning arithmetic (ALGORITHMS.md, DEFT steps 1 to 3), pure and tensor-free so that
+"""DEFT's planning arithmetic (docs/algorithms.md, DEFT steps 1 to 3), pure and tensor-free so that
 tests can check it alone: units, per-unit k, costs, largest-first bin packing, and the wire
 format of the leader's plan.
 

@@ -1,4 +1,4 @@
-"""DGC: Deep Gradient Compression (Lin et al., ICLR 2018; ALGORITHMS.md, "DGC").
+"""DGC: Deep Gradient Compression (Lin et al., ICLR 2018; docs/algorithms.md, "DGC").
 
 In the order a step applies them:
     1. Local gradient clipping (precondition): g <- g * min(1, c / sqrt(W) / ||g||), on the whole
@@ -18,7 +18,7 @@ In the order a step applies them:
 
 The selection runs over the whole flat vector (the released code works tensor by tensor), and
 a count between k_t and upper_bound * k_t is kept whole (the released code then truncates to the
-first k_t candidates by position, which ALGORITHMS.md does not ask for).
+first k_t candidates by position, which docs/algorithms.md does not ask for).
 """
 from __future__ import annotations
 

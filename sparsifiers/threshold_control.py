@@ -3,7 +3,7 @@
 Three pieces, so that no method file copies them:
 - MiCRO's threshold rule (MiCRO step 3, reused unchanged by ExDyna step 4): lambda starts at
   1 / (2 sqrt(k)) and is multiplied every step by a factor chosen from rho = |U| / k, where |U| is
-  the previous step's aggregated count. Two variants (ALGORITHMS.md, MiCRO step 3):
+  the previous step's aggregated count. Two variants (docs/algorithms.md, MiCRO step 3):
     official   the released code: 1.005 if rho > 1.1; 1.00125 if rho > 0.909; else 0.995.
                Its middle band tests rho > 0 (always true) where 0.9987 was evidently meant,
                so any rho in (0.909, 1.1] raises lambda: lambda falls only at rho <= 0.909, and
@@ -12,7 +12,7 @@ Three pieces, so that no method file copies them:
                0.9987 if rho > 0.909; else 0.995.
   Thresholds are Python floats (float64) computed only from integers every rank knows, so they
   are bit-identical on every rank.
-- How |x| is compared with lambda (`comparison`, ALGORITHMS.md, "Common to the three partition
+- How |x| is compared with lambda (`comparison`, docs/algorithms.md, "Common to the three partition
   methods"), a knob of MiCRO, ExDyna, hard threshold and SAGE:
     released  the released code: `acc.abs() >= lam`, lam a Python float. Torch compares in the
               tensor's dtype, so for float32 lambda is rounded to the *nearest* float32, and an

@@ -1,4 +1,4 @@
-"""CLT-k against a plain reimplementation of ALGORITHMS.md, and its invariants on random inputs."""
+"""CLT-k against a plain reimplementation of docs/algorithms.md, and its invariants on random inputs."""
 from __future__ import annotations
 
 import math
@@ -28,7 +28,7 @@ def make_world(sizes: list[int], world_size: int, density: float, **knobs) -> St
 
 
 def ref_run(sizes: list[int], world_size: int, density: float, steps: int) -> list[set[int]]:
-    """ALGORITHMS.md, CLT-k: the leader t mod W takes its k largest |acc|; everyone sends there
+    """docs/algorithms.md, CLT-k: the leader t mod W takes its k largest |acc|; everyone sends there
     and zeroes there. Returns the aggregated index set per step."""
     numel = sum(sizes)
     k = math.floor(density * numel)

@@ -1,4 +1,4 @@
-"""DEFT against a plain reimplementation of ALGORITHMS.md, its invariants on random inputs, and
+"""DEFT against a plain reimplementation of docs/algorithms.md, its invariants on random inputs, and
 its common units (k_l = size) as released (added by every rank unexchanged) or sent by the leader."""
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def make_world(sizes: list[int], world_size: int, density: float, **knobs) -> St
     return SteppedRanks([make_deft(layout, world_size, r, density, **knobs) for r in range(world_size)])
 
 
-# -- the reference: ALGORITHMS.md, DEFT steps 1 to 5, written plainly ---------------------------
+# -- the reference: docs/algorithms.md, DEFT steps 1 to 5, written plainly ---------------------------
 def ref_units(sizes: list[int], world_size: int) -> list[tuple[int, int]]:
     total, units, offset = sum(sizes), [], 0
     for size in sizes:

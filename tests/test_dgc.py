@@ -1,4 +1,4 @@
-"""DGC against a plain reimplementation of ALGORITHMS.md; each of its four techniques alone;
+"""DGC against a plain reimplementation of docs/algorithms.md; each of its four techniques alone;
 invariants on random inputs."""
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def make_world(sizes: list[int], world_size: int, density: float, **knobs) -> St
     return SteppedRanks([DGC(layout_of(sizes), world_size, r, density, **knobs) for r in range(world_size)])
 
 
-# -- the reference: ALGORITHMS.md, DGC, written plainly -----------------------------------------
+# -- the reference: docs/algorithms.md, DGC, written plainly -----------------------------------------
 def ref_density(epoch: int, density: float, warmup: bool) -> float:
     if warmup and epoch < len(WARMUP):
         return max(WARMUP[epoch], density)  # a warm-up stage never runs sparser than the target

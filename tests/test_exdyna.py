@@ -1,4 +1,4 @@
-"""ExDyna against a plain reimplementation of ALGORITHMS.md, its invariants on random inputs, its
+"""ExDyna against a plain reimplementation of docs/algorithms.md, its invariants on random inputs, its
 density control and load balance on stationary streams, and its configuration."""
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from tests.stepped_ranks import SteppedRanks, assert_resume_is_exact, inject_tie
 SMALL = ["dataset=synthetic", "dataset.num_train=64", "dataset.num_test=16", "model=mlp", "model.hidden=16"]
 
 
-# -- the reference: ALGORITHMS.md, ExDyna steps 1 to 5 (and MiCRO's rule), written plainly -------
+# -- the reference: docs/algorithms.md, ExDyna steps 1 to 5 (and MiCRO's rule), written plainly -------
 def ref_factor(rho: float, rule: str) -> float:
     """MiCRO step 3's multiplier. official: the released code; symmetric: the evident intent."""
     if rho > 1.1:

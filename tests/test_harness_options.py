@@ -1,7 +1,7 @@
 """The released training harness as options: ReleasedSGD and the step schedules match a plain
 loop written in the released script's update order, bit for bit on CPU, through the real step.
 
-The reference below is written from the released script's description (ALGORITHMS.md, "Common
+The reference below is written from the released script's description (docs/algorithms.md, "Common
 to the three partition methods"), per parameter tensor, with its own learning-rate arithmetic:
 it shares no code with experiments/rank/optimizers.py or experiments/rank/schedule.py.
 """

@@ -1,4 +1,4 @@
-"""MiCRO against a plain reimplementation of ALGORITHMS.md, its invariants on random inputs, its
+"""MiCRO against a plain reimplementation of docs/algorithms.md, its invariants on random inputs, its
 density control on a stationary stream, and its configuration."""
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from tests.stepped_ranks import SteppedRanks, assert_resume_is_exact, inject_tie
 SMALL = ["dataset=synthetic", "dataset.num_train=64", "dataset.num_test=16", "model=mlp", "model.hidden=16"]
 
 
-# -- the reference: ALGORITHMS.md, MiCRO steps 1 to 5, written plainly -------------------------
+# -- the reference: docs/algorithms.md, MiCRO steps 1 to 5, written plainly -------------------------
 def ref_factor(rho: float, rule: str) -> float:
     """Step 3's multiplier. official: the released code; symmetric: the evident intent."""
     if rule == "official":

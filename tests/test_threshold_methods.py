@@ -1,5 +1,5 @@
 """The whole-vector threshold baselines (hard threshold, SAGE, Gaussian-k) and Random-k against
-plain reimplementations of ALGORITHMS.md, plus what the methods of this family share: threshold
+plain reimplementations of docs/algorithms.md, plus what the methods of this family share: threshold
 comparisons as released (or exact) at the float32 neighbours of lambda, allocation-free
 selection, configuration through the real config."""
 from __future__ import annotations
@@ -81,7 +81,7 @@ def test_hard_threshold_matches_the_reference_for_60_steps(world_size, threshold
 
 # -- SAGE -----------------------------------------------------------------------------------------
 class ReferenceSage:
-    """One rank of SAGE as ALGORITHMS.md states it. The random sample's indices come from the same
+    """One rank of SAGE as docs/algorithms.md states it. The random sample's indices come from the same
     generator and draw as the implementation's (its documented contract); the rest is plain."""
 
     def __init__(self, numel: int, density: float, rank: int, seed: int, comparison: str = "released") -> None:
@@ -206,7 +206,7 @@ def test_randomk_draws_k_distinct_indices_identical_on_every_rank(density):
 
 
 def reference_randomk(seed: int, numel: int, k: int, steps: int) -> list[list[int]]:
-    """Random-k from ALGORITHMS.md, plainly, drawing from the same shared stream: iid uniform
+    """Random-k from docs/algorithms.md, plainly, drawing from the same shared stream: iid uniform
     draws until k distinct values exist, then a uniform k-subset of them (k <= N/2), or the first
     k of a permutation (k > N/2); sorted."""
     generator = torch.Generator().manual_seed(shared_seed(seed))

@@ -1,4 +1,4 @@
-"""The exchange semantics (DESIGN.md): selections and accumulators of all ranks -> one aggregate.
+"""The exchange semantics (docs/algorithms.md, "Exchange kinds"): selections and accumulators of all ranks -> one aggregate.
 
 Each function takes the selections and accumulators of the ranks this process hosts, talks to
 the other ranks only through `RankCollectives`, writes the aggregate (identical on every rank)
@@ -180,8 +180,8 @@ def allreduce_at(
     shared: int = 0,
 ) -> ExchangeResult:
     """Allreduce the accumulators at an index set every rank holds: the operation the union,
-    leader and shared exchanges have in common once the ranks agree on the set (DESIGN.md,
-    "Exchange semantics": agg[U] = mean_r acc_r[U], and every rank zeroes its residual on all
+    leader and shared exchanges have in common once the ranks agree on the set (docs/algorithms.md,
+    "Exchange kinds": agg[U] = mean_r acc_r[U], and every rank zeroes its residual on all
     of U).
 
     `indices` (int64, distinct: a union, or one selection every rank holds) is U; `out` becomes

@@ -1,4 +1,4 @@
-"""The metric contract (DESIGN.md, "Metrics"): what one step did, as namespaced numbers.
+"""The metric contract (docs/metrics.md): what one step did, as namespaced numbers.
 
 Counts-based metrics (traffic, density, build-up, selection) are known identically on every rank
 after the exchange, so they are computed every step without communication. Per-rank timings and

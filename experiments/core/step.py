@@ -1,4 +1,4 @@
-"""One synchronous training step over the ranks this process hosts (DESIGN.md, "The flow").
+"""One synchronous training step over the ranks this process hosts (docs/architecture.md, "One step").
 
     1. compute   forward/backward per rank into the flat buffer; acc_r = precondition_r(grad_r)
                  + residual_r (error_feedback.py); a non-finite loss or acc fails the step
