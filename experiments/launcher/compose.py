@@ -23,7 +23,7 @@ from experiments.store import RunStore
 from experiments.launcher.schema import RunConfig, register
 from experiments.launcher.validate import validate
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"  # experiments/launcher/ is two below the repository
 MULTIRUN_FLAGS = {"-m", "--multirun"}
 
 

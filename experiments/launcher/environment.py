@@ -17,7 +17,7 @@ from typing import Any
 from experiments.runtime import Runtime
 
 PACKAGES = ("torch", "torchvision", "numba", "hydra-core", "omegaconf", "wandb", "numpy", "pandas", "matplotlib")
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]  # experiments/launcher/ is two below the repository
 
 
 def _git(*args: str) -> str | None:
