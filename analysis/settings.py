@@ -20,8 +20,10 @@ CONFIG_PREFIX = "cfg."
 IGNORED = (
     "seed",  # the replicate axis itself: the report averages over it
     "output_root", "data_dir",  # where files are written and datasets looked for
-    "tag",  # a free-text label
-    "logger.",  # where metrics go (local, W&B) and how often: log_every samples the same quantities
+    # where metrics go (local store, W&B) and whether a bar is drawn. NOT logger.log_every: a
+    # run's numbers are reduced from its logged rows, so it decides which steps they average.
+    # NOT tag either: a user tags runs to tell them apart.
+    "logger.name", "logger.wandb_mode", "logger.project", "logger.entity", "logger.progress",
     "checkpoint.",  # when state is saved for a resume: outside the timed step
     "resume",  # which run a resume continues: the resumed run is the same run
     "checksum_every",  # the cross-rank parameter check runs outside the timed step

@@ -15,13 +15,19 @@ from experiments.store import RunStore
 
 
 def write_run(run_dir: Path, max_steps: int, seed: int, status: str = "done", skipped: bool = False,
-              lr: float = 0.1) -> Path:
+              lr: float = 0.1, settings: dict | None = None) -> Path:
     """A Top-k run of `max_steps` logged steps (one evaluation), as the runner lays it out."""
     run_dir.mkdir(parents=True)
     config = {"sparsifier": {"name": "topk", "density": 0.01, "exchange": "union_allreduce"},
               "model": {"name": "mlp"}, "dataset": {"name": "digits"}, "optimizer": {"name": "sgd", "lr": lr},
               "logger": {"name": "local", "log_every": 1}, "workers": 2, "processes": 1, "epochs": 1,
-              "max_steps": max_steps, "seed": seed, "warmup_steps": 0, "output_root": f"/tmp/out{seed}"}
+              "max_steps": max_steps, "seed": seed, "warmup_steps": 0, "output_root": f"/tmp/out{seed}", "tag": ""}
+    for dotted, value in (settings or {}).items():  # "logger.log_every": 10
+        *parents, leaf = dotted.split(".")
+        node = config
+        for parent in parents:
+            node = node[parent]
+        node[leaf] = value
     run_files.write_yaml(run_dir / run_files.CONFIG, config)
     store = RunStore(run_dir)
     store.write_json(run_files.ENV, {"resolved": {"world": "hosted", "processes": 1}, "job": {"group": "g"}})
@@ -100,11 +106,21 @@ def test_failed_nonfinite_and_unfinished_runs_are_flagged_and_never_averaged(mix
     assert runs.loc["nonfinite", "skipped_steps"] == 1 and runs.loc["0_topk_s0", "skipped_steps"] == 0
 
 
-def test_a_different_learning_rate_is_a_row_of_its_own(tmp_path: Path) -> None:
-    for seed, lr in ((0, 0.1), (1, 0.1), (0, 0.05)):
-        write_run(tmp_path / "runs" / f"lr{lr}_s{seed}", 3, seed, lr=lr)
+@pytest.mark.parametrize("key, values, separate", [
+    ("optimizer.lr", (0.1, 0.05), True),
+    ("logger.log_every", (1, 10), True),  # it decides which steps a run's numbers average
+    ("tag", ("", "baseline"), True),  # a user's own label tells runs apart
+    ("logger.wandb_mode", ("disabled", "offline"), False),  # where metrics also go: same numbers
+])
+def test_a_setting_that_changes_what_is_measured_is_a_row_of_its_own(tmp_path: Path, key: str, values: tuple,
+                                                                      separate: bool) -> None:
+    first, second = values
+    for name, seed, value in (("a0", 0, first), ("a1", 1, first), ("b0", 0, second)):
+        write_run(tmp_path / "runs" / name, 3, seed, settings={key: value})
     text = write_report([tmp_path / "runs"], tmp_path / "report", cache=False)
     summary = _summary(tmp_path / "report")
-    assert sorted(zip(summary["cfg.optimizer.lr"], summary["runs"])) == [(0.05, 1), (0.1, 2)]
-    assert "optimizer.lr" in text.splitlines()[0]
-    assert json.loads(json.dumps(list(summary.columns)))  # plain column names for the CSV
+    if separate:
+        assert sorted(summary["runs"]) == [1, 2] and f"cfg.{key}" in summary.columns
+        assert key in text.splitlines()[0]  # a column of the table, named
+    else:
+        assert list(summary["runs"]) == [3] and f"cfg.{key}" not in summary.columns
