@@ -16,20 +16,25 @@ ROOT = Path(__file__).resolve().parents[1]
 ROLES = ("core", "rank", "launcher", "benchmarks")
 # importer -> roles of experiments/ it must not import
 FORBIDDEN = {
-    "core": {"rank", "launcher", "benchmarks"},
-    "rank": {"launcher", "benchmarks"},
+    "core": {"rank", "launcher", "benchmarks", "analysis"},
+    "rank": {"launcher", "benchmarks", "analysis"},  # a rank writes runs; reading them is the analysis'
+
     "launcher": {"benchmarks"},
-    "neutral": {"core", "rank", "launcher", "benchmarks"},
-    "sparsifiers": {"core", "rank", "launcher", "benchmarks"},
-    "models": {"core", "rank", "launcher", "benchmarks"},
-    "datasets": {"core", "rank", "launcher", "benchmarks"},
+    # neutral modules are below everything, the sparsifiers and the analysis included
+    "neutral": {"core", "rank", "launcher", "benchmarks", "sparsifiers", "models", "datasets", "analysis"},
+    "sparsifiers": {"core", "rank", "launcher", "benchmarks", "analysis"},
+    "models": {"core", "rank", "launcher", "benchmarks", "analysis"},
+    "datasets": {"core", "rank", "launcher", "benchmarks", "analysis"},
     "analysis": {"core", "rank", "launcher", "benchmarks"},
 }
 
 
 def role_of_module(name: str) -> str | None:
-    """The role of an imported module name, None outside experiments/."""
+    """The role of an imported module name: a role of experiments/, "neutral", one of the other
+    top-level packages, or None (third-party, the standard library)."""
     parts = name.split(".")
+    if parts[0] in ("sparsifiers", "models", "datasets", "analysis"):
+        return parts[0]
     if parts[0] != "experiments" or len(parts) == 1:
         return None
     return parts[1] if parts[1] in ROLES else "neutral"
@@ -67,11 +72,16 @@ def source_files() -> list[Path]:
     return files
 
 
-def test_every_experiments_module_has_a_role_or_is_neutral_and_small():
+def test_every_experiments_module_is_in_a_role_or_listed_as_neutral():
     """A module at the experiments/ root is neutral: it may not import any role (checked
-    below); list them here so a new root module is a decision, not an accident."""
-    neutral = sorted(p.stem for p in (ROOT / "experiments").glob("*.py") if p.stem != "__init__")
+    below); listing them makes a new root module a decision, not an accident. A new subpackage
+    must be a role, or its files would count as neutral unseen."""
+    root = ROOT / "experiments"
+    neutral = sorted(p.stem for p in root.glob("*.py") if p.stem != "__init__")
     assert neutral == sorted(NEUTRAL), f"experiments/ root modules changed: {neutral}; update NEUTRAL and docs/architecture.md"
+    packages = sorted(p.name for p in root.iterdir() if p.is_dir() and (p / "__init__.py").exists())
+    assert packages == sorted(ROLES), f"experiments/ subpackages {packages}: each must be one of the roles {ROLES}"
+    assert (root / "__init__.py").read_text().count("import") == 0  # importing a neutral module pulls in no role
 
 
 # The neutral modules: facts every role needs (docs/architecture.md, "Three roles").
