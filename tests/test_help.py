@@ -66,3 +66,13 @@ def test_a_new_option_and_its_description_appear_without_code_changes(tmp_path):
 def test_help_overrides_keep_the_first_value_of_a_sweep():
     assert overrides_for_help(["-m", "--help", "workers=2,4", "sparsifier=topk", "x=[1,2]"]) == \
         ["workers=2", "sparsifier=topk", "x=[1,2]"]
+
+
+def test_every_common_key_of_the_help_says_what_it_is():
+    """A key line with no description means a config file lost its comment: the help is read
+    from conf/, so the comment is the documentation."""
+    text = help_text(compose_job([]), CONF_DIR)
+    keys = re.findall(r"^  ([\w.]+)=(\S*)( *)(.*)$", text, re.M)
+    assert len(keys) > 20
+    undescribed = [key for key, _, _, description in keys if not description.strip()]
+    assert undescribed == []
