@@ -41,6 +41,15 @@ def wandb_mode(configured: str, environ: Mapping[str, str] | None = None) -> str
     return environ.get("WANDB_MODE") or configured
 
 
+def wandb_mode_origin(configured: str, environ: Mapping[str, str] | None = None) -> str:
+    """Where the W&B mode in effect comes from, as a message names it: `WANDB_MODE=online (the
+    environment)` or `logger.wandb_mode=online`."""
+    environ = os.environ if environ is None else environ
+    if environ.get("WANDB_MODE"):
+        return f"WANDB_MODE={environ['WANDB_MODE']} (the environment variable, which wins over logger.wandb_mode)"
+    return f"logger.wandb_mode={configured}"
+
+
 @dataclass(frozen=True)
 class Runtime:
     """What every rank of one run agrees on. The fields up to `threads_per_process` are exactly

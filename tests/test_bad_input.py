@@ -60,7 +60,9 @@ CLI_CASES = [
     ("output_root is a file", ["output_root={tmp}/afile"], {}, r"output_root: .*afile is a file"),
     ("garbage dataset file", ["dataset=cifar10", "data_dir={tmp}/cifar"], {}, r"cifar-10-batches-py/data_batch_1: not a complete pickle"),
     ("W&B online without network", [], {"WANDB_MODE": "online", "WANDB_API_KEY": "0" * 40},
-     r"logger\.wandb_mode=online: W&B at api\.wandb\.ai:443 is unreachable"),
+     r"WANDB_MODE=online \(the environment variable, which wins over logger\.wandb_mode\): W&B at api\.wandb\.ai:443 is unreachable"),
+    ("W&B mode mistyped in the environment", [], {"WANDB_MODE": "onlin"},
+     r"the environment variable WANDB_MODE=onlin must be offline, online or disabled"),
     ("--cfg validates", ["--cfg", "job", "optimizer.weight_decay=-0.1"], {}, r"optimizer\.weight_decay must be >= 0"),
 ]
 

@@ -72,9 +72,10 @@ def check_not_a_run(run_dir: Path, key: str) -> None:
                               "(or leave it unset: a new directory per run)")
 
 
-def check_wandb_reachable(timeout_s: float = WANDB_CONNECT_TIMEOUT_S) -> None:
+def check_wandb_reachable(origin: str = "logger.wandb_mode=online", timeout_s: float = WANDB_CONNECT_TIMEOUT_S) -> None:
     """W&B online needs its host (WANDB_BASE_URL, or api.wandb.ai) reachable: a TCP connect
-    that fails or takes longer than `timeout_s` fails here, in one line."""
+    that fails or takes longer than `timeout_s` fails here, in one line. `origin`: where "online"
+    came from, as the message names it."""
     url = os.environ.get("WANDB_BASE_URL") or WANDB_DEFAULT_HOST
     host, port = endpoint(url)
     try:
@@ -82,6 +83,6 @@ def check_wandb_reachable(timeout_s: float = WANDB_CONNECT_TIMEOUT_S) -> None:
     except OSError as error:
         reason = "no answer" if isinstance(error, TimeoutError) else (error.strerror or str(error))
         raise ConfigError(
-            f"logger.wandb_mode=online: W&B at {host}:{port} is unreachable (checked for {timeout_s:g} s: {reason}): "
+            f"{origin}: W&B at {host}:{port} is unreachable (checked for {timeout_s:g} s: {reason}): "
             "use logger=wandb_offline (then `wandb sync` the run) or WANDB_MODE=offline where there is no network"
         ) from None

@@ -17,7 +17,7 @@ from experiments.core.collectives import REDUCTIONS
 from experiments.errors import ConfigError, require
 from experiments.launcher.knob_types import accepted_parameters, check_knob_types
 from experiments.launcher.launcher_checks import check_launcher
-from experiments.runtime import WANDB_MODES, processes_of, wandb_mode
+from experiments.runtime import WANDB_MODES, processes_of, wandb_mode, wandb_mode_origin
 from sparsifiers.kernels import BACKENDS, compiled_available
 from sparsifiers.layout import Layout
 
@@ -84,6 +84,11 @@ def _check_choices(cfg: DictConfig) -> None:
     require(
         cfg.logger.wandb_mode in WANDB_MODES,
         f"logger.wandb_mode must be offline, online or disabled, got {cfg.logger.wandb_mode}",
+    )
+    require(  # it overrides logger.wandb_mode: a typo there would reach wandb inside a rank
+        os.environ.get("WANDB_MODE") in (None, "", *WANDB_MODES),
+        f"the environment variable WANDB_MODE={os.environ.get('WANDB_MODE')} must be offline, online or disabled "
+        "(it wins over logger.wandb_mode): set one of those, or unset it",
     )
     require(cfg.kernels in BACKENDS, f"kernels must be auto, torch or compiled, got {cfg.kernels}: auto is the default")
     require(
@@ -255,9 +260,9 @@ def _check_wandb(cfg: DictConfig) -> None:
         has_key = bool(os.environ.get("WANDB_API_KEY")) or os.path.exists(os.path.expanduser("~/.netrc"))
         require(
             has_key,
-            "logger.wandb_mode=online needs a W&B key: set WANDB_API_KEY (or run `wandb login`), "
-            "or use logger=wandb_offline",
+            f"{wandb_mode_origin(cfg.logger.wandb_mode)} needs a W&B key: set WANDB_API_KEY (or run `wandb login`), "
+            "or use logger=wandb_offline (or WANDB_MODE=offline)",
         )
         from experiments.launcher.environment_checks import check_wandb_reachable
 
-        check_wandb_reachable()  # a few seconds now, instead of ~100 s blocked after launch
+        check_wandb_reachable(wandb_mode_origin(cfg.logger.wandb_mode))  # a few seconds now, instead of ~100 s blocked after launch
