@@ -21,6 +21,7 @@ import numpy as np
 
 from experiments import metric_keys as k
 from experiments import run_dir as files
+from experiments.runtime import world_kind
 
 NUMEL = 100_000
 UNITS = 12
@@ -91,7 +92,7 @@ def write_run(run_dir: Path, run: SyntheticRun, metrics: str | None = None) -> P
         config["schedule"] = {"name": "constant"}
     # sync=False: the load benchmark writes thousands of these; none must survive a power cut.
     files.write_yaml(run_dir / files.CONFIG, config, sync=False)
-    env = {"resolved": {"world": "hosted", "processes": processes}, "job": {"group": run.group}}
+    env = {"resolved": {"world": world_kind(run.workers, processes), "processes": processes}, "job": {"group": run.group}}
     files.write_json(run_dir / files.ENV, env, sync=False)
     metrics = metrics if metrics is not None else metrics_text(run)
     files.write_atomic(run_dir / files.METRICS, metrics, sync=False)

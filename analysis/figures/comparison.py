@@ -11,7 +11,7 @@ from analysis.figures.style import base_method, finish, method_color, new_figure
 from analysis.settings import as_text, differing_keys, key_title
 from analysis.stats import STATS, run_stats
 from analysis.tables import RunTables
-from analysis.tasks import metric_order, metric_spec
+from analysis.tasks import DEFAULT_METRIC, metric_order, metric_spec
 
 # (stat of analysis.stats.run_stats, panel title), after the panel of each task metric present
 # (final accuracy, perplexity, HR@10). The numbers are the report's (the headline registry's one
@@ -40,7 +40,7 @@ def method_comparison(tables: RunTables) -> Figure | None:
     # that differ join the label, "topk max_steps=3".
     for column in differing_keys(stats):
         stats["label"] = stats["label"] + f" {key_title(column)}=" + as_text(stats[column])
-    metrics = metric_order(stats["task_metric"]) or ["eval/accuracy"]
+    metrics = metric_order(stats["task_metric"]) or [DEFAULT_METRIC]
     panels = [(metric, None, None) for metric in metrics] + [(stat, title, STATS[stat].title) for stat, title in PANELS]
     rows = -(-len(panels) // COLUMNS)
     # Rotated bar labels below each panel: taller panels for longer labels (knob variants, workloads).
