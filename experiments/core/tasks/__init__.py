@@ -19,6 +19,7 @@ from typing import Any, Iterator, Protocol
 import torch
 
 from datasets.base import DatasetSplits, Interactions, TaskData, TokenStreams
+from experiments.headline import task_metric
 
 
 class Batches(Protocol):
@@ -33,8 +34,7 @@ class Batches(Protocol):
 
 class Task(Protocol):
     kind: str
-    metric: str  # the headline eval key
-    higher_is_better: bool
+    metric: str  # the headline eval key; which way is better is the registry's (experiments/headline.py)
 
     def shard(self, rank: int, world_size: int, batch_size: int, seed: int, device: torch.device) -> Batches: ...
 
@@ -63,4 +63,4 @@ def make_task(data: TaskData) -> Task:
 
 def describe_task(task: Task) -> dict[str, Any]:
     """What summary.json records, so that reports pick each run's own headline metric."""
-    return {"kind": task.kind, "metric": task.metric, "higher_is_better": task.higher_is_better}
+    return {"kind": task.kind, "metric": task.metric, "higher_is_better": task_metric(task.metric).higher_is_better}

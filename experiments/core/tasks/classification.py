@@ -88,7 +88,6 @@ class ShardBatches:
 class ClassificationTask:
     kind = "classification"
     metric = keys.ACCURACY
-    higher_is_better = True
 
     def __init__(self, data: DatasetSplits) -> None:
         self.data = data

@@ -60,7 +60,6 @@ def _detached(hidden: Any) -> Any:
 class LanguageModelTask:
     kind = "language_model"
     metric = keys.PERPLEXITY
-    higher_is_better = False
 
     def __init__(self, data: TokenStreams) -> None:
         self.data = data

@@ -73,7 +73,6 @@ class PositivesAndNegatives:
 class RecommendationTask:
     kind = "recommendation"
     metric = keys.HR10
-    higher_is_better = True
 
     def __init__(self, data: Interactions) -> None:
         self.data = data
