@@ -23,20 +23,18 @@ import matplotlib
 from analysis import markdown
 from analysis.figures import FIGURES
 from analysis.load import load_runs
-from analysis.report_tables import problem_runs, stand_in_notes, summary_cells
+from analysis.report_tables import SHOWN, problem_runs, stand_in_notes, summary_cells
 from analysis.settings import key_title, varying_in
-from analysis.stats import nonfinite_reasons, run_stats, summarize
+from analysis.stats import STATS, nonfinite_reasons, run_stats, summarize
 from analysis.tables import RunTables
 
-RULES = (
-    "Per run, from its logged train rows (the rule summary.json and the terminal summary use too): timings "
-    "are medians over steps at or after the run's warmup_steps (max = slowest rank, mean = mean over ranks); "
-    "traffic, density, build-up and load imbalance are means over logged steps; the density error is "
-    "|U|/k-1, its settled value the mean over the later half of the logged steps; MB sent is the busiest "
-    "rank's bytes per step; the task's metric (summary.json's task.metric: accuracy, perplexity, HR@10) is "
-    "its last evaluation, in a column of its own per metric. Across runs that differ only in their seed: "
-    "mean ± std over seeds."
-)
+def rules() -> str:
+    """How each column of the summary is reduced, read from the headline registry: the report
+    never restates the rule, it prints the one summary.json and the terminal summary apply."""
+    columns = "; ".join(f"{STATS[stat].title}: {STATS[stat].reduce.value}" for stat in SHOWN)
+    return ("Per run, from its logged train rows, as summary.json and the terminal summary reduce them "
+            f"(experiments/headline.py): {columns}; the task's metric: its last evaluation, in a column of its "
+            "own per metric. Across runs that differ only in their seed: mean ± std over seeds.")
 
 
 def save_figures(tables: RunTables, out: Path) -> list[tuple[str, str, Path | None]]:
@@ -88,7 +86,7 @@ def write_report(paths: list[Path], out: Path, include_unfinished: bool = False,
         "",
         "## Summary per method and worker count",
         "",
-        RULES,
+        rules(),
         "",
         *([f"Rows also differ in: {', '.join(varying)} (runs are averaged only when nothing but the seed differs).", ""]
           if varying else []),
