@@ -12,7 +12,7 @@ from analysis.report_tables import SHOWN
 from analysis.stats import STATS
 from analysis.tasks import metric_spec
 from experiments.headline import HEADLINES, Reduction, headline, reduce_logged, reduce_run, task_metric
-from experiments.core.metrics import SummaryAccumulator
+from experiments.rank.summary import SummaryAccumulator
 
 
 def test_the_rule_on_values() -> None:

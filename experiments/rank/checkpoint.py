@@ -28,7 +28,7 @@ import torch
 from omegaconf import DictConfig
 
 from experiments.errors import ConfigError
-from experiments.core.metrics import SummaryAccumulator
+from experiments.rank.summary import SummaryAccumulator
 from experiments.store import write_atomic
 
 CHECKPOINTS = "checkpoints"
