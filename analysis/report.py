@@ -8,8 +8,8 @@ Writes into REPORT_DIR (default: <first DIR>/report):
   runs.csv      one row per run: status, error and the per-run numbers the summary averages.
 and prints the summary table. The summary and figures use finished runs (status done) with finite
 numbers; --include-unfinished adds runs still running or killed (no end recorded), in rows of
-their own. Failed runs and runs with non-finite numbers (skipped steps, an infinite number) are
-never averaged in; they and the unfinished runs are always listed.
+their own. Failed runs and runs with non-finite numbers (skipped steps, a non-finite last
+evaluation) are never averaged in; they and the unfinished runs are always listed.
 """
 from __future__ import annotations
 
@@ -32,9 +32,9 @@ RULES = (
     "Per run, from its logged train rows (the rule summary.json and the terminal summary use too): timings "
     "are medians over steps at or after the run's warmup_steps (max = slowest rank, mean = mean over ranks); "
     "traffic, density, build-up and load imbalance are means over logged steps; the density error is "
-    "|U|/k-1, its settled value the mean over the later half of the logged steps; MB sent is the busiest "
+    "|U|/k-1, its settled value the mean over the later half of the logged rows holding one; MB sent is the busiest "
     "rank's bytes per step; the task's metric (summary.json's task.metric: accuracy, perplexity, HR@10) is "
-    "its last evaluation, in a column of its own per metric. Across runs that differ only in their seed: "
+    "its last evaluation (a non-finite one flags the run), in a column of its own per metric. Across runs that differ only in their seed: "
     "mean ± std over seeds."
 )
 

@@ -61,9 +61,18 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _finite_only(value: Any) -> Any:
+    """`value` with every non-finite float, at any depth, as None (JSON's null)."""
+    if isinstance(value, dict):
+        return {key: _finite_only(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_only(item) for item in value]
+    return _jsonable(value)
+
+
 def dumps(record: dict[str, Any]) -> str:
     """One metrics.jsonl record as one line of JSON (without the newline)."""
-    return json.dumps({key: _jsonable(value) for key, value in record.items()}, sort_keys=False)
+    return json.dumps(_finite_only(record), sort_keys=False, allow_nan=False)  # lists too (DEFT's unit norms)
 
 
 def metrics_text(records: Iterable[dict[str, Any]]) -> str:
@@ -72,8 +81,10 @@ def metrics_text(records: Iterable[dict[str, Any]]) -> str:
 
 
 def json_text(data: dict[str, Any]) -> str:
-    """The content of status.json, env.json or summary.json holding `data`."""
-    return json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
+    """The content of status.json, env.json or summary.json holding `data`. A non-finite number
+    is written as null, as in metrics.jsonl: Python's `NaN`/`Infinity` tokens are not JSON, and
+    other readers (jq, browsers, W&B) reject them."""
+    return json.dumps(_finite_only(data), indent=2, sort_keys=True, default=str, allow_nan=False) + "\n"
 
 
 def write_json(path: Path, data: dict[str, Any], sync: bool = True) -> None:

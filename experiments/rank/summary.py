@@ -41,17 +41,19 @@ class SummaryAccumulator:
         self.last.update(metrics)
         self.late.append(step >= self.warmup_steps)
         for key in SUMMARY_SOURCES:
-            value = metrics.get(key)
-            self.logged.setdefault(key, []).append(float("nan") if value is None else float(value))
+            self.logged.setdefault(key, []).append(_as_logged(metrics.get(key)))
 
     def add_eval(self, metrics: dict[str, float]) -> None:
         """An eval row as it is logged (evaluations come in step order: the last one counts)."""
         self.last.update(metrics)
-        # NaN is no value (metrics.jsonl writes it as null): the last evaluation that has one
-        self.evals.update({key: float(value) for key, value in metrics.items()
-                           if key.startswith(keys.EVAL_PREFIX) and not math.isnan(float(value))})
+        # This evaluation's values replace the earlier ones, a missing one too (NaN: summary.json
+        # writes it as null): an earlier epoch's value must never stand in for the last one.
+        self.evals = {key: float("nan") for key in self.evals}
+        self.evals.update({key: _as_logged(value) for key, value in metrics.items() if key.startswith(keys.EVAL_PREFIX)})
 
     def summary(self) -> dict[str, float]:
+        """The reduced numbers: headlines with a value, the sent-bytes total, and every eval/*
+        value of the last evaluation (NaN when missing; summary.json writes it as null)."""
         result = {}
         for spec in HEADLINES.values():
             value = reduce_logged(spec.reduce, self.logged.get(spec.logged_key, []), self.late)
@@ -61,3 +63,11 @@ class SummaryAccumulator:
             result[keys.SENT_TOTAL_MAX] = float(self.sent_total.max())
         result.update(self.evals)
         return result
+
+
+def _as_logged(value: object) -> float:
+    """A value as metrics.jsonl keeps it: NaN (the file's null) when absent or not finite."""
+    if value is None:
+        return float("nan")
+    number = float(value)
+    return number if math.isfinite(number) else float("nan")
