@@ -21,9 +21,10 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from experiments import run_dir as run_files
-from experiments.rank.checkpoint import MARKER, complete_steps, step_dir
+from experiments.rank.checkpoint import FORMAT, MARKER, complete_steps, load_agreed, step_dir
 from experiments.store import read_metrics
 from tests.conftest import REPO, TINY_RUN, run_cli, run_world
 
@@ -223,3 +224,28 @@ def test_checkpoints_are_pruned_and_unmarked_ones_ignored(finished_run, tmp_path
     shutil.copytree(finished_run / "checkpoints", copy / "checkpoints")
     (step_dir(copy, 28) / MARKER).unlink()
     assert complete_steps(copy) == [22, 24]
+
+
+class _OneProcess:
+    """The little of a World that loading a checkpoint uses: one process hosting ranks 0 and 1."""
+
+    process_index, processes, world_size, local_ranks, device = 0, 1, 2, [0, 1], torch.device("cpu")
+
+    class comm:  # noqa: N801 - the attribute World has
+        @staticmethod
+        def gather_stats(local: torch.Tensor) -> torch.Tensor:
+            return local  # one process: its own row is every row
+
+
+@pytest.mark.parametrize("written, says", [(1, "an older"), (99, "another")])
+def test_a_checkpoint_of_another_format_says_so_and_names_its_file(tmp_path, written, says):
+    run_dir = tmp_path / "run"
+    path = step_dir(run_dir, 8) / "process-0.pt"
+    path.parent.mkdir(parents=True)
+    torch.save({"format": written, "step": 8}, path)  # format 1 had no layout keys to compare
+    (path.parent / MARKER).write_text("{}\n")
+    with pytest.raises(RuntimeError) as error:
+        load_agreed(run_dir, _OneProcess())
+    assert str(error.value) == (f"checkpoint format {written} was written by {says} sparsebench (format {FORMAT} now): "
+                                f"cannot resume {path}; start a new run")
+    assert "layout of ranks" not in str(error.value)

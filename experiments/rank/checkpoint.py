@@ -87,8 +87,13 @@ def load_agreed(run_dir: Path, world) -> Resumed | None:
                            f"{_process_file(run_dir, agreed, world.process_index)}")
     # On the CPU: the sparsifiers' generator states must stay CPU tensors; restore() copies the
     # rest into tensors already on the device (and moves the task state there).
-    state = torch.load(_process_file(run_dir, agreed, world.process_index), map_location="cpu", weights_only=False)
-    if state["format"] != FORMAT or state["local_ranks"] != world.local_ranks or state["workers"] != world.world_size:
+    path = _process_file(run_dir, agreed, world.process_index)
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    if state.get("format") != FORMAT:  # first: an old file may not even hold the layout keys below
+        age = "an older" if isinstance(state.get("format"), int) and state["format"] < FORMAT else "another"
+        raise RuntimeError(f"checkpoint format {state.get('format')} was written by {age} sparsebench (format {FORMAT} "
+                           f"now): cannot resume {path}; start a new run")
+    if state["local_ranks"] != world.local_ranks or state["workers"] != world.world_size:
         raise RuntimeError(f"checkpoint step {agreed} was written by another layout of ranks "
                            f"({state['workers']} workers, ranks {state['local_ranks']} here): cannot resume")
     return Resumed(agreed, state)
