@@ -5,9 +5,9 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from experiments.run_dir import holds_run
+from experiments.run_dir import WANDB_DIR, holds_run
 
-SKIPPED = ("wandb",)
+SKIPPED = (WANDB_DIR,)
 
 
 def is_run_dir(path: Path) -> bool:

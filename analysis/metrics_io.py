@@ -28,8 +28,9 @@ import pyarrow.feather as feather
 import pyarrow.json as pa_json
 
 from experiments.metric_keys import EVAL_PREFIX, KIND_EVAL, ROW_KIND
+from experiments.run_dir import ANALYSIS_CACHE
 
-CACHE_DIR = ".analysis_cache"
+CACHE_DIR = ANALYSIS_CACHE  # beside the metrics.jsonl it caches
 CACHE_VERSION = 2  # bump when the parsed table's shape changes, so old caches are ignored
 _META_CUT = b"sparsebench.cut"
 _META_BAD = b"sparsebench.bad_lines"

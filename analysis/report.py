@@ -8,8 +8,8 @@ Writes into REPORT_DIR (default: <first DIR>/report):
   runs.csv      one row per run: status, error and the per-run numbers the summary averages.
 and prints the summary table. The summary and figures use finished runs (status done) with finite
 numbers; --include-unfinished adds runs still running or killed (no end recorded), in rows of
-their own. Failed runs and runs with non-finite numbers (skipped steps, an infinite number) are
-never averaged in; they and the unfinished runs are always listed.
+their own. Failed runs and runs with non-finite numbers (skipped steps, a non-finite last
+evaluation) are never averaged in; they and the unfinished runs are always listed.
 """
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ def rules() -> str:
     never restates the rule, it prints the one summary.json and the terminal summary apply."""
     columns = "; ".join(f"{STATS[stat].title}: {STATS[stat].reduce.value}" for stat in SHOWN)
     return ("Per run, from its logged train rows, as summary.json and the terminal summary reduce them "
-            f"(experiments/headline.py): {columns}; the task's metric: its last evaluation, in a column of its "
-            "own per metric. Across runs that differ only in their seed: mean ± std over seeds.")
+            f"(experiments/headline.py): {columns}; the task's metric: its last evaluation (a non-finite one flags "
+            "the run), in a column of its own per metric. Across runs that differ only in their seed: mean ± std over seeds.")
 
 
 def save_figures(tables: RunTables, out: Path) -> list[tuple[str, str, Path | None]]:

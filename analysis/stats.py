@@ -5,9 +5,9 @@ Per run, the one reduction rule of experiments/headline.py (the registry summary
 terminal summary use too), from metrics.jsonl, so the numbers exist for unfinished runs and for
 W&B runs too: timings are medians over logged train steps at or after warmup_steps (all logged
 steps when none is that late); traffic, density, build-up, load imbalance are means over logged
-steps; the settled density error is the mean over the later half of them; the run's task metric
-(`task_metric`: eval/accuracy, eval/perplexity, eval/hr10, ...) is its last evaluation
-(largest step, then epoch), as `metric`.
+steps; the settled density error is the mean over the later half of the rows that hold one; the
+run's task metric (`task_metric`: eval/accuracy, eval/perplexity, eval/hr10, ...) is its last
+evaluation (largest step, then epoch), as `metric`, NaN when that evaluation is not finite.
 
 Groups (`summarize`): runs that differ only in their seed (analysis.settings decides which
 config keys count); the keys that tell groups apart are `cfg.<key>` columns of the summary.
@@ -83,12 +83,15 @@ def timing_rows(steps: pd.DataFrame) -> pd.Series:
 
 
 def _last_task_metric(epochs: pd.DataFrame) -> pd.Series:
-    """Per run, the last evaluation of its own task metric."""
+    """Per run, its own task metric at its last evaluation: NaN when that one is missing or not
+    finite (never an earlier evaluation's value; nonfinite_reasons flags such a run)."""
     parts = []
     for metric in epochs["task_metric"].dropna().unique() if "task_metric" in epochs.columns else ():
         if c.has_data(epochs, metric):
-            rows = epochs[epochs["task_metric"] == metric].dropna(subset=[metric]).sort_values(["step", "epoch"])
-            parts.append(rows.groupby("run_id", observed=True)[metric].last())
+            rows = epochs[epochs["task_metric"] == metric].sort_values(["step", "epoch"], kind="stable")
+            last = rows.drop_duplicates("run_id", keep="last").set_index("run_id")[metric]
+            values = pd.to_numeric(last, errors="coerce").astype(float)
+            parts.append(values.where(np.isfinite(values)))
     return pd.concat(parts) if parts else pd.Series(dtype=float)
 
 
@@ -115,8 +118,8 @@ def summarize(stats: pd.DataFrame, names: list[str] | None = None) -> pd.DataFra
 
 def nonfinite_reasons(runs: pd.DataFrame, stats: pd.DataFrame) -> pd.Series:
     """Per run_id, why its numbers are not to be averaged although it may have finished ("" when
-    they are fine): steps skipped by on_nonfinite=skip, an infinite headline number, or
-    evaluations without a finite task metric."""
+    they are fine): steps skipped by on_nonfinite=skip, or a last evaluation whose task metric is
+    not finite. (Other non-finite values cannot reach the numbers: they are read as missing.)"""
     evaluated = runs.set_index("run_id")["eval_rows"] if "eval_rows" in runs.columns else pd.Series(dtype=float)
     reasons = {}
     for row in stats.itertuples(index=False):
@@ -124,10 +127,7 @@ def nonfinite_reasons(runs: pd.DataFrame, stats: pd.DataFrame) -> pd.Series:
         parts = []
         if row.get("skipped_steps", 0) > 0:
             parts.append(f"{int(row['skipped_steps'])} step(s) skipped (on_nonfinite=skip)")
-        infinite = [name for name in ("metric", *STATS) if np.isinf(row.get(name, np.nan))]
-        if infinite:
-            parts.append("non-finite " + ", ".join(infinite))
         if evaluated.get(row["run_id"], 0) > 0 and np.isnan(row.get("metric", np.nan)):
-            parts.append(f"no finite {row['task_metric']} in its evaluations")
+            parts.append(f"last evaluation non-finite ({row['task_metric']})")
         reasons[row["run_id"]] = "; ".join(parts)
     return pd.Series(reasons, dtype=object).reindex(runs["run_id"]).fillna("")

@@ -9,12 +9,15 @@ metrics.jsonl holds; steps between logging steps are never seen):
   that late: a short run still gets a number);
 - counts-based metrics (traffic, density actual/target/error, build-up, load imbalance,
   overlap): mean over logged steps; |density error| is the mean of |error|;
-- the settled density error: mean over the later half of the logged steps (the last ceil(n/2)
-  rows), so a threshold controller that settles shows it even in a short run;
-- the task metric (and every eval/* metric): its last evaluation;
+- the settled density error: mean over the later half of the logged rows that hold a density
+  error (the last ceil(m/2) of those m rows; a skipped step's row holds none), so a threshold
+  controller that settles shows it even in a short run;
+- the task metric (and every eval/* metric): its last evaluation, even when that one is not
+  finite (then the number is missing, shown "-", and the report flags the run);
 - state that is not a headline (train loss, lr, error-feedback norms): the last logged value.
-Missing values (NaN: a skipped step's row has no density) are left out; an infinite value stays
-in and makes the number infinite, which the report flags.
+A non-finite value (NaN, infinity) is a missing one on every path: metrics.jsonl writes it as
+null, the summary accumulator maps it the same way, summary.json never holds it, and every
+reduction but the last evaluation leaves missing values out (a skipped step's row has no density).
 
 Neutral module: it imports nothing from experiments' roles, so the rank process, the launcher
 and analysis all may import it.
@@ -38,7 +41,7 @@ class Reduction(enum.Enum):
     MEDIAN_AFTER_WARMUP = "median over logged steps at or after warmup_steps"
     MEAN = "mean over logged steps"
     MEAN_ABS = "mean |value| over logged steps"
-    MEAN_LATER_HALF = "mean over the later half of logged steps"
+    MEAN_LATER_HALF = "mean over the later half of the logged rows that hold a value"
     LAST_EVAL = "last evaluation"
     LAST = "last logged value"
 
@@ -171,11 +174,17 @@ def headline(key: str) -> Headline:
 
 def reduce_logged(how: Reduction, values: Sequence[float] | np.ndarray, late: Sequence[bool] | np.ndarray | None = None) -> float:
     """One run's number from its logged values of one metric, in step order. `late`: per value,
-    whether its step is at or after warmup_steps (timings only). NaN for no value."""
+    whether its step is at or after warmup_steps (timings only). NaN for no value.
+
+    A non-finite value (NaN or infinity) is a missing one, as metrics.jsonl writes it (null):
+    left out of every reduction but LAST_EVAL, where the last evaluation's value is the number
+    even when it is missing (an earlier evaluation never stands in for it)."""
     values = np.asarray(values, dtype=float)
     if values.size == 0:
         return float("nan")
-    keep = ~np.isnan(values)
+    if how is Reduction.LAST_EVAL:  # the caller orders evaluations by (step, epoch)
+        return float(values[-1]) if math.isfinite(values[-1]) else float("nan")
+    keep = np.isfinite(values)
     if late is not None:
         late = np.asarray(late, dtype=bool)[keep]
     values = values[keep]
@@ -190,14 +199,16 @@ def reduce_logged(how: Reduction, values: Sequence[float] | np.ndarray, late: Se
     if how is Reduction.MEAN_ABS:
         return float(np.mean(np.abs(values)))
     if how is Reduction.MEAN_LATER_HALF:
-        return float(np.mean(values[len(values) // 2:]))  # the last ceil(n/2) values
-    return float(values[-1])  # LAST, LAST_EVAL: the caller orders evaluations by (step, epoch)
+        # the later half of the rows that HOLD a value: the last ceil(m/2) of those m rows
+        return float(np.mean(values[len(values) // 2:]))
+    return float(values[-1])  # LAST: the last row that holds a value (a skipped row holds no loss)
 
 
 def reduce_run(train: Iterable[dict[str, Any]], evals: Iterable[dict[str, Any]], warmup_steps: int) -> dict[str, float]:
     """A run's headline numbers from its logged train rows and eval rows (metrics.jsonl records,
-    in the order logged): every HEADLINES entry with a value, and the last value of every eval/*
-    key. The reference the streaming SummaryAccumulator and analysis.stats.run_stats agree with."""
+    in the order logged): every HEADLINES entry with a value, and every eval/* key's value at the
+    last evaluation (NaN when that one is missing or non-finite). The reference the streaming
+    SummaryAccumulator and analysis.stats.run_stats agree with."""
     train, evals = list(train), sorted(evals, key=lambda row: (row.get("step", 0), row.get("epoch", 0)))
     late = [row.get("step", 0) >= warmup_steps for row in train]
     result = {}
@@ -207,9 +218,9 @@ def reduce_run(train: Iterable[dict[str, Any]], evals: Iterable[dict[str, Any]],
         if not math.isnan(value):
             result[spec.key] = value
     for key in dict.fromkeys(key for row in evals for key in row if str(key).startswith(keys.EVAL_PREFIX)):
-        value = reduce_logged(Reduction.LAST_EVAL, [_number(row.get(key)) for row in evals])
-        if not math.isnan(value):
-            result[key] = value
+        # NaN kept: a last evaluation without a finite value is shown "-" and flagged, never
+        # replaced by an earlier evaluation's value
+        result[key] = reduce_logged(Reduction.LAST_EVAL, [_number(row.get(key)) for row in evals])
     return result
 
 

@@ -7,9 +7,17 @@
     summary.json    final numbers, written atomically at the end
     metrics.dropped.jsonl   lines a resumed run logs again (experiments/store.py)
     previous/       earlier attempts' error files
+    error.rank<P>.txt       the traceback of process P, if it raised (rank/worker.py)
+    agent.json      torchrun's report (launcher/agent.py)
+    rank0.json      the host and torchrun pid rank 0 ran under (rank/nodes.py)
+    <name>.<node>.json      a node's own env/status/agent file on several nodes (`node_file`)
+    wandb_run.json  rank 0's note of its W&B run (rank/wandb_failure.py); wandb/ W&B's files
+    checkpoints/step-<s>/process-<P>.pt, complete.json     run-level checkpoints (rank/checkpoint.py)
+    .resume.lock    held by the run.py resuming the run (launcher/resume.py)
+    .cache/         caches of the run's processes (matplotlib); .analysis_cache/ the analysis's
 
-The results store (experiments/store.py), the analysis loader and every test that writes or
-reads a run use this module, so the format is stated once. The keys inside metrics.jsonl and
+The results store (experiments/store.py), the analysis loader, every other module and every test
+that writes or reads a run file use the names here, so the format is stated once. The keys inside metrics.jsonl and
 summary.json are experiments/metric_keys.py. A neutral module: it imports only the stdlib and
 yaml, so every role of experiments/, analysis and the tests may import it.
 
@@ -22,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Iterable, TextIO
 
@@ -35,9 +44,64 @@ SUMMARY = "summary.json"
 DROPPED_METRICS = "metrics.dropped.jsonl"  # lines a resumed run logs again
 PREVIOUS = "previous"  # earlier attempts' error files
 RUN_FILES = (CONFIG, ENV, STATUS, METRICS, SUMMARY)
+AGENT_REPORT = "agent.json"  # torchrun's report (launcher/agent.py), agent.<node>.json on several nodes
+RANK_ZERO = "rank0.json"  # which host and torchrun hosted rank 0 (rank/nodes.py)
+WANDB_RUN = "wandb_run.json"  # rank 0's note of its W&B run (rank/wandb_failure.py)
+WANDB_DIR = "wandb"  # W&B's own files (offline runs, cache, config)
+CACHE_DIR = ".cache"  # the run's processes' caches (matplotlib): never $HOME
+ANALYSIS_CACHE = ".analysis_cache"  # the analysis's parsed metrics (analysis/metrics_io.py)
+RESUME_LOCK = ".resume.lock"  # held by the run.py resuming the run (launcher/resume.py)
+CHECKPOINTS = "checkpoints"  # run-level checkpoints, one folder per step (rank/checkpoint.py)
+CHECKPOINT_MARKER = "complete.json"  # in a step's folder once every process's file is in place
+ERROR_FILES = "error.rank*.txt"  # glob of every process's error file (`error_file`)
+CHECKPOINT_STEPS = "step-*"  # glob of the checkpoint folders (`checkpoint_step`)
+# Every fixed name above and the stems of the patterns below (tests/test_run_dir.py checks that no
+# other file spells one).
+FIXED_NAMES = (*RUN_FILES, DROPPED_METRICS, PREVIOUS, AGENT_REPORT, RANK_ZERO, WANDB_RUN, WANDB_DIR, CACHE_DIR,
+               ANALYSIS_CACHE, RESUME_LOCK, CHECKPOINTS, CHECKPOINT_MARKER)
+PATTERN_STEMS = ("error.rank", "step-", "process-")
+_ERROR_FILE = re.compile(r"error\.rank(\d+)\.txt$")
+_CHECKPOINT_STEP = re.compile(r"step-(\d+)$")
 
 # The C loader is ~10x faster; 1,000 configs must not take seconds on their own.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+# -- the per-process, per-step and per-node names -----------------------------------------------
+def error_file(process: int | str) -> str:
+    """The error file of torchrun's process `process` (its RANK): error.rank<P>.txt."""
+    return f"error.rank{process}.txt"
+
+
+def error_file_process(name: str) -> int | None:
+    """The process whose error file is called `name`; None for any other file."""
+    match = _ERROR_FILE.search(name)
+    return None if match is None else int(match.group(1))
+
+
+def checkpoint_step(step: int) -> str:
+    """The folder (under CHECKPOINTS) of the checkpoint taken before `step`: step-<8 digits>."""
+    return f"step-{step:08d}"
+
+
+def checkpoint_step_of(name: str) -> int | None:
+    """The step of a checkpoint folder called `name`; None for any other name."""
+    match = _CHECKPOINT_STEP.match(name)
+    return None if match is None else int(match.group(1))
+
+
+def checkpoint_process_file(process: int) -> str:
+    """One process's file in a checkpoint folder: process-<P>.pt."""
+    return f"process-{process}.pt"
+
+
+def node_file(name: str, tag: str) -> str:
+    """`status.json` -> `status.<tag>.json`: a node's own copy on several nodes (unchanged when
+    `tag` is '', one node); `tag` "*" makes the glob of every node's copy."""
+    if not tag:
+        return name
+    stem, dot, suffix = name.rpartition(".")
+    return f"{stem}.{tag}.{suffix}" if dot else f"{name}.{tag}"
 
 
 # -- writing ----------------------------------------------------------------------------------
@@ -61,9 +125,18 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _finite_only(value: Any) -> Any:
+    """`value` with every non-finite float, at any depth, as None (JSON's null)."""
+    if isinstance(value, dict):
+        return {key: _finite_only(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_only(item) for item in value]
+    return _jsonable(value)
+
+
 def dumps(record: dict[str, Any]) -> str:
     """One metrics.jsonl record as one line of JSON (without the newline)."""
-    return json.dumps({key: _jsonable(value) for key, value in record.items()}, sort_keys=False)
+    return json.dumps(_finite_only(record), sort_keys=False, allow_nan=False)  # lists too (DEFT's unit norms)
 
 
 def metrics_text(records: Iterable[dict[str, Any]]) -> str:
@@ -72,8 +145,10 @@ def metrics_text(records: Iterable[dict[str, Any]]) -> str:
 
 
 def json_text(data: dict[str, Any]) -> str:
-    """The content of status.json, env.json or summary.json holding `data`."""
-    return json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
+    """The content of status.json, env.json or summary.json holding `data`. A non-finite number
+    is written as null, as in metrics.jsonl: Python's `NaN`/`Infinity` tokens are not JSON, and
+    other readers (jq, browsers, W&B) reject them."""
+    return json.dumps(_finite_only(data), indent=2, sort_keys=True, default=str, allow_nan=False) + "\n"
 
 
 def write_json(path: Path, data: dict[str, Any], sync: bool = True) -> None:

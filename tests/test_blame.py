@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 
+from experiments import run_dir as run_files
 from experiments.launcher.blame import explain, merge_reports
 
 RESET = "RuntimeError: [../gloo/transport/tcp/pair.cc:545] Read error [127.0.0.1]:935: Connection reset by peer."
 
 
 def error_file(run_dir, rank: int, line: str, at: float) -> None:
-    path = run_dir / f"error.rank{rank}.txt"
+    path = run_dir / run_files.error_file(rank)
     path.write_text(f"Traceback (most recent call last):\n  File \"x.py\", line 1\n{line}\n")
     os.utime(path, (at, at))
 

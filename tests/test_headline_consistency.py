@@ -72,3 +72,24 @@ def test_summary_report_row_and_terminal_show_the_same_numbers(tmp_path: Path) -
             assert text == cells[spec.title], key  # == the quickstart table's cell
         compared += 1
     assert compared >= 10 and "density/error_settled" in printed
+
+
+def test_a_skipped_last_step_is_reduced_alike_in_summary_and_report(tmp_path: Path) -> None:
+    """on_nonfinite=skip with the last step (9, a logging step) skipped and an lr that changes
+    every step (warm-up): summary.json reduces the skipped row too, so its train/lr is step 9's,
+    as the report's reduction of metrics.jsonl says."""
+    run_dir = tmp_path / "run"
+    result = run_cli([*RUN[:-1], "sparsifier=topk", "schedule=warmup_step", "on_nonfinite=skip",
+                      "sparsifier._target_=tests.fault_injection.NaNGradientTopK",
+                      "+sparsifier.nan_rank=1", "+sparsifier.nan_step=9", f"hydra.run.dir={run_dir}"],
+                     env={"WANDB_MODE": "disabled"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = run_files.read_json(run_dir / run_files.SUMMARY)
+    records = run_files.read_metrics(run_dir / run_files.METRICS)
+    train = [r for r in records if r["kind"] == "train"]
+    assert [r["step"] for r in train] == [0, 3, 6, 9] and train[-1]["train/skipped"] == 1.0
+    expected = reduce_run(train, [r for r in records if r["kind"] == "eval"], warmup_steps=2)
+    assert {key: summary.get(key) for key in expected} == pytest.approx(expected, rel=1e-12)
+    assert summary["train/lr"] == train[-1]["train/lr"] != train[-2]["train/lr"]
+    row = run_stats(load_runs(run_dir, cache=False)).iloc[0]
+    assert row["skipped_steps"] == 1 and row["density_error_settled"] == pytest.approx(summary["density/error_settled"])

@@ -21,9 +21,10 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from experiments import run_dir as run_files
-from experiments.rank.checkpoint import MARKER, complete_steps, step_dir
+from experiments.rank.checkpoint import FORMAT, complete_steps, load_agreed, step_dir
 from experiments.store import read_metrics
 from tests.conftest import REPO, TINY_RUN, run_cli, run_world
 
@@ -143,7 +144,7 @@ def test_sigterm_then_resume_from_the_command_line(tmp_path):
     assert [r["from_step"] for r in env["resumes"]] == [last_checkpoint]
     # One W&B run, written three times (`wandb sync` joins them): the stopped attempt, run.py
     # recording how it was stopped (wandb_failure.py), and the resumed attempt.
-    attempts = sorted((stopped / "wandb").glob("offline-run-*"))
+    attempts = sorted((stopped / run_files.WANDB_DIR).glob("offline-run-*"))
     assert len(attempts) == 3
     assert {path.name.rsplit("-", 1)[1] for path in attempts} == {env["job"]["wandb_id"]}
 
@@ -195,7 +196,7 @@ def test_resume_refuses_what_it_cannot_resume(finished_run, tmp_path):
     shutil.copytree(finished_run, locked)
     status.update(status="failed", pid=None)
     run_files.write_json(locked / run_files.STATUS, status)
-    lock = open(locked / ".resume.lock", "a")
+    lock = open(locked / run_files.RESUME_LOCK, "a")
     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another run.py resuming it right now
     cases = [
         ([f"resume={running}"], f"that run is still running (run.py pid {os.getpid()})"),
@@ -220,6 +221,31 @@ def test_checkpoints_are_pruned_and_unmarked_ones_ignored(finished_run, tmp_path
     assert complete_steps(finished_run) == [22, 24, 28]
     # A checkpoint cut by a kill has no marker: it does not count.
     copy = tmp_path / "copy"
-    shutil.copytree(finished_run / "checkpoints", copy / "checkpoints")
-    (step_dir(copy, 28) / MARKER).unlink()
+    shutil.copytree(finished_run / run_files.CHECKPOINTS, copy / run_files.CHECKPOINTS)
+    (step_dir(copy, 28) / run_files.CHECKPOINT_MARKER).unlink()
     assert complete_steps(copy) == [22, 24]
+
+
+class _OneProcess:
+    """The little of a World that loading a checkpoint uses: one process hosting ranks 0 and 1."""
+
+    process_index, processes, world_size, local_ranks, device = 0, 1, 2, [0, 1], torch.device("cpu")
+
+    class comm:  # noqa: N801 - the attribute World has
+        @staticmethod
+        def gather_stats(local: torch.Tensor) -> torch.Tensor:
+            return local  # one process: its own row is every row
+
+
+@pytest.mark.parametrize("written, says", [(1, "an older"), (99, "another")])
+def test_a_checkpoint_of_another_format_says_so_and_names_its_file(tmp_path, written, says):
+    run_dir = tmp_path / "run"
+    path = step_dir(run_dir, 8) / run_files.checkpoint_process_file(0)
+    path.parent.mkdir(parents=True)
+    torch.save({"format": written, "step": 8}, path)  # format 1 had no layout keys to compare
+    (path.parent / run_files.CHECKPOINT_MARKER).write_text("{}\n")
+    with pytest.raises(RuntimeError) as error:
+        load_agreed(run_dir, _OneProcess())
+    assert str(error.value) == (f"checkpoint format {written} was written by {says} sparsebench (format {FORMAT} now): "
+                                f"cannot resume {path}; start a new run")
+    assert "layout of ranks" not in str(error.value)

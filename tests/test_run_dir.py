@@ -83,13 +83,31 @@ def test_non_finite_values_become_null() -> None:
 
 # Files that may spell a run file's name, with how often and why. Hydra writes its own
 # `.hydra/config.yaml`, which is no run file: the bad-input tests build such a folder by hand.
+# "wandb" is also the package's and the module's name.
 ALLOWED = {
     "experiments/run_dir.py": None,  # the one definition
-    "tests/test_run_dir.py": None,  # this test (the pattern below)
+    "tests/test_run_dir.py": None,  # this test (the patterns below)
     "tests/test_bad_input.py": 2,
+    "experiments/launcher/environment.py": 1,  # PACKAGES: the wandb package's version
+    "tests/analysis/test_analysis_wandb_load.py": 1,  # 'wandb' not in sys.modules
+    "tests/conftest.py": 3,  # the tests' own W&B folders, in their cache (no run directory)
 }
-# The same quote on both sides: a docstring's """env.json's ...""" is prose, not a literal.
-LITERAL = re.compile(r"""(["'])(%s)\1""" % "|".join(re.escape(name) for name in files.RUN_FILES))
+# Every fixed name, and the stems of the per-process, per-step and per-node patterns (an f-string
+# such as f"error.rank{rank}.txt" starts with its stem, then a field, a digit or a glob's *). The same quote on both sides of a fixed
+# name: a docstring's """env.json's ...""" is prose, not a literal.
+FIXED = re.compile(r"""(["'])(%s)\1""" % "|".join(re.escape(name) for name in files.FIXED_NAMES))
+STEMS = re.compile(r"""["'](%s)(?=[{*\d])""" % "|".join(re.escape(stem) for stem in files.PATTERN_STEMS))
+
+
+def test_every_run_directory_name_is_in_the_module() -> None:
+    assert set(files.RUN_FILES) <= set(files.FIXED_NAMES) and len(set(files.FIXED_NAMES)) == len(files.FIXED_NAMES)
+    assert files.error_file_process(files.error_file(3)) == 3 and files.error_file_process(files.ENV) is None
+    assert files.checkpoint_step_of(files.checkpoint_step(30)) == 30 and files.checkpoint_step_of("step-x") is None
+    assert files.node_file(files.STATUS, "h-1") == "status.h-1.json" and files.node_file(files.STATUS, "") == files.STATUS
+    assert Path(files.node_file(files.AGENT_REPORT, "h-1")).match(files.node_file(files.AGENT_REPORT, "*"))
+    names = [files.error_file(0), files.checkpoint_step(0), files.checkpoint_process_file(0)]
+    assert all(name.startswith(stem) for name, stem in zip(names, files.PATTERN_STEMS))
+    assert Path(names[0]).match(files.ERROR_FILES) and Path(names[1]).match(files.CHECKPOINT_STEPS)
 
 
 def test_no_run_file_name_is_spelled_outside_the_module() -> None:
@@ -98,10 +116,11 @@ def test_no_run_file_name_is_spelled_outside_the_module() -> None:
         relative = path.relative_to(REPO).as_posix()
         if relative.split("/")[0].startswith(".") or "/." in relative or relative.startswith("outputs/"):
             continue  # the venv, caches, run outputs
-        hits = [name for _, name in LITERAL.findall(path.read_text(errors="replace"))]
+        text = path.read_text(errors="replace")
+        hits = [name for _, name in FIXED.findall(text)] + STEMS.findall(text)
         if hits:
             found[relative] = hits
     unexpected = {name: hits for name, hits in found.items()
                   if name not in ALLOWED or (ALLOWED[name] is not None and len(hits) != ALLOWED[name])}
-    assert not unexpected, f"name run files through experiments/run_dir.py (CONFIG, ENV, ...): {unexpected}"
-    assert "experiments/run_dir.py" in found  # the pattern does match the one definition
+    assert not unexpected, f"name run files through experiments/run_dir.py (CONFIG, error_file, ...): {unexpected}"
+    assert "experiments/run_dir.py" in found  # the patterns do match the one definition

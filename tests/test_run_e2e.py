@@ -71,7 +71,7 @@ def test_short_run_fills_the_results_store_and_wandb_offline(tmp_path):
     assert "build-up |U| / selection (mean)" in result.stdout and str(run_dir) in result.stdout
 
     # W&B offline run in the run directory; no secret in any file written
-    offline = list((run_dir / "wandb").glob("offline-run-*"))
+    offline = list((run_dir / run_files.WANDB_DIR).glob("offline-run-*"))
     assert offline and list(offline[0].glob("*.wandb"))
     for path in run_dir.rglob("*"):
         if path.is_file() and path.stat().st_size < 5_000_000:

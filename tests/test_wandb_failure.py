@@ -39,7 +39,7 @@ def test_rank_zero_killed_leaves_a_valid_wandb_record_with_the_failure(tmp_path)
         assert process.returncode == 1
     finally:
         kill_tree(tree)
-    note = json.loads((run_dir / "wandb_run.json").read_text())
+    note = json.loads((run_dir / run_files.WANDB_RUN).read_text())
     files = sorted(run_dir.glob(f"wandb/offline-run-*-{note['id']}/run-{note['id']}.wandb"))
     assert len(files) == 2, files  # rank 0's own (cut short) and run.py's, for the same run id
     finished = records(files[-1])

@@ -6,15 +6,12 @@ norms are gathered from all ranks on logging steps only, then reduced (max and m
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from experiments import metric_keys as keys
 from experiments.core.exchange import ExchangeResult
-from experiments.headline import HEADLINES, reduce_logged
 from experiments.core.traffic import TrafficMeter
 from sparsifiers.base import ExchangeKind, SelectionScope
 
@@ -100,54 +97,3 @@ def rank_metrics(stats: torch.Tensor) -> dict[str, float]:
         ratio = column["residual_norm"] / column["acc_norm"].clamp_min(1e-30)
         metrics[keys.REL_RESIDUAL] = float(ratio.mean())
     return metrics
-
-
-# The headline keys summary.json reduces, as logged (settled and |error| share density/error).
-SUMMARY_SOURCES = tuple(dict.fromkeys(spec.logged_key for spec in HEADLINES.values()))
-
-
-@dataclass
-class SummaryAccumulator:
-    """Collects what summary.json reports by the one reduction rule (experiments/headline.py):
-    it keeps the logged values of the few headline keys (one float each per logged row, NaN
-    where a row lacks the key), never every step."""
-
-    warmup_steps: int
-    steps: int = 0
-    sent_total: np.ndarray | None = None  # bytes each rank sent over the whole run (every step)
-    logged: dict[str, list[float]] = field(default_factory=dict)  # SUMMARY_SOURCES key -> per logged row
-    late: list[bool] = field(default_factory=list)  # per logged row: step >= warmup_steps
-    evals: dict[str, float] = field(default_factory=dict)  # eval/* of the latest evaluation
-    last: dict[str, float] = field(default_factory=dict)  # latest logged values (the epoch table)
-
-    def add_step(self, metrics: dict[str, float], sent_per_rank: np.ndarray) -> None:
-        """Every step: only the bytes sent add up (traffic/sent_bytes_total_max is not a headline
-        and sums every step); `metrics` is this step's, logged or not."""
-        self.sent_total = sent_per_rank.copy() if self.sent_total is None else self.sent_total + sent_per_rank
-        self.steps += 1
-
-    def add_logged(self, step: int, metrics: dict[str, float]) -> None:
-        """A train row as it is logged."""
-        self.last.update(metrics)
-        self.late.append(step >= self.warmup_steps)
-        for key in SUMMARY_SOURCES:
-            value = metrics.get(key)
-            self.logged.setdefault(key, []).append(float("nan") if value is None else float(value))
-
-    def add_eval(self, metrics: dict[str, float]) -> None:
-        """An eval row as it is logged (evaluations come in step order: the last one counts)."""
-        self.last.update(metrics)
-        # NaN is no value (metrics.jsonl writes it as null): the last evaluation that has one
-        self.evals.update({key: float(value) for key, value in metrics.items()
-                           if key.startswith(keys.EVAL_PREFIX) and not math.isnan(float(value))})
-
-    def summary(self) -> dict[str, float]:
-        result = {}
-        for spec in HEADLINES.values():
-            value = reduce_logged(spec.reduce, self.logged.get(spec.logged_key, []), self.late)
-            if not math.isnan(value):
-                result[spec.key] = value
-        if self.sent_total is not None:
-            result[keys.SENT_TOTAL_MAX] = float(self.sent_total.max())
-        result.update(self.evals)
-        return result

@@ -23,8 +23,6 @@ from typing import Any
 
 import torch
 
-from experiments import metric_keys as keys
-from experiments.console import say
 from experiments.core.finite import HINT, KINDS, NonFiniteValue
 from experiments.core.replica import Replica
 from experiments.core.world import World
@@ -122,14 +120,3 @@ class SkipGuard:
                 f"{self.max_in_a_row}), the last with {skipped.describe()}: {HINT}",
                 skipped.what,
             )
-
-
-def log_skipped(sink, guard: SkipGuard, skipped: SkippedStep, hosts_rank_zero: bool, fields: dict[str, Any]) -> None:
-    """A skipped step's metric row (logged whether or not it is a logging step: it is an event),
-    a warning on the terminal, and the run's failure past the limit. Every process calls it."""
-    sink.log({"kind": "train", keys.SKIPPED: 1.0, keys.SKIPPED_TOTAL: float(guard.total),
-              keys.SKIPPED_RANK: -1 if skipped.rank is None else skipped.rank, **fields}, skipped.step)
-    if hosts_rank_zero:
-        say(f"warning: step {skipped.step} skipped ({skipped.describe()}; on_nonfinite=skip): "
-            f"{guard.in_a_row} in a row, {guard.total} in all")  # above the progress bar
-    guard.fail_past_limit(skipped)

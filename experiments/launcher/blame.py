@@ -31,11 +31,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from experiments.run_dir import ERROR_FILES, error_file_process
+
 # An error of this form says a peer went away or never answered: a consequence, not a cause.
 PEER_LOST = re.compile(
     r"connection (reset|closed) by peer|broken pipe|connection refused|timed out|timeout|"
     r"DistNetworkError|ECONNRESET|EPIPE|gloo/transport", re.IGNORECASE)
-ERROR_FILE = re.compile(r"error\.rank(\d+)\.txt$")
 
 
 @dataclass
@@ -69,8 +70,10 @@ def rank_failures(run_dir: Path, report: dict[str, Any] | None, per_process: int
     """Every rank's failure, from its own error file and from what torchrun saw."""
     seen = {entry["rank"]: entry for entry in (report or {}).get("failures", [])}
     failures = []
-    for path in run_dir.glob("error.rank*.txt"):
-        rank = int(ERROR_FILE.search(path.name).group(1))
+    for path in run_dir.glob(ERROR_FILES):
+        rank = error_file_process(path.name)
+        if rank is None:  # error.rankX.txt: no process's file
+            continue
         line, name = last_line(path), process_name(rank, per_process)
         agent = seen.pop(rank, {})
         failures.append(Failure(

@@ -28,9 +28,9 @@ from experiments.launcher.environment import REPO_ROOT, collect_environment
 from experiments.errors import ConfigError
 from experiments.launcher.launcher_checks import rendezvous_error
 from experiments.rank.lifetime import STATUS_VARIABLE, Stopped, run_job
-from experiments.rank.nodes import (AGENT_REPORT, ENV_FILE_VARIABLE, RANK_ZERO, hosts_rank_zero, node_file, node_tag,
-                               rendezvous_id)
+from experiments.rank.nodes import ENV_FILE_VARIABLE, hosts_rank_zero, node_tag, rendezvous_id
 from experiments.rank.report import format_summary
+from experiments.run_dir import AGENT_REPORT, CACHE_DIR, ERROR_FILES, RANK_ZERO, WANDB_DIR, node_file
 from experiments.runtime import Runtime, resolve
 from experiments.store import CONFIG, ENV, STATUS, SUMMARY, RunStore, write_atomic
 from experiments.rank.wandb_failure import record_failure
@@ -96,11 +96,11 @@ def rank_environment(runtime: Runtime, run_dir: Path) -> dict[str, str]:
     env["OMP_NUM_THREADS"] = str(runtime.threads_per_process)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     env["PYTHONUNBUFFERED"] = "1"
-    env.setdefault("MPLCONFIGDIR", str(run_dir / ".cache" / "matplotlib"))
+    env.setdefault("MPLCONFIGDIR", str(run_dir / CACHE_DIR / "matplotlib"))
     env.setdefault("WANDB_DIR", str(run_dir))
-    env.setdefault("WANDB_CACHE_DIR", str(run_dir / "wandb" / "cache"))
-    env.setdefault("WANDB_CONFIG_DIR", str(run_dir / "wandb" / "config"))
-    env.setdefault("WANDB_DATA_DIR", str(run_dir / "wandb" / "data"))
+    env.setdefault("WANDB_CACHE_DIR", str(run_dir / WANDB_DIR / "cache"))
+    env.setdefault("WANDB_CONFIG_DIR", str(run_dir / WANDB_DIR / "config"))
+    env.setdefault("WANDB_DATA_DIR", str(run_dir / WANDB_DIR / "data"))
     env.setdefault("WANDB_SILENT", "true")
     return env
 
@@ -196,5 +196,5 @@ def run_to_end(cfg: DictConfig, store: RunStore, environment: dict[str, Any], ex
     if owner:
         finish_wandb(run_dir, blame)
     print(f"{line_start(cfg.logger.progress)}run failed: {blame['error']}\n  details: {run_dir}/{statuses[0]} "
-          f"(cause and consequences) and error.rank*.txt", file=sys.stderr, flush=True)
+          f"(cause and consequences) and {ERROR_FILES}", file=sys.stderr, flush=True)
     return {"status": "failed", "error": blame["error"]}

@@ -21,10 +21,10 @@ from omegaconf import OmegaConf
 from experiments.rank.checkpoint import complete_steps
 from experiments.errors import ConfigError
 from experiments.launcher.launch import run_to_end
+from experiments.run_dir import ERROR_FILES, RESUME_LOCK
 from experiments.store import CONFIG, ENV, RunStore
 from experiments.launcher.validate import validate
 
-LOCK = ".resume.lock"
 
 def resume_argument(args: list[str]) -> str | None:
     """The run directory of `resume=DIR`, or None; `resume=` takes no other override."""
@@ -98,7 +98,7 @@ def resume(directory: str) -> dict[str, Any]:
     resumes = env.setdefault("resumes", [])
     resumes.append({"time": time.time(), "from_step": from_step, "host": socket.gethostname(), "argv": sys.argv})
     store.write_json(ENV, env)
-    store.set_aside([path.name for path in store.dir.glob("error.rank*.txt")], f"resume-{len(resumes)}")
+    store.set_aside([path.name for path in store.dir.glob(ERROR_FILES)], f"resume-{len(resumes)}")
     store.set_status("running", pid=os.getpid(), host=socket.gethostname(), resumed=time.time(), resumes=len(resumes))
     print(f"resuming {store.dir} from step {from_step}" + ("" if steps else " (no checkpoint yet)"), flush=True)
     try:
@@ -110,7 +110,7 @@ def resume(directory: str) -> dict[str, Any]:
 def _lock(store: RunStore, directory: str):
     """An exclusive lock on the run directory (its .resume.lock), or ConfigError if another
     run.py holds it: two resumes started together would both train into one directory."""
-    handle = open(store.path(LOCK), "a")
+    handle = open(store.path(RESUME_LOCK), "a")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -28,11 +28,11 @@ import torch
 from omegaconf import DictConfig
 
 from experiments.errors import ConfigError
-from experiments.core.metrics import SummaryAccumulator
+from experiments.rank.summary import SummaryAccumulator
+from experiments.run_dir import (CHECKPOINT_MARKER, CHECKPOINT_STEPS, CHECKPOINTS, checkpoint_process_file,
+                                 checkpoint_step, checkpoint_step_of)
 from experiments.store import write_atomic
 
-CHECKPOINTS = "checkpoints"
-MARKER = "complete.json"
 FORMAT = 2  # bump when the layout of a process file changes (2: the summary accumulator keeps logged rows)
 
 
@@ -50,7 +50,7 @@ def check_config(cfg: DictConfig) -> None:
 
 
 def step_dir(run_dir: Path, step: int) -> Path:
-    return Path(run_dir) / CHECKPOINTS / f"step-{step:08d}"
+    return Path(run_dir) / CHECKPOINTS / checkpoint_step(step)
 
 
 def complete_steps(run_dir: Path) -> list[int]:
@@ -58,7 +58,8 @@ def complete_steps(run_dir: Path) -> list[int]:
     root = Path(run_dir) / CHECKPOINTS
     if not root.is_dir():
         return []
-    return sorted(int(d.name.removeprefix("step-")) for d in root.glob("step-*") if (d / MARKER).exists())
+    steps = ((checkpoint_step_of(d.name), d) for d in root.glob(CHECKPOINT_STEPS))
+    return sorted(step for step, d in steps if step is not None and (d / CHECKPOINT_MARKER).exists())
 
 
 @dataclass
@@ -70,7 +71,7 @@ class Resumed:
 
 
 def _process_file(run_dir: Path, step: int, process: int) -> Path:
-    return step_dir(run_dir, step) / f"process-{process}.pt"
+    return step_dir(run_dir, step) / checkpoint_process_file(process)
 
 
 def load_agreed(run_dir: Path, world) -> Resumed | None:
@@ -87,8 +88,13 @@ def load_agreed(run_dir: Path, world) -> Resumed | None:
                            f"{_process_file(run_dir, agreed, world.process_index)}")
     # On the CPU: the sparsifiers' generator states must stay CPU tensors; restore() copies the
     # rest into tensors already on the device (and moves the task state there).
-    state = torch.load(_process_file(run_dir, agreed, world.process_index), map_location="cpu", weights_only=False)
-    if state["format"] != FORMAT or state["local_ranks"] != world.local_ranks or state["workers"] != world.world_size:
+    path = _process_file(run_dir, agreed, world.process_index)
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    if state.get("format") != FORMAT:  # first: an old file may not even hold the layout keys below
+        age = "an older" if isinstance(state.get("format"), int) and state["format"] < FORMAT else "another"
+        raise RuntimeError(f"checkpoint format {state.get('format')} was written by {age} sparsebench (format {FORMAT} "
+                           f"now): cannot resume {path}; start a new run")
+    if state["local_ranks"] != world.local_ranks or state["workers"] != world.world_size:
         raise RuntimeError(f"checkpoint step {agreed} was written by another layout of ranks "
                            f"({state['workers']} workers, ranks {state['local_ranks']} here): cannot resume")
     return Resumed(agreed, state)
@@ -126,7 +132,7 @@ class Checkpointer:
         # Every process has its file in place once this gather returns: only then the marker.
         self.world.comm.gather_stats(torch.zeros(1, 1, dtype=torch.float64, device=self.world.device))
         if int(os.environ.get("LOCAL_RANK", 0)) == 0:  # one writer per node (run dirs need not be shared)
-            write_atomic(directory / MARKER, json.dumps({"step": step, "processes": self.world.processes}) + "\n")
+            write_atomic(directory / CHECKPOINT_MARKER, json.dumps({"step": step, "processes": self.world.processes}) + "\n")
             self._prune()
 
     def _prune(self) -> None:
@@ -134,10 +140,10 @@ class Checkpointer:
         marked = complete_steps(self.run_dir)
         kept = set(marked[-self.keep:])
         oldest_kept = min(kept)
-        for directory in (self.run_dir / CHECKPOINTS).glob("step-*"):
-            step = int(directory.name.removeprefix("step-"))
-            if step not in kept and (step in marked or step < oldest_kept):
-                (directory / MARKER).unlink(missing_ok=True)  # unmarked first: never half a checkpoint
+        for directory in (self.run_dir / CHECKPOINTS).glob(CHECKPOINT_STEPS):
+            step = checkpoint_step_of(directory.name)
+            if step is not None and step not in kept and (step in marked or step < oldest_kept):
+                (directory / CHECKPOINT_MARKER).unlink(missing_ok=True)  # unmarked first: never half a checkpoint
                 shutil.rmtree(directory, ignore_errors=True)
 
 

@@ -17,7 +17,8 @@ directory never overwrite each other:
     rank0.json          written by rank 0: the host and torchrun pid it runs under
 
 A node without rank 0 ends `done` when its ranks did, and says where the results are. On one
-node nothing is suffixed: env.json, status.json, agent.json.
+node nothing is suffixed: env.json, status.json, agent.json. (The names, and `node_file` that
+suffixes them, are experiments/run_dir.py's.)
 """
 from __future__ import annotations
 
@@ -30,11 +31,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from experiments.run_dir import RANK_ZERO
 from experiments.store import write_atomic
 
 ENV_FILE_VARIABLE = "SPARSEBENCH_ENV_FILE"  # the env.json a node's ranks read
-RANK_ZERO = "rank0.json"
-AGENT_REPORT = "agent.json"  # torchrun's report (agent.py), agent.<node>.json on several nodes
 
 
 def rendezvous_id(cfg: DictConfig) -> str:
@@ -51,14 +51,6 @@ def node_tag(cfg: DictConfig) -> str:
     if cfg.launcher.nnodes == 1:
         return ""
     return f"{socket.gethostname()}-{os.getpid()}"
-
-
-def node_file(name: str, tag: str) -> str:
-    """`status.json` -> `status.<tag>.json` (unchanged on one node)."""
-    if not tag:
-        return name
-    stem, dot, suffix = name.rpartition(".")
-    return f"{stem}.{tag}.{suffix}" if dot else f"{name}.{tag}"
 
 
 def record_rank_zero(run_dir: Path) -> None:

@@ -72,7 +72,10 @@ def format_summary(summary: dict[str, Any], run_dir: str) -> str:
     if source != "real":
         lines.append(f"  data: {source} (not the paper's data)")
     metric = summary.get("task", {}).get("metric", keys.ACCURACY)
-    for label, specs in summary_lines(metric):
-        lines.append(f"  {label:<56} " + " / ".join(spec.format(summary.get(spec.key)) for spec in specs))
+    for index, (label, specs) in enumerate(summary_lines(metric)):
+        line = f"  {label:<56} " + " / ".join(spec.format(summary.get(spec.key)) for spec in specs)
+        if index == 0 and metric in summary and specs[0].format(summary[metric]) == "-":  # null: not finite
+            line += "  (last evaluation non-finite: the report flags this run)"
+        lines.append(line)
     lines.append(f"  results: {run_dir}")
     return "\n".join(lines)

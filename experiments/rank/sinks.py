@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
+from experiments.run_dir import WANDB_DIR
 from experiments.store import MetricsWriter
 from experiments.rank.wandb_failure import note_run
 
@@ -61,8 +62,8 @@ class WandbSink:
 
         # Everything W&B writes stays in the run directory, never in $HOME.
         for variable in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
-            os.environ.setdefault(variable, str(run_dir / "wandb"))
-        (run_dir / "wandb").mkdir(exist_ok=True)
+            os.environ.setdefault(variable, str(run_dir / WANDB_DIR))
+        (run_dir / WANDB_DIR).mkdir(exist_ok=True)
         self._run = wandb.init(
             project=project,
             entity=entity,

@@ -15,11 +15,13 @@ from experiments import metric_keys as keys
 from experiments.rank.build import build_dataset, build_model, build_optimizer, build_schedule, build_sparsifier
 from experiments.rank.checkpoint import Checkpointer, Resumed, restore
 from experiments.core.flat_grad import bind_flat_grad, parameter_checksum, parameters_sha256
-from experiments.core.metrics import RANK_STATS, MetricContext, SummaryAccumulator, exchange_metrics, rank_metrics
+from experiments.core.metrics import RANK_STATS, MetricContext, exchange_metrics, rank_metrics
+from experiments.rank.summary import SummaryAccumulator
 from experiments.core.replica import Replica, make_replicas
 from experiments.rank.report import EpochTable
 from experiments.rank.schedule import StepSchedule
-from experiments.core.skip import SkipGuard, log_skipped
+from experiments.core.skip import SkipGuard
+from experiments.rank.skipped import log_skipped
 from experiments.core.step import train_step
 from experiments.core.tasks import Task, describe_task, make_task
 from experiments.core.traffic import dense_allreduce_bytes
@@ -133,7 +135,7 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path, resumed: Resumed |
             if guard is not None:
                 guard.count(outcome.skipped)
             if outcome.skipped is not None:  # on_nonfinite=skip: logged, then failed past the limit
-                log_skipped(sink, guard, outcome.skipped, world.hosts_rank_zero,
+                log_skipped(sink, accumulator, guard, outcome.skipped, world.hosts_rank_zero,
                             {"epoch": epoch, keys.LR: lr, keys.ELAPSED: time.perf_counter() - started})
             else:
                 metrics = exchange_metrics(outcome.result, world.comm.meter, context, method.current_k, method.current_density)

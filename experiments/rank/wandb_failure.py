@@ -18,16 +18,15 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from experiments.run_dir import WANDB_DIR, WANDB_RUN
 from experiments.store import CONFIG, METRICS, read_metrics, write_atomic
-
-RUN_FILE = "wandb_run.json"
 
 
 def note_run(run_dir: Path, run: Any, mode: str, closed: bool = False) -> None:
     """Rank 0's note of its W&B run, rewritten with closed=True once it finished it."""
     record = {"id": run.id, "mode": mode, "project": run.project, "name": run.name, "group": run.group,
               "closed": closed}
-    write_atomic(run_dir / RUN_FILE, json.dumps(record) + "\n")
+    write_atomic(run_dir / WANDB_RUN, json.dumps(record) + "\n")
 
 
 def scalars(record: dict[str, Any]) -> dict[str, float]:
@@ -40,13 +39,13 @@ def record_failure(run_dir: Path, failure: dict[str, Any]) -> bool:
     """Finishes the run's W&B record as failed, with `failure` in its summary. Returns whether
     there was a W&B run to finish (none when W&B is disabled or rank 0 never started one)."""
     try:
-        note = json.loads((run_dir / RUN_FILE).read_text())
+        note = json.loads((run_dir / WANDB_RUN).read_text())
     except (OSError, ValueError):
         return False
     import wandb  # lazy: only a failed run with W&B pays for it
 
     for variable in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
-        os.environ.setdefault(variable, str(run_dir / "wandb"))
+        os.environ.setdefault(variable, str(run_dir / WANDB_DIR))
     os.environ.setdefault("WANDB_SILENT", "true")
     config = None
     if not note.get("closed") and (run_dir / CONFIG).exists():  # its config was lost with the rest

@@ -15,6 +15,7 @@ import traceback
 import torch
 from omegaconf import OmegaConf
 
+from experiments import run_dir as run_files
 from experiments.rank.checkpoint import load_agreed
 from experiments.console import close_bars, line_start, route_warnings
 from experiments.rank.lifetime import die_with_parent, mark_orphaned, outlived
@@ -76,7 +77,7 @@ def main(run_dir: str) -> None:
         watch_run_py()
     route_warnings()  # whole lines above rank 0's progress bar (console.py)
     store = RunStore(run_dir)
-    error_file = f"error.rank{os.environ.get('RANK', '0')}.txt"
+    error_file = run_files.error_file(os.environ.get("RANK", "0"))
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     if restart:  # torchrun restarted the job: the last attempt's error is not this one's
         store.set_aside([error_file], f"restart-{restart}")

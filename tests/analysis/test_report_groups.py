@@ -3,7 +3,6 @@ keys that differ across rows are named, and failed, unfinished and non-finite ru
 and never averaged in. Cheap run directories written with the results store's writer."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -15,8 +14,9 @@ from experiments.store import RunStore
 
 
 def write_run(run_dir: Path, max_steps: int, seed: int, status: str = "done", skipped: bool = False,
-              lr: float = 0.1, settings: dict | None = None) -> Path:
-    """A Top-k run of `max_steps` logged steps (one evaluation), as the runner lays it out."""
+              lr: float = 0.1, settings: dict | None = None, last_eval: float | None = None) -> Path:
+    """A Top-k run of `max_steps` logged steps (one evaluation), as the runner lays it out.
+    `last_eval`: a second, later evaluation with this accuracy (NaN: written as null)."""
     run_dir.mkdir(parents=True)
     config = {"sparsifier": {"name": "topk", "density": 0.01, "exchange": "union_allreduce"},
               "model": {"name": "mlp"}, "dataset": {"name": "digits"}, "optimizer": {"name": "sgd", "lr": lr},
@@ -39,6 +39,8 @@ def write_run(run_dir: Path, max_steps: int, seed: int, status: str = "done", sk
     if skipped:  # on_nonfinite=skip's row for a skipped step (experiments/core/skip.py)
         writer.write({"step": max_steps, "kind": "train", "epoch": 0, "train/skipped": 1.0, "train/skipped_total": 1.0})
     writer.write({"step": max_steps - 1, "kind": "eval", "epoch": 0, "eval/accuracy": 0.5 + 0.01 * seed})
+    if last_eval is not None:
+        writer.write({"step": max_steps - 1, "kind": "eval", "epoch": 1, "eval/accuracy": last_eval})
     writer.close()
     store.set_status(status, **({"error": "rank0: RuntimeError: injected"} if status == "failed" else {}))
     if status == "done":
@@ -124,3 +126,21 @@ def test_a_setting_that_changes_what_is_measured_is_a_row_of_its_own(tmp_path: P
         assert key in text.splitlines()[0]  # a column of the table, named
     else:
         assert list(summary["runs"]) == [3] and f"cfg.{key}" not in summary.columns
+
+
+def test_a_non_finite_last_evaluation_is_flagged_not_replaced_by_an_earlier_one(tmp_path: Path) -> None:
+    """Epoch 0 evaluates to 0.55, epoch 1 to NaN: the run's accuracy is missing (not 0.55), the
+    run is listed as non-finite and kept out of the average of the other seeds."""
+    for seed in (0, 1):
+        write_run(tmp_path / "runs" / f"s{seed}", 3, seed)
+    write_run(tmp_path / "runs" / "nan_eval", 3, 5, last_eval=float("nan"))
+    assert '"eval/accuracy": null' in (tmp_path / "runs" / "nan_eval" / run_files.METRICS).read_text()
+    out = tmp_path / "report"
+    write_report([tmp_path / "runs"], out, cache=False)
+    summary = _summary(out)
+    assert summary["runs"].tolist() == [2] and summary["metric"].item() == pytest.approx(0.505)
+    runs = pd.read_csv(out / "runs.csv").set_index("name")
+    assert pd.isna(runs.loc["nan_eval", "metric"]) and runs.loc["s1", "metric"] == pytest.approx(0.51)
+    problems = (out / "report.md").read_text().split("## Failed, unfinished and non-finite runs")[1].split("\n## ")[0]
+    (row,) = [line for line in problems.splitlines() if line.startswith("| nan_eval ")]
+    assert "last evaluation non-finite (eval/accuracy)" in row
