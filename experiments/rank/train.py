@@ -151,7 +151,7 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path, resumed: Resumed |
                     accumulator.add_logged(step, metrics)
                     sink.log({"kind": "train", **metrics}, step)
                     if progress is not None:
-                        progress.set_postfix(loss=f"{metrics['train/loss']:.3f}", refresh=False)
+                        progress.set_postfix(loss=f"{metrics[keys.LOSS]:.3f}", refresh=False)
             if cfg.checksum_every and step % cfg.checksum_every == 0:
                 _check_replicas_agree(world, model, step)
             if progress is not None:
