@@ -215,3 +215,22 @@ def test_a_stopped_rank_ends_the_job_after_the_timeout_and_is_named(tmp_path):
         assert any("Timed out" in (failure["error"] or "") for failure in status["consequences"])
     finally:
         kill_tree(tree)
+
+
+def test_a_parent_killed_but_not_yet_gone_counts_as_dead():
+    """outlived() must not wait on getppid() alone: a SIGKILLed run.py with many threads names
+    itself the parent for a while. A zombie or vanished process is dying; a live one is not."""
+    from experiments.rank.lifetime import _dying
+
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        assert not _dying(child.pid) and not _dying(os.getpid())
+        child.kill()
+        deadline = time.time() + 5
+        while not _dying(child.pid) and time.time() < deadline:  # a zombie until reaped
+            time.sleep(0.01)
+        assert _dying(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert _dying(child.pid)  # reaped: gone

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 STOP_GRACE_S = 5.0  # torchrun stops its ranks on SIGTERM within this, or they are killed
 FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
@@ -79,13 +80,27 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
 def outlived(parent: int, wait_s: float = 1.0) -> bool:
     """Whether the parent (run.py, pid `parent`) has died. A process killed by SIGKILL loses its
     threads one by one, and its child is first handed to a surviving thread of the same process
-    (and gets its death signal then), so getppid() can still name the parent for a moment."""
+    (and gets its death signal then), so getppid() can still name the parent for a while: on a
+    loaded machine longer than `wait_s`. A parent that is a zombie, gone, or has SIGKILL pending
+    is dying too; one that is none of these within `wait_s` is alive (it passed a signal on)."""
     deadline = time.time() + wait_s
-    while os.getppid() == parent:
+    while os.getppid() == parent and not _dying(parent):
         if time.time() > deadline:
             return False
         time.sleep(0.02)
     return True
+
+
+def _dying(pid: int) -> bool:
+    """/proc says `pid` is gone, a zombie, or about to be: SIGKILL pending for it."""
+    try:
+        fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    except OSError:
+        return True
+    if fields.get("State", "").strip()[:1] in ("Z", "X"):
+        return True
+    kill_bit = 1 << (int(signal.SIGKILL) - 1)
+    return any(int(fields.get(mask, "0").strip() or "0", 16) & kill_bit for mask in ("SigPnd", "ShdPnd"))
 
 
 def mark_orphaned(parent: int, then: str) -> None:
