@@ -15,7 +15,8 @@ import pandas as pd
 from analysis.markdown import mean_std
 from analysis.settings import key_title, varying_in
 from analysis.stats import STATS
-from analysis.tasks import is_stand_in, metric_order, metric_spec, stand_in_what
+from analysis.tasks import is_stand_in, metric_order, stand_in_what
+from experiments.headline import task_metric
 
 # The summary table's columns after the metric columns, in order: stats of analysis.stats,
 # titled and formatted by the headline registry (experiments/headline.py). The density error is
@@ -43,7 +44,7 @@ def summary_cells(summary: pd.DataFrame) -> pd.DataFrame:
         cells["status"] = summary["status"].astype(str)
     cells["runs"] = summary["runs"].astype(str)
     for metric in metric_order(summary["task_metric"]):
-        spec = metric_spec(metric)
+        spec = task_metric(metric)
         mine = summary["task_metric"] == metric
         pairs = zip(summary["metric"], summary["metric_std"])
         cells[spec.title] = [mean_std(spec.fmt)(pair) if own else "-" for pair, own in zip(pairs, mine)]

@@ -4,7 +4,7 @@ The runner records, in summary.json, `task` ({kind, metric, higher_is_better}: t
 metric, e.g. eval/perplexity for the LSTM) and `dataset` ({name, task, source, ...}: `source` is
 `real` or `stand-in: <what>`). The runs table carries them as `task`, `task_metric`,
 `higher_is_better` and `data_source`; the report, the comparison and the convergence figures
-show each run's own metric, labelled and formatted by `metric_spec`.
+show each run's own metric, labelled and formatted by `experiments.headline.task_metric`.
 
 Runs from before tasks existed have neither entry: they are classification runs on real data.
 A run that does not say (an older run, or one that has not written its summary yet: killed,
@@ -34,8 +34,6 @@ KINDS = {keys.ACCURACY: "classification", keys.PERPLEXITY: "language_model", key
 
 # How an eval metric reads (label, format, direction) lives in the headline registry, with every
 # other reported number; these names are the ones the analysis has always used.
-MetricSpec = Headline
-metric_spec = task_metric
 
 
 def metric_order(metrics: Iterable[Any]) -> list[str]:
@@ -79,7 +77,7 @@ def describe_task(summary: dict[str, Any]) -> dict[str, Any]:
     return {
         "task": task.get("kind") or dataset.get("task") or kind_of(metric),
         "task_metric": metric,
-        "higher_is_better": metric_spec(metric).higher_is_better if direction is None else bool(direction),
+        "higher_is_better": task_metric(metric).higher_is_better if direction is None else bool(direction),
         "data_source": source,
     }
 
@@ -93,7 +91,7 @@ def fill_task(row: dict[str, Any], eval_columns: Iterable[str]) -> None:
     if not row.get("task_metric"):
         logged = set(eval_columns) | {key for key in row if str(key).startswith(keys.EVAL_PREFIX)}
         metric = infer_metric(logged) or DEFAULT_METRIC
-        row.update(task=kind_of(metric), task_metric=metric, higher_is_better=metric_spec(metric).higher_is_better)
+        row.update(task=kind_of(metric), task_metric=metric, higher_is_better=task_metric(metric).higher_is_better)
     if not row.get("data_source"):
         row["data_source"] = UNKNOWN_STAND_IN if row.get("cfg.dataset.if_missing") == "stand_in" else REAL
 

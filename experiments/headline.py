@@ -71,9 +71,6 @@ class Headline:
         """The metrics.jsonl key this number is reduced from."""
         return self.source or self.key
 
-    @property
-    def name(self) -> str:  # analysis.tasks' MetricSpec called the key `name`
-        return self.key
 
     @property
     def title(self) -> str:

@@ -11,7 +11,6 @@ import pytest
 
 from analysis.report_tables import SHOWN
 from analysis.stats import STATS
-from analysis.tasks import metric_spec
 from experiments.headline import HEADLINES, Reduction, headline, reduce_logged, reduce_run, task_metric
 from experiments import metric_keys as keys
 from experiments import run_dir as run_files
@@ -86,7 +85,7 @@ def test_every_reported_column_is_a_registry_entry() -> None:
     assert len(columns) == len(set(columns))  # STATS is keyed by column: two entries must not share one
     for spec in HEADLINES.values():
         assert spec.reduce is not Reduction.LAST_EVAL and spec.format(1.0) != "-"
-    assert headline("eval/perplexity") == task_metric("eval/perplexity") == metric_spec("eval/perplexity")
+    assert headline("eval/perplexity") == task_metric("eval/perplexity")
     assert task_metric("eval/perplexity").title == "perplexity (lower is better)"
     assert HEADLINES["traffic/sent_bytes_max"].format(12345.0) == "0.0123"  # bytes shown as MB
     assert "|U|/k-1" in HEADLINES["density/error"].title

@@ -12,7 +12,8 @@ from analysis import columns as c
 from analysis.figures.style import finish, new_figure
 from analysis.labels import knob_text, varying_knobs
 from analysis.tables import RunTables
-from analysis.tasks import metric_order, metric_spec
+from analysis.tasks import metric_order
+from experiments.headline import task_metric
 
 # Keys that join a variant's label when they differ among the runs shown (density too: a
 # variant is a set of knob values, and density is one, though a sweep of it alone is no ablation).
@@ -42,7 +43,7 @@ def dgc_ablation(tables: RunTables, method: str = "dgc") -> Figure | None:
     _curves(loss_axis, _per_epoch_loss(tables.steps, labels), labels, colors)
     loss_axis.set_ylabel("train loss (mean over the epoch)")
     for axis, metric in zip(axes[0, 1:], metrics):
-        spec = metric_spec(metric)
+        spec = task_metric(metric)
         rows = tables.epochs[tables.epochs["run_id"].isin(shown["run_id"]) & (tables.epochs["task_metric"] == metric)]
         _curves(axis, rows.assign(value=spec.plotted(rows[metric]))[["run_id", "epoch", "value"]].dropna(), labels, colors)
         axis.set_ylabel(spec.axis_label())

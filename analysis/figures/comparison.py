@@ -11,7 +11,8 @@ from analysis.figures.style import base_method, finish, method_color, new_figure
 from analysis.settings import as_text, differing_keys, key_title
 from analysis.stats import STATS, run_stats
 from analysis.tables import RunTables
-from analysis.tasks import DEFAULT_METRIC, metric_order, metric_spec
+from analysis.tasks import DEFAULT_METRIC, metric_order
+from experiments.headline import task_metric
 
 # (stat of analysis.stats.run_stats, panel title), after the panel of each task metric present
 # (final accuracy, perplexity, HR@10). The numbers are the report's (the headline registry's one
@@ -48,7 +49,7 @@ def method_comparison(tables: RunTables) -> Figure | None:
     figure, axes = new_figure(rows, COLUMNS, width=4.2, height=3.2 + 0.06 * max(0, longest - 12))
     for axis, (stat, title, ylabel) in zip(axes.flat, panels):
         if title is None:  # a task metric: the bars of the runs of that task
-            spec = metric_spec(stat)
+            spec = task_metric(stat)
             mine = stats[stats["task_metric"] == stat] if len(metrics) > 1 else stats
             _bars(axis, mine.assign(value=spec.plotted(mine["metric"])), "value")
             axis.set_title(f"final {spec.label}", fontsize="medium")

@@ -9,8 +9,9 @@ from matplotlib.figure import Figure
 from analysis import columns as c
 from analysis.figures.style import base_method, finish, method_color, method_worker_handles, new_figure, series_labels
 from analysis.tables import RunTables
-from analysis.tasks import metric_order, metric_spec
+from analysis.tasks import metric_order
 from analysis.timeline import elapsed_at_evals, per_step_ms
+from experiments.headline import task_metric
 
 LINESTYLES = ("-", "--", "-.", ":")
 
@@ -58,7 +59,7 @@ def task_metric_curves(tables: RunTables) -> Figure | None:
     worker_counts = sorted(int(w) for w in epochs["workers"].unique())
     labels, drawn = set(), []
     for row, metric in zip(axes, metrics):
-        spec = metric_spec(metric)
+        spec = task_metric(metric)
         rows = epochs[(epochs["task_metric"] == metric)].dropna(subset=[metric])
         rows = rows.assign(**{metric: spec.plotted(rows[metric])})
         drawn.append(rows)
@@ -69,7 +70,7 @@ def task_metric_curves(tables: RunTables) -> Figure | None:
             axis.set_xlabel(xlabel)
             axis.set_ylabel(spec.axis_label())
     handles = method_worker_handles(labels, worker_counts, LINESTYLES)
-    name = metric_spec(metrics[0]).label if len(metrics) == 1 else "Task metrics"
+    name = task_metric(metrics[0]).label if len(metrics) == 1 else "Task metrics"
     baseline = " (dense baseline in black)" if (epochs["sparsifier"].astype(str) == c.DENSE).any() else ""
     title = f"{name[:1].upper()}{name[1:]} vs epoch and vs time{baseline}"
     return finish(figure, title, list(axes.flat), handles, data=pd.concat(drawn))

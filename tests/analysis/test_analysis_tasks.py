@@ -19,8 +19,8 @@ from analysis.report_tables import summary_cells
 from analysis.stats import run_stats, summarize
 from analysis.synthetic import SyntheticRun, write_run
 from analysis.tables import RunTables
-from analysis.tasks import metric_spec
 from experiments import run_dir as run_files
+from experiments.headline import task_metric
 from tests.analysis.conftest import DGC_VARIANTS, STAND_IN_TEXT
 
 PERPLEXITY = "perplexity (lower is better)"
@@ -78,7 +78,7 @@ def test_report_table_has_one_column_per_task_metric(tables: RunTables, workload
         value = last_eval(run_dir, metric)
         assert summary.loc[index, "task_metric"] == metric
         assert summary.loc[index, "metric"] == pytest.approx(value)
-        assert cells.loc[index, column] == metric_spec(metric).fmt.format(value)
+        assert cells.loc[index, column] == task_metric(metric).fmt.format(value)
         assert [cells.loc[index, other] for other in metric_columns if other != column] == ["-", "-"]
     perplexities = cells.loc[summary["task_metric"] == "eval/perplexity", PERPLEXITY]
     assert len(perplexities) == 2 and not perplexities.str.contains("%").any()
@@ -187,9 +187,9 @@ def test_a_run_whose_summary_does_not_say_takes_its_task_from_its_eval_rows(tmp_
 
 
 def test_metric_specs() -> None:
-    assert metric_spec("eval/accuracy").format(0.9123) == "91.23%"
-    assert metric_spec("eval/perplexity").format(123.456) == "123.46"
-    assert metric_spec("eval/perplexity").title == PERPLEXITY
-    assert metric_spec("eval/hr20").title == "HR@20" and metric_spec("eval/hr20").percent
-    assert metric_spec("eval/bleu").title == "bleu"
-    assert metric_spec("eval/bleu", higher_is_better=False).title == "bleu (lower is better)"
+    assert task_metric("eval/accuracy").format(0.9123) == "91.23%"
+    assert task_metric("eval/perplexity").format(123.456) == "123.46"
+    assert task_metric("eval/perplexity").title == PERPLEXITY
+    assert task_metric("eval/hr20").title == "HR@20" and task_metric("eval/hr20").percent
+    assert task_metric("eval/bleu").title == "bleu"
+    assert task_metric("eval/bleu", higher_is_better=False).title == "bleu (lower is better)"
