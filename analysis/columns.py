@@ -16,6 +16,7 @@ from experiments.metric_keys import (  # noqa: F401
 KEYS = (
     "run_id", "method", "sparsifier", "density", "workers", "processes", "world",
     "model", "dataset", "task_metric", "data_source", "seed", "group", "status", "run_dir",
+    "settings",  # the config keys that tell this run apart from the others loaded (analysis.settings)
 )
 NUMERIC_KEYS = ("density", "workers", "processes", "seed")
 

@@ -68,3 +68,14 @@ def as_text(values: pd.Series) -> pd.Series:
     """A setting column as the config writes it: what groups compare (a missing value is `null`;
     3.0 is 3, as in a column that also holds nulls)."""
     return values.map(lambda value: str(int(value)) if isinstance(value, float) and value.is_integer() else format_knob(value))
+
+
+def settings_labels(runs: pd.DataFrame) -> pd.Series:
+    """Per run, its values of the keys that differ across `runs` ("max_steps=3 optimizer.lr=0.1"),
+    "" when nothing does: every figure's series and every report row is split by them, so runs
+    that differ in more than their seed never share a line, a bar or a mean."""
+    columns = differing_keys(runs) if len(runs) else []
+    labels = pd.Series("", index=runs.index, dtype=object)
+    for column in columns:
+        labels = labels + (labels.ne("").map({True: " ", False: ""})) + f"{key_title(column)}=" + as_text(runs[column])
+    return labels

@@ -28,7 +28,7 @@ STATS: dict[str, Headline] = {spec.stat: spec for spec in HEADLINES.values() if 
 # task_metric: runs of different tasks are never averaged together; data_source: nor runs on
 # stand-in data with runs on the real data. Config differences beyond these: analysis.settings.
 GROUP = ["method", "density", "workers", "world", "model", "dataset", "task_metric", "data_source"]
-RUN_KEYS = ["run_id", "sparsifier", *GROUP, "seed", "status"]
+RUN_KEYS = ["run_id", "sparsifier", *GROUP, "seed", "status", "settings"]
 
 
 def run_stats(tables: RunTables) -> pd.DataFrame:

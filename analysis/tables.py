@@ -14,7 +14,8 @@ epochs  one row per evaluation: the key columns, `step`, `epoch`, `eval/*`.
 
 Key columns, on every table: run_id, method, sparsifier, density, workers, processes, world,
 model, dataset, task_metric (the run's headline eval metric, e.g. eval/perplexity), data_source
-(`real` or `stand-in: <what>`), seed, group, status, run_dir. `method` is the sparsifier's name, extended with
+(`real` or `stand-in: <what>`), seed, group, status, run_dir, settings (the config keys that tell
+the run apart from the others loaded, "max_steps=3", analysis.settings). `method` is the sparsifier's name, extended with
 the knobs that tell its runs apart (analysis.labels). Other config values: merge the runs table
 on run_id.
 """
@@ -31,6 +32,7 @@ import pyarrow.compute as pc
 
 from analysis.columns import KEYS, NUMERIC_KEYS
 from analysis.labels import method_labels
+from analysis.settings import settings_labels
 from analysis.tasks import fill_task
 
 _RUN = "__run"  # row -> run position, while assembling
@@ -72,6 +74,7 @@ def assemble(infos: list[dict[str, Any]], train: list[pa.Table | None], evals: l
         fill_task(info, rows.column_names if rows is not None else ())
     runs = pd.DataFrame(infos) if infos else pd.DataFrame(columns=list(RUN_COLUMNS))
     runs.insert(1, "method", method_labels(runs) if len(runs) else pd.Series(dtype=str))
+    runs["settings"] = settings_labels(runs)
     for key in NUMERIC_KEYS:
         runs[key] = pd.to_numeric(runs[key], errors="coerce")
     runs["train_rows"] = [t.num_rows if t is not None else 0 for t in train]

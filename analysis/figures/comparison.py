@@ -8,7 +8,6 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from analysis.figures.style import base_method, finish, method_color, new_figure, series_labels
-from analysis.settings import as_text, differing_keys, key_title
 from analysis.stats import STATS, run_stats
 from analysis.tables import RunTables
 from analysis.tasks import DEFAULT_METRIC, metric_order
@@ -38,9 +37,7 @@ def method_comparison(tables: RunTables) -> Figure | None:
     several_w = stats["workers"].nunique() > 1
     stats = stats.assign(label=series_labels(stats, extra=("workers",) if several_w else ()))
     # Runs that differ in more than their seed never share a bar (the report's rows): the keys
-    # that differ join the label, "topk max_steps=3".
-    for column in differing_keys(stats):
-        stats["label"] = stats["label"] + f" {key_title(column)}=" + as_text(stats[column])
+    # that differ are in the label ("topk max_steps=3", the `settings` key column).
     metrics = metric_order(stats["task_metric"]) or [DEFAULT_METRIC]
     panels = [(metric, None, None) for metric in metrics] + [(stat, title, STATS[stat].title) for stat, title in PANELS]
     rows = -(-len(panels) // COLUMNS)

@@ -25,7 +25,7 @@ KNOWN = ("topk", "dgc", "cltk", "threshold", "sage", "gaussiank", "randomk", "mi
 PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "navy",
            "tab:olive", "tab:cyan")
 # Keys that become part of a series label only when they vary in the data shown.
-OPTIONAL_KEYS = ("density", "world", "model", "dataset")
+OPTIONAL_KEYS = ("density", "world", "model", "dataset", "settings")  # settings: analysis.settings
 
 
 def new_figure(rows: int = 1, cols: int = 1, width: float = 5.0, height: float = 3.6) -> tuple[Figure, np.ndarray]:
@@ -47,7 +47,8 @@ def method_color(label: str) -> tuple[float, ...] | str:
 
 def series_labels(frame: pd.DataFrame, extra: Iterable[str] = ()) -> pd.Series:
     """method, then each optional key that takes several values in `frame`, then `extra`:
-    e.g. "topk d=0.01" when densities differ, "topk W=4" with extra=("workers",); "(stand-in)"
+    e.g. "topk d=0.01" when densities differ, "topk W=4" with extra=("workers",), "topk
+    max_steps=3" when runs differ in other config keys (the report's rows); "(stand-in)"
     last on runs on stand-in data when others trained on the real data."""
     label = frame["method"].astype(str)
     short = {"density": "d", "workers": "W"}

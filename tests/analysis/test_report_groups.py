@@ -144,3 +144,26 @@ def test_a_non_finite_last_evaluation_is_flagged_not_replaced_by_an_earlier_one(
     problems = (out / "report.md").read_text().split("## Failed, unfinished and non-finite runs")[1].split("\n## ")[0]
     (row,) = [line for line in problems.splitlines() if line.startswith("| nan_eval ")]
     assert "last evaluation non-finite (eval/accuracy)" in row
+
+
+def test_figures_never_draw_runs_of_different_settings_as_one_series(mixed: Path) -> None:
+    """The figures split series as the report splits rows: the two step counts are two series
+    in every figure's labels (the `settings` key column), the comparison figure's bars included."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from analysis.figures import FIGURES
+    from analysis.figures.style import series_labels
+    from analysis.load import load_runs
+
+    tables = load_runs([mixed], cache=False).select(status="done")
+    assert set(series_labels(tables.steps)) == {"topk max_steps=3", "topk max_steps=4"}
+    assert set(series_labels(tables.epochs)) == {"topk max_steps=3", "topk max_steps=4"}
+    figure = FIGURES["method_comparison"][0](tables)
+    bars = {label.get_text() for axis in figure.axes for label in axis.get_xticklabels()}
+    assert {"topk max_steps=3", "topk max_steps=4"} <= bars
+    curves = FIGURES["compression_error"][0](tables)
+    drawn = {text.get_text() for axis in curves.axes for text in axis.get_xticklabels()}
+    drawn |= {text.get_text() for legend in curves.legends for text in legend.get_texts()}
+    drawn |= {text.get_text() for axis in curves.axes if axis.get_legend() for text in axis.get_legend().get_texts()}
+    assert {"topk max_steps=3", "topk max_steps=4"} <= drawn
