@@ -75,7 +75,5 @@ def settings_labels(runs: pd.DataFrame) -> pd.Series:
     "" when nothing does: every figure's series and every report row is split by them, so runs
     that differ in more than their seed never share a line, a bar or a mean."""
     columns = differing_keys(runs) if len(runs) else []
-    labels = pd.Series("", index=runs.index, dtype=object)
-    for column in columns:
-        labels = labels + (labels.ne("").map({True: " ", False: ""})) + f"{key_title(column)}=" + as_text(runs[column])
-    return labels
+    parts = pd.DataFrame({column: f"{key_title(column)}=" + as_text(runs[column]) for column in columns}, index=runs.index)
+    return parts.agg(" ".join, axis=1) if columns else pd.Series("", index=runs.index, dtype=object)

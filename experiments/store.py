@@ -12,11 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-# Re-exported: the launcher, the worker and the resume checks name run files through the store.
-from experiments.run_dir import (  # noqa: F401
-    CONFIG, DROPPED_METRICS, ENV, METRICS, PREVIOUS, STATUS, SUMMARY, MetricsWriter, dumps, read_json,
-    read_metrics, write_atomic, write_json,
-)
+from experiments.run_dir import (DROPPED_METRICS, METRICS, PREVIOUS, STATUS, MetricsWriter, read_json, write_atomic,
+                                 write_json)
 
 
 class RunStore:

@@ -30,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import experiments.rank.train  # noqa: E402
 from experiments.launcher.compose import compose_job  # noqa: E402
 from experiments.launcher.launch import prepare_run_dir  # noqa: E402
-from experiments.store import ENV, RunStore  # noqa: E402
+from experiments.run_dir import ENV
+from experiments.store import RunStore  # noqa: E402
 from experiments.rank.worker import exit_now, train_run  # noqa: E402
 from experiments.core.world import close_world, init_world  # noqa: E402
 

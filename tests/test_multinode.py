@@ -17,7 +17,7 @@ import pytest
 from experiments import run_dir as run_files
 from experiments.launcher.compose import compose_job
 from experiments.rank.nodes import rendezvous_id
-from experiments.store import read_metrics
+from experiments.run_dir import read_metrics
 from tests.conftest import REPO, TINY_RUN
 from tests.test_stopping import kill_tree, process_tree
 

@@ -25,7 +25,7 @@ import torch
 
 from experiments import run_dir as run_files
 from experiments.rank.checkpoint import FORMAT, complete_steps, load_agreed, step_dir
-from experiments.store import read_metrics
+from experiments.run_dir import read_metrics
 from tests.conftest import REPO, TINY_RUN, run_cli, run_world
 
 METHODS = sorted(path.stem for path in (REPO / "conf" / "sparsifier").glob("*.yaml"))

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from experiments import run_dir as run_files
-from experiments.store import read_metrics
+from experiments.run_dir import read_metrics
 from tests.conftest import TINY_RUN, run_cli
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ import signal
 import pytest
 
 from experiments import run_dir as run_files
-from experiments.store import read_metrics
+from experiments.run_dir import read_metrics
 from tests.test_stopping import kill_tree, process_tree, rank_pid, start_run, wait_until_gone
 from tests.wandb_records import records
 

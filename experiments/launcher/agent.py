@@ -36,7 +36,7 @@ from typing import Any
 
 from experiments.console import line_start
 from experiments.rank.lifetime import mark_orphaned, outlived
-from experiments.store import write_atomic
+from experiments.run_dir import write_atomic
 
 REPORT_VARIABLE = "SPARSEBENCH_AGENT_REPORT"
 

@@ -30,9 +30,10 @@ from experiments.launcher.launcher_checks import rendezvous_error
 from experiments.rank.lifetime import STATUS_VARIABLE, Stopped, run_job
 from experiments.rank.nodes import ENV_FILE_VARIABLE, hosts_rank_zero, node_tag, rendezvous_id
 from experiments.rank.report import format_summary
-from experiments.run_dir import AGENT_REPORT, CACHE_DIR, ERROR_FILES, RANK_ZERO, WANDB_DIR, node_file
+from experiments.run_dir import (AGENT_REPORT, CACHE_DIR, CONFIG, ENV, ERROR_FILES, RANK_ZERO, STATUS, SUMMARY,
+                                 WANDB_DIR, node_file, write_atomic)
 from experiments.runtime import Runtime, resolve
-from experiments.store import CONFIG, ENV, STATUS, SUMMARY, RunStore, write_atomic
+from experiments.store import RunStore
 from experiments.rank.wandb_failure import record_failure
 
 

@@ -21,8 +21,8 @@ from omegaconf import OmegaConf
 from experiments.rank.checkpoint import complete_steps
 from experiments.errors import ConfigError
 from experiments.launcher.launch import run_to_end
-from experiments.run_dir import ERROR_FILES, RESUME_LOCK
-from experiments.store import CONFIG, ENV, RunStore
+from experiments.run_dir import CONFIG, ENV, ERROR_FILES, RESUME_LOCK
+from experiments.store import RunStore
 from experiments.launcher.validate import validate
 
 

@@ -30,8 +30,7 @@ from omegaconf import DictConfig
 from experiments.errors import ConfigError
 from experiments.rank.summary import SummaryAccumulator
 from experiments.run_dir import (CHECKPOINT_MARKER, CHECKPOINT_STEPS, CHECKPOINTS, checkpoint_process_file,
-                                 checkpoint_step, checkpoint_step_of)
-from experiments.store import write_atomic
+                                 checkpoint_step, checkpoint_step_of, write_atomic)
 
 FORMAT = 2  # bump when the layout of a process file changes (2: the summary accumulator keeps logged rows)
 

@@ -110,7 +110,8 @@ def mark_orphaned(parent: int, then: str) -> None:
     if not path:
         return
     from experiments.rank.nodes import hosts_rank_zero
-    from experiments.store import STATUS, RunStore  # only when run.py died: neither is needed otherwise
+    from experiments.run_dir import STATUS
+    from experiments.store import RunStore  # only when run.py died: neither is needed otherwise
 
     error = f"run.py (pid {parent}) died without stopping the job (killed, e.g. by SIGKILL); {then}"
     cause = {"text": error, "process": "run.py", "kind": "signal", "pid": parent, "signal": None}

@@ -31,8 +31,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.run_dir import RANK_ZERO
-from experiments.store import write_atomic
+from experiments.run_dir import RANK_ZERO, write_atomic
 
 ENV_FILE_VARIABLE = "SPARSEBENCH_ENV_FILE"  # the env.json a node's ranks read
 

@@ -9,8 +9,7 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
-from experiments.run_dir import WANDB_DIR
-from experiments.store import MetricsWriter
+from experiments.run_dir import WANDB_DIR, MetricsWriter
 from experiments.rank.wandb_failure import note_run
 
 

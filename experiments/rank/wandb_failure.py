@@ -18,8 +18,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from experiments.run_dir import WANDB_DIR, WANDB_RUN
-from experiments.store import CONFIG, METRICS, read_metrics, write_atomic
+from experiments.run_dir import CONFIG, METRICS, WANDB_DIR, WANDB_RUN, read_metrics, write_atomic
 
 
 def note_run(run_dir: Path, run: Any, mode: str, closed: bool = False) -> None:

@@ -23,7 +23,8 @@ from experiments.core.network import NetworkModel
 from experiments.rank.nodes import ENV_FILE_VARIABLE, record_rank_zero
 from experiments.runtime import Runtime
 from experiments.rank.sinks import JsonlSink, MultiSink, NullSink, WandbSink
-from experiments.store import CONFIG, ENV, SUMMARY, RunStore
+from experiments.run_dir import CONFIG, ENV, SUMMARY
+from experiments.store import RunStore
 from experiments.rank.train import train
 from experiments.core.world import World, close_world, init_world
 
