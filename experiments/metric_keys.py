@@ -68,6 +68,15 @@ SCANNED = "selection/scanned"  # coordinates this rank's selection looked at
 RESIDUAL = "ef/residual_norm"
 REL_RESIDUAL = "ef/rel_residual"
 
+# -- hook/* (the DDP hook, experiments/ddp: this rank's own numbers; the counts-based keys above
+# are the same on every rank) ------------------------------------------------------------------
+HOOK_SELECT = "hook/select_ms"  # this rank's selection (the leader's plan included)
+HOOK_EXCHANGE = "hook/exchange_ms"  # this rank's exchange
+HOOK_TOTAL = "hook/total_ms"  # the whole hook after the last bucket: accumulate to residual
+HOOK_BUCKETS = "hook/buckets"  # DDP buckets assembled into this step's gradient
+HOOK_RESIDUAL = "hook/residual_norm"  # ||residual|| after the step, this rank
+HOOK_REL_RESIDUAL = "hook/rel_residual"  # ||residual|| / ||acc||, this rank
+
 # -- method state: sparsifier/* (shared by several methods) -----------------------------------
 SPARSIFIER_PREFIX = "sparsifier/"
 THRESHOLD = "sparsifier/threshold"  # MiCRO, ExDyna, SAGE, DGC, the threshold baseline, Gaussian-k

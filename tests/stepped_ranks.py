@@ -28,7 +28,7 @@ class SteppedStep:
     step: int
     leader: int | None
     plan: torch.Tensor | None
-    selections: list[torch.Tensor]  # per rank: sorted int64 copies of what select returned
+    selections: list[torch.Tensor | None]  # per rank: sorted int64 copies of what select returned (None: dense)
     accs: list[torch.Tensor]  # per rank: acc as select saw it
     residuals: list[torch.Tensor]  # per rank: after the feedback phase
     aggregate: torch.Tensor
@@ -50,12 +50,12 @@ class SteppedStep:
 class SteppedRanks:
     """A hosted world of W ranks, one sparsifier each, with residuals kept between steps."""
 
-    def __init__(self, sparsifiers: list[Sparsifier], dtype: torch.dtype = torch.float32) -> None:
+    def __init__(self, sparsifiers: list[Sparsifier], dtype: torch.dtype = torch.float32, reduction: str = "ring") -> None:
         self.sparsifiers = sparsifiers
         self.world_size = len(sparsifiers)
         self.numel = sparsifiers[0].numel
         ranks = list(range(self.world_size))
-        self.comm = RankCollectives(self.world_size, ranks, use_process_group=False)
+        self.comm = RankCollectives(self.world_size, ranks, use_process_group=False, reduction=reduction)
         self.world = World(self.world_size, 1, 0, ranks, torch.device("cpu"), self.comm)
         self.residuals = [torch.zeros(self.numel, dtype=dtype) for _ in sparsifiers]
 
@@ -67,7 +67,7 @@ class SteppedRanks:
         before = [acc.clone() for acc in self.residuals]
         aggregate = torch.empty_like(self.residuals[0])
         outcome = sparsify_and_exchange(self.world, self.sparsifiers, self.residuals, aggregate, step)
-        recorded = [torch.sort(s.detach().long()).values.clone() for s in outcome.selections]
+        recorded = [None if s is None else torch.sort(s.detach().long()).values.clone() for s in outcome.selections]
         residuals = [residual.clone() for residual in self.residuals]
         kept_plan = None if outcome.plan is None else outcome.plan.clone()
         return SteppedStep(step, outcome.leader, kept_plan, recorded, before, residuals, aggregate, outcome.result)

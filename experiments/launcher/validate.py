@@ -31,7 +31,7 @@ def validate(cfg: DictConfig) -> None:
     check_launcher(cfg)
     _check_choices(cfg)
     for group in GROUPS:
-        _check_knobs(cfg, group)
+        check_group_knobs(group, cfg[group])
     _check_dataset_available(cfg)
     _check_model_fits_dataset(cfg)
     _check_optimizer_fits_sparsifier(cfg)
@@ -114,9 +114,9 @@ def _check_choices(cfg: DictConfig) -> None:
         require(torch.cuda.is_available(), "device=cuda but no GPU is visible: set device=cpu (or auto)")
 
 
-def _check_knobs(cfg: DictConfig, group: str) -> None:
-    """Every knob of a group node must be a parameter of its target, of its type and range."""
-    node = cfg[group]
+def check_group_knobs(group: str, node: DictConfig) -> None:
+    """Every knob of a group node must be a parameter of its target, of its type and range.
+    Public: the DDP hook (experiments/ddp) checks a sparsifier node with it too."""
     try:
         target = target_of(node)
     except Exception as error:

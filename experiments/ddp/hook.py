@@ -1,0 +1,249 @@
+"""Any sparsebench sparsifier as a DDP communication hook, with the runner's exchange and metrics.
+
+`register_sparsifier(ddp_model, "deft", density=0.01)` builds this rank's sparsifier from
+`conf/sparsifier/deft.yaml` (or from a config node), registers the hook, and returns it. Each
+iteration, DDP's buckets are assembled into the whole gradient (buckets.py); when the last one
+arrives, the hook runs phases 1 to 5 of the runner's step (docs/architecture.md, "One step")
+with the production code: the accumulate rule, `sparsify_and_exchange` (plan, select, exchange,
+residual, observe) over a world of one rank per process, so selections, aggregates, residuals
+and the metered traffic are the ones `run.py` would compute on the same gradients. DDP then
+writes the aggregate (the mean over ranks, on the exchanged coordinates only) into every
+`param.grad`, and the user's optimizer steps on it as usual.
+
+The whole exchange runs inside the last bucket's hook: a model-wide selection needs the whole
+gradient, so nothing of it overlaps backward (the methods' papers do not overlap it either).
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from omegaconf import DictConfig
+from torch.nn.parallel import DistributedDataParallel
+
+from experiments import metric_keys as keys
+from experiments.core.collectives import REDUCTIONS, RankCollectives
+from experiments.core.error_feedback import accumulate
+from experiments.core.finite import NonFiniteValue, check_accumulator, check_aggregate
+from experiments.core.metrics import MetricContext, exchange_metrics
+from experiments.core.step import SparsifyOutcome, sparsify_and_exchange
+from experiments.core.traffic import dense_allreduce_bytes
+from experiments.core.world import World
+from experiments.ddp.buckets import BucketAssembly
+from experiments.ddp.sparsifier_node import build_sparsifier, sparsifier_node
+from experiments.errors import ConfigError, require
+from sparsifiers.kernels import BACKENDS, set_backend, warm_up
+from sparsifiers.layout import Layout
+
+STATE_FORMAT = 1  # bump when the state_dict's layout changes: an old checkpoint then says so
+Stats = dict[str, float]
+
+
+class SparsifierHook:
+    """One rank's sparsifier, error-feedback residual and step counter, as a DDP comm hook.
+
+    After each synchronized backward, `stats` holds that step's numbers (keys in
+    experiments/metric_keys.py, docs/metrics.md "The DDP hook") and `outcome` the step's
+    selections and exchange result. Save `state_dict()` with your checkpoint on every rank."""
+
+    def __init__(
+        self,
+        model: DistributedDataParallel,
+        node: DictConfig,
+        seed: int = 0,
+        reduction: str = "ring",
+        on_stats: Callable[[Stats], None] | None = None,
+        wandb_run: Any = None,
+        wandb_prefix: str = "sparsebench/",
+        log_every: int = 1,
+    ) -> None:
+        self.module = model.module
+        self.layout = Layout.from_module(self.module)
+        first = next(p for p in self.module.parameters() if p.requires_grad)
+        self.flat = torch.zeros(self.layout.numel, dtype=first.dtype, device=first.device)
+        self.residual = torch.zeros_like(self.flat)  # holds acc between phases 1 and 5
+        self.world_size, self.rank = dist.get_world_size(), dist.get_rank()
+        comm = RankCollectives(self.world_size, [self.rank], use_process_group=True, reduction=reduction)
+        self.world = World(self.world_size, self.world_size, self.rank, [self.rank], first.device, comm)
+        self.node = node
+        self.sparsifier = build_sparsifier(node, self.layout, self.world_size, self.rank, seed)
+        self.context = MetricContext(
+            numel=self.layout.numel,
+            k_target=self.sparsifier.k,
+            density=self.sparsifier.density,
+            scope=self.sparsifier.scope,
+            world_size=self.world_size,
+            dense_bytes=dense_allreduce_bytes(self.layout.numel, self.world_size, self.flat.element_size()),
+            exchange=self.sparsifier.exchange,
+        )
+        self.assembly = BucketAssembly(self.module, self.layout, self.flat)
+        self.step = 0
+        self.stats: Stats = {}
+        self.outcome: SparsifyOutcome | None = None
+        self.on_stats = on_stats
+        self.wandb_run, self.wandb_prefix, self.log_every = wandb_run, wandb_prefix, log_every
+
+    # -- the hook DDP calls, once per bucket ---------------------------------------------------
+    def communicate(self, state, bucket):  # no annotations: DDP compares them to its own types
+        """DDP's hook: collects `bucket`; on the last bucket, exchanges the whole gradient."""
+        future = self.assembly.add(bucket)
+        if bucket.is_last():
+            try:
+                self.assembly.check_complete()
+                self._exchange()
+                self.assembly.deliver()
+            except BaseException as error:
+                self.assembly.fail(error)  # DDP raises it from backward instead of waiting forever
+                raise
+        return future
+
+    def _exchange(self) -> None:
+        started = time.perf_counter()
+        step, sparsifier = self.step, self.sparsifier
+        self.world.comm.meter.reset()
+        gradient = accumulate(sparsifier, self.residual, self.flat)  # residual now holds acc
+        self._agree_finite(gradient)
+        buckets = self.assembly.buckets
+        outcome = sparsify_and_exchange(self.world, [sparsifier], [self.residual], self.flat, step, measure_norms=True)
+        check_aggregate(self.flat, step)  # the same on every rank: all ranks raise together
+        self.outcome = outcome
+        self.step += 1
+        self.stats = self._stats(outcome, buckets, (time.perf_counter() - started) * 1e3)
+        self._report()
+
+    def _agree_finite(self, gradient: torch.Tensor) -> None:
+        """A non-finite accumulator on any rank fails the step on every rank, before anything is
+        exchanged: one flag, all-reduced (bookkeeping, not metered), instead of the other ranks
+        waiting for a collective until the process group's timeout."""
+        try:
+            check_accumulator(self.residual, gradient, self.step, self.rank)
+            error = None
+        except NonFiniteValue as found:
+            error = found
+        flag = torch.tensor([0.0 if error is None else 1.0], device=self.flat.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if error is not None:
+            raise error
+        if flag.item() > 0:
+            raise NonFiniteValue(f"non-finite gradient or residual at step {self.step} on another rank", "gradient")
+
+    def _stats(self, outcome: SparsifyOutcome, buckets: int, total_ms: float) -> Stats:
+        sparsifier = self.sparsifier
+        stats = {keys.ROW_STEP: float(self.step - 1)}
+        stats.update(exchange_metrics(outcome.result, self.world.comm.meter, self.context,
+                                      sparsifier.current_k, sparsifier.current_density))
+        acc_norm, residual_norm = outcome.acc_norms[0], outcome.residual_norms[0]
+        stats[keys.HOOK_SELECT] = outcome.select_ms[0]
+        stats[keys.HOOK_EXCHANGE] = outcome.exchange_ms
+        stats[keys.HOOK_TOTAL] = total_ms
+        stats[keys.HOOK_BUCKETS] = float(buckets)
+        stats[keys.HOOK_RESIDUAL] = residual_norm
+        stats[keys.HOOK_REL_RESIDUAL] = residual_norm / max(acc_norm, 1e-30)
+        # Method state (MiCRO's threshold, ...): the scalars; lists stay in sparsifier.metrics().
+        stats.update({key: float(value) for key, value in sparsifier.metrics().items() if isinstance(value, (int, float))})
+        return stats
+
+    def _report(self) -> None:
+        if self.on_stats is not None:
+            self.on_stats(self.stats)
+        if self.wandb_run is not None and (self.step - 1) % self.log_every == 0:
+            # commit=False: merged into the user's next wandb.log, at the user's own step.
+            self.wandb_run.log({self.wandb_prefix + key: value for key, value in self.stats.items()
+                                if math.isfinite(value)}, commit=False)
+
+    # -- the training schedule -------------------------------------------------------------------
+    def start_epoch(self, epoch: int, steps_per_epoch: int) -> None:
+        """Call at the start of every epoch, as the runner does: DGC's warm-up follows epochs."""
+        self.sparsifier.start_epoch(epoch, steps_per_epoch)
+
+    # -- exact resume -------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's hook state: save it beside the model and optimizer, on every rank."""
+        return {
+            "format": STATE_FORMAT,
+            "method": self.sparsifier.name,
+            "numel": self.layout.numel,
+            "world_size": self.world_size,
+            "rank": self.rank,
+            "step": self.step,
+            "residual": self.residual.detach().cpu().clone(),
+            "sparsifier": self.sparsifier.state_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores `state_dict()` of the same method, model size, world size and rank."""
+        require(state.get("format") == STATE_FORMAT,
+                f"hook state has format {state.get('format')}, this version reads {STATE_FORMAT}: "
+                "it was saved by another version of sparsebench")
+        expected = {"method": self.sparsifier.name, "numel": self.layout.numel,
+                    "world_size": self.world_size, "rank": self.rank}
+        for key, value in expected.items():
+            require(state[key] == value, f"hook state has {key}={state[key]}, this hook has {key}={value}: "
+                    "load each rank's own state into the same method on the same model and world")
+        self.residual.copy_(state["residual"].to(self.residual.device))
+        self.sparsifier.load_state_dict(state["sparsifier"])
+        self.step = int(state["step"])
+
+
+def register_sparsifier(
+    model: DistributedDataParallel,
+    sparsifier: str | Mapping[str, Any] | DictConfig = "deft",
+    *,
+    seed: int = 0,
+    reduction: str = "ring",
+    kernels: str = "auto",
+    optimizer: torch.optim.Optimizer | None = None,
+    on_stats: Callable[[Stats], None] | None = None,
+    wandb_run: Any = None,
+    log_every: int = 1,
+    **knobs: Any,
+) -> SparsifierHook:
+    """Registers `sparsifier` (a conf/sparsifier/ name, or a config node) on `model`'s buckets.
+
+    `knobs` override the method's (e.g. density=0.01); `seed` must be the same on every rank
+    (Random-k's shared draw, sampling seeds); `reduction` is the runner's (ring | rank_order:
+    bit-for-bit the runner's sum order); `kernels` the selection kernels (auto | torch |
+    compiled, the same results). Pass `optimizer` to have it checked against the method (DGC
+    applies momentum itself). `on_stats(stats)` is called after every step; with `wandb_run`
+    the stats go to that run every `log_every` steps. Bad input raises ConfigError before the
+    hook is registered."""
+    _check_model(model)
+    require(reduction in REDUCTIONS, f"reduction={reduction} is not one of {', '.join(REDUCTIONS)}")
+    require(kernels in BACKENDS, f"kernels={kernels} is not one of {', '.join(BACKENDS)}")
+    require(isinstance(log_every, int) and log_every >= 1, f"log_every must be a positive integer, got {log_every}")
+    node = sparsifier_node(sparsifier, knobs)
+    set_backend(kernels)
+    hook = SparsifierHook(model, node, seed, reduction, on_stats, wandb_run, log_every=log_every)
+    if optimizer is not None:
+        _check_optimizer(hook, optimizer)
+    warm_up(hook.flat.dtype, hook.flat.device)  # compiled now, not inside the first step's timings
+    model.register_comm_hook(state=None, hook=hook.communicate)
+    return hook
+
+
+def _check_model(model: Any) -> None:
+    require(isinstance(model, DistributedDataParallel),
+            f"register_sparsifier needs a DistributedDataParallel model, got {type(model).__name__}: wrap it first")
+    require(dist.get_world_size(model.process_group) == dist.get_world_size(),
+            "the hook exchanges over the default process group: build DDP without process_group=")
+    require(getattr(model, "mixed_precision", None) is None,
+            "DDP's mixed_precision= is not supported: use torch.autocast instead (parameters and gradients stay float32)")
+    dtypes = {p.dtype for p in model.module.parameters() if p.requires_grad}
+    require(dtypes == {torch.float32},
+            f"the hook needs float32 parameters, got {sorted(str(d) for d in dtypes)}: keep the parameters "
+            "float32 and use torch.autocast for mixed precision")
+
+
+def _check_optimizer(hook: SparsifierHook, optimizer: torch.optim.Optimizer) -> None:
+    if not hook.sparsifier.owns_momentum:
+        return
+    momenta = {group.get("momentum", 0.0) for group in optimizer.param_groups}
+    if momenta != {0.0}:
+        raise ConfigError(
+            f"sparsifier={hook.sparsifier.name} applies momentum itself (momentum correction): build the "
+            f"optimizer with momentum=0 (got momentum {sorted(momenta)}), or it is applied twice"
+        )
