@@ -13,6 +13,7 @@ parameters) replay the same way, and each run's checkpoint round trip must resum
 from __future__ import annotations
 
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from experiments.ddp import register_sparsifier, sparsifier_names, sparsifier_no
 from experiments.ddp.sparsifier_node import build_sparsifier
 from experiments.errors import ConfigError
 from sparsifiers.layout import Layout
-from tests.conftest import run_world
+from tests.conftest import REPO, run_world
 from tests.stepped_ranks import SteppedRanks
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -166,3 +167,12 @@ def test_a_config_node_is_read_like_the_file():
 def test_the_hook_needs_a_ddp_model():
     with pytest.raises(ConfigError, match="needs a DistributedDataParallel model, got Linear"):
         register_sparsifier(torch.nn.Linear(2, 2), "topk")
+
+
+def test_every_stat_the_hook_returns_is_defined_in_the_metrics_doc(worlds):
+    documented = set(re.findall(r"`([a-z0-9_]+(?:/[a-z0-9_]+)?)`", (REPO / "docs" / "metrics.md").read_text()))
+    returned = set()
+    for path in (worlds / "w2").glob("*.rank0.pt"):
+        returned |= set(torch.load(path, weights_only=False)["records"][-1]["stats"])
+    missing = sorted(returned - documented)
+    assert not missing, f"docs/metrics.md does not define: {missing}"

@@ -2,7 +2,8 @@
 included), so a shortcut across roles fails here instead of in a review.
 
 Roles (docs/architecture.md): experiments/core (the step), experiments/rank (the rank process),
-experiments/launcher (the parent), experiments/benchmarks; the modules at the experiments/ root
+experiments/launcher (the parent), experiments/benchmarks, experiments/ddp (the hook in a user's
+own DDP script); the modules at the experiments/ root
 are neutral (errors, run directory, headline metrics, runtime settings) and anyone may use them.
 """
 from __future__ import annotations
@@ -13,19 +14,21 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ROLES = ("core", "rank", "launcher", "benchmarks")
+ROLES = ("core", "rank", "launcher", "benchmarks", "ddp")
 # importer -> roles of experiments/ it must not import
 FORBIDDEN = {
-    "core": {"rank", "launcher", "benchmarks", "analysis"},
-    "rank": {"launcher", "benchmarks", "analysis"},  # a rank writes runs; reading them is the analysis'
-
-    "launcher": {"benchmarks"},
+    "core": {"rank", "launcher", "benchmarks", "ddp", "analysis"},
+    "rank": {"launcher", "benchmarks", "ddp", "analysis"},  # a rank writes runs; reading them is the analysis'
+    "launcher": {"benchmarks", "ddp"},
+    # the hook in a user's own DDP script: it checks a sparsifier node as the launcher does, builds
+    # it as a rank does and drives the core; nothing of sparsebench's own runs depends on it
+    "ddp": {"benchmarks", "analysis"},
     # neutral modules are below everything, the sparsifiers and the analysis included
-    "neutral": {"core", "rank", "launcher", "benchmarks", "sparsifiers", "models", "datasets", "analysis"},
-    "sparsifiers": {"core", "rank", "launcher", "benchmarks", "analysis"},
-    "models": {"core", "rank", "launcher", "benchmarks", "analysis"},
-    "datasets": {"core", "rank", "launcher", "benchmarks", "analysis"},
-    "analysis": {"core", "rank", "launcher", "benchmarks"},
+    "neutral": {"core", "rank", "launcher", "benchmarks", "ddp", "sparsifiers", "models", "datasets", "analysis"},
+    "sparsifiers": {"core", "rank", "launcher", "benchmarks", "ddp", "analysis"},
+    "models": {"core", "rank", "launcher", "benchmarks", "ddp", "analysis"},
+    "datasets": {"core", "rank", "launcher", "benchmarks", "ddp", "analysis"},
+    "analysis": {"core", "rank", "launcher", "benchmarks", "ddp"},
 }
 
 
