@@ -14,7 +14,8 @@ DDP variants (`--variant`): buckets (a tiny bucket_cap_mb: several buckets, rebu
 first iteration), one_bucket (the default cap: one bucket), no_sync (two micro-batches per step,
 the first under `ddp.no_sync()`), static_graph, autocast (forward under CPU bfloat16 autocast),
 bucket_view (gradient_as_bucket_view=True), unused (find_unused_parameters=True with a branch
-that takes no part in the loss).
+that takes no part in the loss), nonfinite (rank 1's batch holds a NaN at step NAN_STEP: every
+rank's backward must raise, and each records its error instead of the records).
 """
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ from experiments.ddp import register_sparsifier  # noqa: E402
 # Small-model knobs (the papers' defaults assume millions of elements).
 SMALL = {"density": 0.05, "exdyna": {"blocks": 32, "block_align": 4}, "sage": {"sample_error": 0.2}}
 FEATURES, CLASSES, BATCH = 12, 5, 8
-VARIANTS = ("buckets", "one_bucket", "no_sync", "static_graph", "autocast", "bucket_view", "unused")
+VARIANTS = ("buckets", "one_bucket", "no_sync", "static_graph", "autocast", "bucket_view", "unused", "nonfinite")
+NAN_STEP, NAN_RANK = 2, 1
 
 
 class Net(torch.nn.Module):
@@ -98,6 +100,8 @@ def train_step(model, optimizer, hook, rank: int, step: int, variant: str) -> di
     optimizer.zero_grad(set_to_none=True)
     for micro in range(micro_batches):
         x, y = batch(rank, step, micro)
+        if variant == "nonfinite" and (rank, step) == (NAN_RANK, NAN_STEP):
+            x[0, 0] = float("nan")
         # The local gradient, beside DDP (the module itself: no hook runs).
         grads = torch.autograd.grad(loss_of(model.module, x, y, autocast), params, allow_unused=True)
         flat = torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1) for g, p in zip(grads, params)])
@@ -120,6 +124,15 @@ def run(spec: str, variant: str, steps: int, seed: int, reduction: str, out: Pat
     rank = dist.get_rank()
     name, knobs = parse_spec(spec)
     model, optimizer, hook = build(name, knobs, variant, seed, reduction)
+    if variant == "nonfinite":
+        try:
+            for step in range(steps):
+                train_step(model, optimizer, hook, rank, step, variant)
+            raised = None
+        except Exception as error:  # what the user's backward() raises
+            raised = {"step": step, "type": type(error).__name__, "message": str(error)}
+        torch.save({"raised": raised}, out / f"{spec}.{variant}.rank{rank}.pt")
+        return
     half = steps // 2
     records, checkpoint = [], None
     for step in range(steps):

@@ -37,7 +37,7 @@ HARNESS = str(Path(__file__).resolve().parent / "ddp_hook_harness.py")
 # Every option of conf/sparsifier/, and the variants that exercise other exchanges and plans.
 SPECS = sparsifier_names() + ["topk:exchange=sparse_allgather", "deft:norms=global", "deft:common_units=leader"]
 VARIANT_METHODS = ["deft", "micro", "exdyna"]  # the model-wide methods the bucket assembly is for
-VARIANTS = [v for v in harness.VARIANTS if v != "buckets"]
+VARIANTS = [v for v in harness.VARIANTS if v not in ("buckets", "nonfinite")]
 STEPS = 6
 
 
@@ -176,3 +176,13 @@ def test_every_stat_the_hook_returns_is_defined_in_the_metrics_doc(worlds):
         returned |= set(torch.load(path, weights_only=False)["records"][-1]["stats"])
     missing = sorted(returned - documented)
     assert not missing, f"docs/metrics.md does not define: {missing}"
+
+
+def test_a_nonfinite_gradient_on_one_rank_fails_the_step_on_every_rank(tmp_path):
+    """Rank 1's NaN stops every rank's backward at that step with an error naming it, instead of
+    rank 0 waiting in a collective until the process group's timeout."""
+    run_world([HARNESS, str(tmp_path), "--methods", "micro", "--variant", "nonfinite"], processes=2)
+    raised = [torch.load(tmp_path / f"micro.nonfinite.rank{r}.pt", weights_only=False)["raised"] for r in range(2)]
+    assert [r["step"] for r in raised] == [harness.NAN_STEP] * 2
+    assert f"non-finite gradient at step {harness.NAN_STEP} on rank {harness.NAN_RANK}" in raised[1]["message"]
+    assert f"at step {harness.NAN_STEP} on another rank" in raised[0]["message"]
