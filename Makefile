@@ -47,6 +47,7 @@ data:
 # the whole sparsification step per phase in real gloo processes (W = 2, 4), kernels torch
 # beside auto, plus 64 ranks hosted in one process. MODE=load: loading 1,000 runs of 1,000 steps
 # for the analysis, cached and cold. MODE=memory: peak memory of hosted ranks beside the estimate.
+# MODE=ddp: a torchvision ResNet-18 in real DDP, DDP's own all-reduce beside the sparsebench hook.
 MODE ?= select
 bench: $(STAMP)
 ifeq ($(MODE),step)
@@ -57,8 +58,10 @@ else ifeq ($(MODE),load)
 	$(PY) -m experiments.benchmarks.load $(ARGS)
 else ifeq ($(MODE),memory)
 	$(PY) -m experiments.benchmarks.hosted_memory $(ARGS)
+else ifeq ($(MODE),ddp)
+	$(PY) -m experiments.benchmarks.ddp_hook $(ARGS)
 else
-	$(error MODE must be select, step, load or memory, got $(MODE))
+	$(error MODE must be select, step, load, memory or ddp, got $(MODE))
 endif
 
 lock: $(STAMP)
