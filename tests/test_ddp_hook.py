@@ -186,3 +186,62 @@ def test_a_nonfinite_gradient_on_one_rank_fails_the_step_on_every_rank(tmp_path)
     assert [r["step"] for r in raised] == [harness.NAN_STEP] * 2
     assert f"non-finite gradient at step {harness.NAN_STEP} on rank {harness.NAN_RANK}" in raised[1]["message"]
     assert f"at step {harness.NAN_STEP} on another rank" in raised[0]["message"]
+
+
+# -- in this process: a one-process gloo group, for what needs a DDP model but no peers --------
+@pytest.fixture
+def one_process_group(tmp_path):
+    import datetime
+
+    import torch.distributed as dist
+
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1, timeout=datetime.timedelta(seconds=30))
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def ddp_model(**options):
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.manual_seed(0)
+    return DistributedDataParallel(harness.Net(), **options)
+
+
+def test_one_rank_trains_and_its_state_round_trips(one_process_group):
+    model = ddp_model()
+    hook = register_sparsifier(model, "topk", density=0.1)
+    x, y = harness.batch(0, 0, 0)
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    assert hook.step == 1 and hook.stats[keys.K_MAX] == hook.sparsifier.k
+    aggregate = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    assert int(aggregate.count_nonzero()) == hook.sparsifier.k  # one rank: the aggregate is its own top-k
+    state = hook.state_dict()
+    fresh = register_sparsifier(ddp_model(), "topk", density=0.1)
+    fresh.load_state_dict(state)
+    assert fresh.step == 1 and torch.equal(fresh.residual, hook.residual)
+
+
+def test_a_state_of_another_method_is_refused(one_process_group):
+    state = register_sparsifier(ddp_model(), "topk", density=0.1).state_dict()
+    hook = register_sparsifier(ddp_model(), "micro", density=0.1)
+    with pytest.raises(ConfigError, match="hook state has method=topk, this hook has method=micro"):
+        hook.load_state_dict(state)
+    with pytest.raises(ConfigError, match="hook state has format 0"):
+        hook.load_state_dict({**state, "format": 0})
+
+
+def test_dgc_refuses_an_optimizer_with_momentum(one_process_group):
+    model = ddp_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    with pytest.raises(ConfigError, match="sparsifier=dgc applies momentum itself .* momentum=0"):
+        register_sparsifier(model, "dgc", optimizer=optimizer)
+
+
+def test_unsupported_ddp_set_ups_are_refused(one_process_group):
+    with pytest.raises(ConfigError, match="float32 parameters, got \\['torch.float64'\\]"):
+        register_sparsifier(ddp_model().double(), "topk")
+    with pytest.raises(ConfigError, match="reduction=tree is not one of ring, rank_order"):
+        register_sparsifier(ddp_model(), "topk", reduction="tree")
