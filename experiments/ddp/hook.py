@@ -90,15 +90,15 @@ class SparsifierHook:
     # -- the hook DDP calls, once per bucket ---------------------------------------------------
     def communicate(self, state, bucket):  # no annotations: DDP compares them to its own types
         """DDP's hook: collects `bucket`; on the last bucket, exchanges the whole gradient."""
-        future = self.assembly.add(bucket)
-        if bucket.is_last():
-            try:
+        try:
+            future = self.assembly.add(bucket)
+            if bucket.is_last():
                 self.assembly.check_complete()
                 self._exchange()
                 self.assembly.deliver()
-            except BaseException as error:
-                self.assembly.fail(error)  # DDP raises it from backward instead of waiting forever
-                raise
+        except BaseException as error:
+            self.assembly.fail(error)  # DDP raises it from backward instead of waiting forever
+            raise
         return future
 
     def _exchange(self) -> None:
