@@ -5,7 +5,7 @@ Three runs: 3 steps with W&B offline, then `--resume` of it to 6 steps, and a st
 beside them. The stats file must hold one row per step with the hook's statistics, the W&B
 offline record each step's sparsebench/ keys at that step, and the resumed run must continue
 the straight run exactly: the same selections' counts, traffic and loss at every step, and the
-same hook state (residual and method state) at the end.
+same hook state (residual and method state) at the end. A fourth run trains on an ImageFolder.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from experiments import metric_keys as keys
 from tests.conftest import REPO, run_world
 from tests.wandb_records import records
 
-pytestmark = pytest.mark.slow  # three torchrun jobs: about 35 s on 2 cores
+pytestmark = pytest.mark.slow  # four torchrun jobs: about 32 s on 2 cores
 
 EXAMPLE = str(REPO / "examples" / "ddp_train.py")
 # Small enough for 2 CPU cores, still the real model: 11.2 M parameters, 16x16 images.
@@ -101,6 +101,26 @@ def test_a_resumed_run_continues_the_straight_run_exactly(runs):
         assert a["hook"]["residual"].count_nonzero() > 0
         assert torch.equal(a["hook"]["residual"], b["hook"]["residual"]), f"rank {rank}: residuals differ"
         assert a["hook"]["sparsifier"] == b["hook"]["sparsifier"], f"rank {rank}: method state differs"
+
+
+def test_an_image_folder_of_ones_own_trains_with_its_classes(tmp_path):
+    """--data-dir: a torchvision ImageFolder (one folder per class) sets the model's classes."""
+    from PIL import Image
+
+    generator = torch.Generator().manual_seed(0)
+    for label in ("cat", "dog", "owl"):
+        (tmp_path / "images" / label).mkdir(parents=True)
+        for i in range(8):  # 20x24 pixels: resized and cropped to --image-size
+            pixels = torch.randint(0, 256, (20, 24, 3), dtype=torch.uint8, generator=generator)
+            Image.fromarray(pixels.numpy()).save(tmp_path / "images" / label / f"{i}.png")
+    out = tmp_path / "run"
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("WANDB_MODE", "disabled")
+        run_world([EXAMPLE, *TINY, "--steps", "2", "--data-dir", str(tmp_path / "images"), "--out", str(out)], processes=2)
+    assert [row["step"] for row in rows(out)] == [0, 1]
+    assert all(row[keys.DENSITY_ACTUAL] > 0 for row in rows(out))
+    state = torch.load(out / "checkpoint.rank0.pt", weights_only=False)
+    assert state["model"]["fc.weight"].shape == (3, 512)
 
 
 def test_bad_input_fails_before_any_process_group_with_one_line(tmp_path):

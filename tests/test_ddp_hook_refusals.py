@@ -1,5 +1,6 @@
 """What the DDP hook refuses (README, "Use a sparsifier in your own DDP script"): one ConfigError
-naming the setting and the fix, before the hook is registered.
+naming the setting and the fix, before the hook is registered; and a non-finite gradient, which
+fails the backward.
 
 A one-process gloo group inside the test process is enough: every refusal is checked before any
 collective runs. Refusals that need more than that are not here: a `process_group=` smaller
@@ -16,6 +17,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from experiments import metric_keys as keys
+from experiments.core.finite import NonFiniteValue
 from experiments.ddp import register_sparsifier
 from experiments.errors import ConfigError
 
@@ -63,3 +65,11 @@ def test_an_accepted_model_steps_through_the_hook():
     assert hook.step == 1 and hook.stats[keys.ROW_STEP] == 0
     assert hook.stats[keys.DENSITY_ACTUAL] == pytest.approx(0.5, abs=0.03)
     assert int(sum(p.grad.count_nonzero() for p in model.parameters())) == hook.stats[keys.K_MAX]
+
+
+def test_a_non_finite_gradient_fails_the_backward():
+    """No skip mode in the hook: the step fails (on every rank: the ranks agree on one flag)."""
+    model = ddp()
+    register_sparsifier(model, "topk", density=0.5)
+    with pytest.raises(NonFiniteValue, match="non-finite gradient at step 0 on rank 0"):
+        model(torch.full((3, 8), float("nan"))).sum().backward()
