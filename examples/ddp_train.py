@@ -79,7 +79,11 @@ def parse_knob(text: str) -> tuple[str, Any]:
     key, equals, value = text.partition("=")
     if not equals or not key:
         raise ConfigError(f"--knob {text}: write KEY=VALUE, e.g. --knob exchange=sparse_allgather")
-    return key, yaml.safe_load(value)
+    parsed = yaml.safe_load(value)
+    try:  # YAML 1.1 reads 1e-3 as a string; Hydra (and the user) mean a number
+        return key, float(parsed) if isinstance(parsed, str) else parsed
+    except ValueError:
+        return key, parsed
 
 
 def dataset(args: argparse.Namespace) -> tuple[torch.utils.data.Dataset, int]:
