@@ -10,7 +10,7 @@ export MPLCONFIGDIR ?= $(CURDIR)/.venv/cache/matplotlib
 export JUPYTER_CONFIG_DIR ?= $(CURDIR)/.venv/cache/jupyter
 export JUPYTER_DATA_DIR ?= $(CURDIR)/.venv/cache/jupyter
 
-.PHONY: run test test-fast data bench lock clean
+.PHONY: run test test-fast data bench example lock clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,13 @@ else ifeq ($(MODE),ddp)
 else
 	$(error MODE must be select, step, load, memory or ddp, got $(MODE))
 endif
+
+# The DDP example (README "Use a sparsifier in your own DDP script"): NPROC gloo (or NCCL)
+# processes under torchrun; e.g. make example ARGS="--sparsifier micro --steps 50 --out runs/m".
+NPROC ?= 2
+example: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(PY) -m torch.distributed.run --nproc-per-node=$(NPROC) --max-restarts=0 \
+		--rdzv-backend=c10d --rdzv-endpoint=localhost:0 examples/ddp_train.py $(ARGS)
 
 lock: $(STAMP)
 	{ echo "# Exact pins of the whole stack (pip freeze of a fresh .venv on x86_64, Python 3.11)."; \
