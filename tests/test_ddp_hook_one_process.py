@@ -1,9 +1,10 @@
-"""What the DDP hook refuses (README, "Use a sparsifier in your own DDP script"): one ConfigError
-naming the setting and the fix, before the hook is registered; and a non-finite gradient, which
-fails the backward.
+"""The DDP hook in a one-process gloo group inside the test process: what it refuses (README,
+"Use a sparsifier in your own DDP script": one ConfigError naming the setting and the fix,
+before the hook is registered), a non-finite gradient failing the backward, and its state's
+round trip and checks. Equality with sparsebench's own step on real multi-process DDP is in
+tests/test_ddp_hook.py.
 
-A one-process gloo group inside the test process is enough: every refusal is checked before any
-collective runs. Refusals that need more than that are not here: a `process_group=` smaller
+A one-process group is enough here: every refusal is checked before any collective runs. Refusals that need more than that are not here: a `process_group=` smaller
 than the world needs several processes, and DDP builds `mixed_precision=` only on CUDA (the
 test sets the attribute DDP stores instead, which is what the hook reads).
 """
@@ -34,7 +35,13 @@ def one_process_group(tmp_path_factory):
 
 
 def ddp(dtype: torch.dtype = torch.float32) -> DistributedDataParallel:
+    torch.manual_seed(0)
     return DistributedDataParallel(torch.nn.Linear(8, 4).to(dtype))
+
+
+def test_an_unknown_reduction_is_refused():
+    with pytest.raises(ConfigError, match="reduction=tree is not one of ring, rank_order"):
+        register_sparsifier(ddp(), "topk", density=0.5, reduction="tree")
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
@@ -73,3 +80,25 @@ def test_a_non_finite_gradient_fails_the_backward():
     register_sparsifier(model, "topk", density=0.5)
     with pytest.raises(NonFiniteValue, match="non-finite gradient at step 0 on rank 0"):
         model(torch.full((3, 8), float("nan"))).sum().backward()
+
+
+def test_the_state_round_trips_into_a_fresh_hook():
+    model = ddp()
+    hook = register_sparsifier(model, "micro", density=0.25)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(3):  # small inputs: gradients below MiCRO's first threshold stay in the residual
+        model(0.01 * torch.randn(3, 8, generator=generator)).square().sum().backward()
+    state = hook.state_dict()
+    fresh = register_sparsifier(ddp(), "micro", density=0.25)
+    fresh.load_state_dict(state)
+    assert fresh.step == 3 and torch.equal(fresh.residual, hook.residual) and fresh.residual.count_nonzero() > 0
+    assert fresh.sparsifier.state_dict() == hook.sparsifier.state_dict()
+
+
+def test_a_state_of_another_method_or_format_is_refused():
+    state = register_sparsifier(ddp(), "topk", density=0.5).state_dict()
+    hook = register_sparsifier(ddp(), "micro", density=0.5)
+    with pytest.raises(ConfigError, match="hook state has method=topk, this hook has method=micro"):
+        hook.load_state_dict(state)
+    with pytest.raises(ConfigError, match="hook state has format 0, this version reads 1"):
+        hook.load_state_dict({**state, "format": 0})
