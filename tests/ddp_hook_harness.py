@@ -14,14 +14,17 @@ DDP variants (`--variant`): buckets (a tiny bucket_cap_mb: several buckets, rebu
 first iteration), one_bucket (the default cap: one bucket), no_sync (two micro-batches per step,
 the first under `ddp.no_sync()`), static_graph, autocast (forward under CPU bfloat16 autocast),
 bucket_view (gradient_as_bucket_view=True), unused (find_unused_parameters=True with a branch
-that takes no part in the loss), nonfinite (rank 1's batch holds a NaN at step NAN_STEP: every
-rank's backward must raise, and each records its error instead of the records).
+that no rank uses at odd steps), nonfinite (rank 1's batch holds a NaN at step NAN_STEP: every
+rank's backward must raise, and each records its error instead of the records), seed_per_rank
+(seed + rank, as many DDP scripts seed: registering must fail on every rank).
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import io
+import os
 import sys
 from contextlib import nullcontext
 from pathlib import Path
@@ -33,23 +36,33 @@ from torch.nn.parallel import DistributedDataParallel
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from experiments.ddp import register_sparsifier  # noqa: E402
+from experiments.errors import ConfigError  # noqa: E402
 
 # Small-model knobs (the papers' defaults assume millions of elements).
 SMALL = {"density": 0.05, "exdyna": {"blocks": 32, "block_align": 4}, "sage": {"sample_error": 0.2}}
 FEATURES, CLASSES, BATCH = 12, 5, 8
-VARIANTS = ("buckets", "one_bucket", "no_sync", "static_graph", "autocast", "bucket_view", "unused", "nonfinite")
+VARIANTS = ("buckets", "one_bucket", "no_sync", "static_graph", "autocast", "bucket_view", "unused", "nonfinite",
+            "seed_per_rank")
 NAN_STEP, NAN_RANK = 2, 1
+DEVICE = torch.device("cpu")  # --device cuda: NCCL, one GPU per process (records come back on the CPU)
 
 
 class Net(torch.nn.Module):
-    def __init__(self, unused_branch: bool = False) -> None:
+    """A small MLP; with `branch`, a second head that forward uses only while `use_branch` is set
+    (every other step in the `unused` variant): its residual builds up while it is used, so the
+    sparsifier still selects its coordinates at the steps no rank uses it."""
+
+    def __init__(self, branch: bool = False) -> None:
         super().__init__()
         self.body = torch.nn.Sequential(torch.nn.Linear(FEATURES, 32), torch.nn.ReLU(), torch.nn.Linear(32, 24), torch.nn.ReLU())
         self.head = torch.nn.Linear(24, CLASSES)
-        self.unused = torch.nn.Linear(24, 3) if unused_branch else None
+        self.branch = torch.nn.Linear(24, CLASSES) if branch else None
+        self.use_branch = branch
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.body(x))
+        hidden = self.body(x)
+        out = self.head(hidden)
+        return out + 3.0 * self.branch(hidden) if self.use_branch else out
 
 
 def parse_spec(spec: str) -> tuple[str, dict]:
@@ -76,7 +89,7 @@ def loss_of(module: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, autocast:
 
 def build(name: str, knobs: dict, variant: str, seed: int, reduction: str):
     torch.manual_seed(seed)  # the same initial model on every rank
-    net = Net(unused_branch=variant == "unused")
+    net = Net(branch=variant == "unused").to(DEVICE)
     options = {"bucket_cap_mb": 0.002 if variant != "one_bucket" else 25}
     if variant == "static_graph":
         options["static_graph"] = True
@@ -84,6 +97,8 @@ def build(name: str, knobs: dict, variant: str, seed: int, reduction: str):
         options["gradient_as_bucket_view"] = True
     if variant == "unused":
         options["find_unused_parameters"] = True
+    if DEVICE.type == "cuda":
+        options["device_ids"] = [DEVICE.index]
     model = DistributedDataParallel(net, **options)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.0 if name == "dgc" else 0.9)
     hook = register_sparsifier(model, name, seed=seed, reduction=reduction, optimizer=optimizer, **knobs)
@@ -98,8 +113,10 @@ def train_step(model, optimizer, hook, rank: int, step: int, variant: str) -> di
     autocast = variant == "autocast"
     local = None
     optimizer.zero_grad(set_to_none=True)
+    if variant == "unused":
+        model.module.use_branch = step % 2 == 0
     for micro in range(micro_batches):
-        x, y = batch(rank, step, micro)
+        x, y = (tensor.to(DEVICE) for tensor in batch(rank, step, micro))
         if variant == "nonfinite" and (rank, step) == (NAN_RANK, NAN_STEP):
             x[0, 0] = float("nan")
         # The local gradient, beside DDP (the module itself: no hook runs).
@@ -111,11 +128,12 @@ def train_step(model, optimizer, hook, rank: int, step: int, variant: str) -> di
             loss_of(model, x, y, autocast).backward()
     aggregate = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
     optimizer.step()
+    selection = hook.outcome.selections[0]
     return {
-        "gradient": local,
-        "selection": None if hook.outcome.selections[0] is None else torch.sort(hook.outcome.selections[0].long()).values.clone(),
-        "residual": hook.residual.clone(),
-        "aggregate": aggregate.clone(),
+        "gradient": local.cpu(),
+        "selection": None if selection is None else torch.sort(selection.long()).values.cpu(),
+        "residual": hook.residual.cpu().clone(),
+        "aggregate": aggregate.cpu().clone(),
         "stats": dict(hook.stats),
     }
 
@@ -123,6 +141,14 @@ def train_step(model, optimizer, hook, rank: int, step: int, variant: str) -> di
 def run(spec: str, variant: str, steps: int, seed: int, reduction: str, out: Path) -> None:
     rank = dist.get_rank()
     name, knobs = parse_spec(spec)
+    if variant == "seed_per_rank":
+        try:
+            build(name, knobs, variant, seed + rank, reduction)
+            raised = None
+        except ConfigError as error:
+            raised = {"type": type(error).__name__, "message": str(error)}
+        torch.save({"raised": raised}, out / f"{spec}.{variant}.rank{rank}.pt")
+        return
     model, optimizer, hook = build(name, knobs, variant, seed, reduction)
     if variant == "nonfinite":
         try:
@@ -166,15 +192,24 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--reduction", default="ring")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     args = parser.parse_args()
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    global DEVICE
+    if args.device == "cuda":
+        DEVICE = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(DEVICE)
+    dist.init_process_group("nccl" if args.device == "cuda" else "gloo", timeout=datetime.timedelta(seconds=60))
     try:
         args.out.mkdir(parents=True, exist_ok=True)
         for variant in args.variant.split(","):
             for spec in args.methods.split(","):
                 run(spec, variant, args.steps, args.seed, args.reduction, args.out)
     finally:
+        # DDP models live in reference cycles: collected only now, while the process group still
+        # exists. Left to the interpreter's exit, a reducer that had unused parameters is torn
+        # down after the group and aborts the process ("terminate called", about 1 exit in 4).
+        gc.collect()
         dist.destroy_process_group()
 
 

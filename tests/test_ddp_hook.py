@@ -36,8 +36,8 @@ import ddp_hook_harness as harness  # noqa: E402
 HARNESS = str(Path(__file__).resolve().parent / "ddp_hook_harness.py")
 # Every option of conf/sparsifier/, and the variants that exercise other exchanges and plans.
 SPECS = sparsifier_names() + ["topk:exchange=sparse_allgather", "deft:norms=global", "deft:common_units=leader"]
-VARIANT_METHODS = ["deft", "micro", "exdyna"]  # the model-wide methods the bucket assembly is for
-VARIANTS = [v for v in harness.VARIANTS if v not in ("buckets", "nonfinite")]
+VARIANT_METHODS = ["deft", "micro", "exdyna", "topk"]  # the model-wide methods the bucket assembly is for
+VARIANTS = [v for v in harness.VARIANTS if v not in ("buckets", "nonfinite", "seed_per_rank")]
 STEPS = 6
 
 
@@ -74,7 +74,7 @@ def assert_hook_equals_own_step(ranks: list[dict], variant: str) -> None:
     first = ranks[0]
     world_size = first["world_size"]
     assert len(ranks) == world_size
-    layout = Layout.from_module(harness.Net(unused_branch=variant == "unused"))
+    layout = Layout.from_module(harness.Net(branch=variant == "unused"))
     node = sparsifier_node(first["name"], first["knobs"])
     sparsifiers = [build_sparsifier(node, layout, world_size, r, first["seed"]) for r in range(world_size)]
     for sparsifier in sparsifiers:
@@ -130,12 +130,24 @@ def test_ddp_variants_equal_sparsebench_step(worlds, method, variant):
         assert {r["stats"][keys.HOOK_BUCKETS] for r in ranks[0]["records"]} == {1.0}
 
 
-def test_no_sync_accumulates_before_the_hook(worlds):
-    """Under no_sync the hook sees the sum of the micro-batches' gradients, once per step."""
+def test_no_sync_exchanges_once_per_step(worlds):
+    """Under no_sync the hook runs once per step, on the last micro-batch's backward (that it
+    exchanges the sum of the micro-batches' gradients is the replay's equality above: the
+    harness replays their sum)."""
     ranks = load_ranks(worlds / "variants", "deft", "no_sync")
-    single = load_ranks(worlds / "variants", "deft", "one_bucket")
-    assert not torch.equal(ranks[0]["records"][0]["gradient"], single[0]["records"][0]["gradient"])
     assert [r["stats"][keys.ROW_STEP] for r in ranks[0]["records"]] == list(range(STEPS))
+
+
+def test_a_parameter_no_rank_used_still_gets_its_aggregate(worlds):
+    """find_unused_parameters: at odd steps no rank uses the branch, DDP writes no bucket into its
+    .grad, yet its residual (built up at even steps) is selected and leaves the residual; the
+    aggregate must reach .grad (the replay's equality checks the values; this, that it happened)."""
+    ranks = load_ranks(worlds / "variants", "topk", "unused")
+    layout = Layout.from_module(harness.Net(branch=True))
+    branch = [s for s in layout.segments if s.name.startswith("branch.")]
+    start, end = branch[0].offset, branch[-1].end
+    odd = [ranks[0]["records"][t]["aggregate"][start:end] for t in range(1, STEPS, 2)]
+    assert any(int(a.count_nonzero()) > 0 for a in odd), "the branch was never selected at a step no rank used it"
 
 
 # -- bad input: one line naming the key, before anything is registered ------------------------
@@ -178,11 +190,31 @@ def test_every_stat_the_hook_returns_is_defined_in_the_metrics_doc(worlds):
     assert not missing, f"docs/metrics.md does not define: {missing}"
 
 
-def test_a_nonfinite_gradient_on_one_rank_fails_the_step_on_every_rank(tmp_path):
+def test_a_nonfinite_gradient_or_a_seed_per_rank_fails_on_every_rank(tmp_path):
     """Rank 1's NaN stops every rank's backward at that step with an error naming it, instead of
     rank 0 waiting in a collective until the process group's timeout."""
-    run_world([HARNESS, str(tmp_path), "--methods", "micro", "--variant", "nonfinite"], processes=2)
-    raised = [torch.load(tmp_path / f"micro.nonfinite.rank{r}.pt", weights_only=False)["raised"] for r in range(2)]
+    run_world([HARNESS, str(tmp_path), "--methods", "randomk", "--variant", "nonfinite,seed_per_rank"], processes=2)
+    raised = [torch.load(tmp_path / f"randomk.nonfinite.rank{r}.pt", weights_only=False)["raised"] for r in range(2)]
     assert [r["step"] for r in raised] == [harness.NAN_STEP] * 2
     assert f"non-finite gradient at step {harness.NAN_STEP} on rank {harness.NAN_RANK}" in raised[1]["message"]
     assert f"at step {harness.NAN_STEP} on another rank" in raised[0]["message"]
+    assert all("restart from your last checkpoint" in r["message"] for r in raised)
+
+    # The same run: seed + rank (as many DDP scripts seed) gives Random-k other indices on
+    # every rank, and is refused on every rank at registration, naming the key.
+    refused = [torch.load(tmp_path / f"randomk.seed_per_rank.rank{r}.pt", weights_only=False)["raised"] for r in range(2)]
+    assert [r["message"] for r in refused] == ["seed differs across ranks (0 on rank 0, 1 on rank 1): "
+                                               "pass the same seed on every rank"] * 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: the NCCL path of the hook")
+def test_nccl_processes_on_gpus_equal_sparsebench_step(tmp_path):
+    """The same replay on CUDA tensors over NCCL (one process per GPU, at most 2). Methods whose
+    selections follow from comparisons and counts only, so that the CPU replay of the GPU's
+    gradients must select the same coordinates (norm-based plans may round differently)."""
+    processes = min(torch.cuda.device_count(), 2)
+    methods = ["topk", "micro", "exdyna", "randomk"]
+    run_world([HARNESS, str(tmp_path), "--methods", ",".join(methods), "--steps", str(STEPS), "--device", "cuda"],
+              processes=processes, torchrun=True)
+    for method in methods:
+        assert_hook_equals_own_step(load_ranks(tmp_path, method, "buckets"), "buckets")

@@ -42,8 +42,9 @@ def check_loss(loss: float, step: int, rank: int) -> None:
         raise NonFiniteValue(f"non-finite loss at step {step} on rank {rank} (loss = {loss}): {HINT}", "loss")
 
 
-def check_accumulator(acc: torch.Tensor, grad: torch.Tensor, step: int, rank: int) -> None:
-    """`acc` after the gradient `grad` was added to it."""
+def check_accumulator(acc: torch.Tensor, grad: torch.Tensor, step: int, rank: int, hint: str = HINT) -> None:
+    """`acc` after the gradient `grad` was added to it; `hint` ends the message (the DDP hook
+    has its own: a user's script has no optimizer.lr key)."""
     if math.isfinite(float(acc.sum())):
         return
     if not bool(torch.isfinite(grad).all()):
@@ -52,9 +53,9 @@ def check_accumulator(acc: torch.Tensor, grad: torch.Tensor, step: int, rank: in
         what = ACCUMULATOR
     else:
         what = OVERFLOW
-    raise NonFiniteValue(f"non-finite {what} at step {step} on rank {rank}: {HINT}", what)
+    raise NonFiniteValue(f"non-finite {what} at step {step} on rank {rank}: {hint}", what)
 
 
-def check_aggregate(aggregate: torch.Tensor, step: int) -> None:
+def check_aggregate(aggregate: torch.Tensor, step: int, hint: str = HINT) -> None:
     if not math.isfinite(float(aggregate.sum())):
-        raise NonFiniteValue(f"non-finite aggregate at step {step} (the same on every rank): {HINT}", "aggregate")
+        raise NonFiniteValue(f"non-finite aggregate at step {step} (the same on every rank): {hint}", "aggregate")

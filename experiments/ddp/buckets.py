@@ -11,8 +11,15 @@ position, so rebuilt buckets, several buckets or one bucket for the whole model 
 
 DDP launches buckets strictly in index order and waits on their futures only when backward has
 finished, so the last bucket's hook always runs before any future is waited on.
+
+With `find_unused_parameters=True` DDP copies no bucket into the `.grad` of a parameter that no
+rank used this step, but the sparsifier may still select its coordinates from the residual
+(it was used before), and error feedback then drops them from the residual: so the assembly
+writes the aggregate into every parameter's `.grad` itself (`write_all_grads`).
 """
 from __future__ import annotations
+
+import time
 
 import torch
 import torch.distributed as dist
@@ -23,13 +30,18 @@ from sparsifiers.layout import Layout
 class BucketAssembly:
     """The flat gradient of one model assembled from DDP buckets, one iteration at a time."""
 
-    def __init__(self, module: torch.nn.Module, layout: Layout, flat: torch.Tensor) -> None:
-        parameters = [p for p in module.parameters() if p.requires_grad]
+    def __init__(self, module: torch.nn.Module, layout: Layout, flat: torch.Tensor, write_all_grads: bool = False) -> None:
+        self._parameters = [p for p in module.parameters() if p.requires_grad]
         self.flat = flat
         self.numel = layout.numel
-        self._segment = {id(p): (s.offset, s.end) for p, s in zip(parameters, layout.segments)}
+        self.write_all_grads = write_all_grads
+        self._segment = {id(p): (s.offset, s.end) for p, s in zip(self._parameters, layout.segments)}
+        # CUDA tensors in a future must name their device, or a waiter may read them before the
+        # stream that wrote them is done (torch.futures.Future's own warning).
+        self._devices = [flat.device] if flat.device.type == "cuda" else None
         self._pending: list[tuple[dist.GradBucket, torch.futures.Future]] = []
         self._received = 0
+        self.copy_s = 0.0  # time spent copying buckets in and the aggregate out, this iteration
 
     @property
     def buckets(self) -> int:
@@ -38,6 +50,9 @@ class BucketAssembly:
 
     def add(self, bucket: dist.GradBucket) -> torch.futures.Future:
         """Copies the bucket's gradients into the flat buffer; returns its (pending) future."""
+        started = time.perf_counter()
+        if not self._pending:
+            self.copy_s = 0.0
         for parameter, gradient in zip(bucket.parameters(), bucket.gradients()):
             if id(parameter) not in self._segment:
                 raise RuntimeError(
@@ -47,8 +62,9 @@ class BucketAssembly:
             start, end = self._segment[id(parameter)]
             self.flat[start:end].copy_(gradient.reshape(-1))
             self._received += end - start
-        future: torch.futures.Future = torch.futures.Future()
+        future: torch.futures.Future = torch.futures.Future(devices=self._devices)
         self._pending.append((bucket, future))
+        self.copy_s += time.perf_counter() - started
         return future
 
     def check_complete(self) -> None:
@@ -61,11 +77,22 @@ class BucketAssembly:
 
     def deliver(self) -> None:
         """Copies the aggregate (now in the flat buffer) into every bucket; completes the futures."""
+        started = time.perf_counter()
         pending, self._pending, self._received = self._pending, [], 0
-        for bucket, future in pending:
+        for bucket, _ in pending:
             for parameter, gradient in zip(bucket.parameters(), bucket.gradients()):
                 start, end = self._segment[id(parameter)]
                 gradient.copy_(self.flat[start:end].view_as(gradient))
+        if self.write_all_grads:
+            for parameter in self._parameters:
+                start, end = self._segment[id(parameter)]
+                value = self.flat[start:end].view_as(parameter)
+                if parameter.grad is None:
+                    parameter.grad = value.clone()
+                else:  # a used parameter's .grad: DDP writes the same values into it again
+                    parameter.grad.copy_(value)
+        self.copy_s += time.perf_counter() - started
+        for bucket, future in pending:
             future.set_result(bucket.buffer())
 
     def fail(self, error: BaseException) -> None:
