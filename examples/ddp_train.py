@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import itertools
 import json
 import os
@@ -29,7 +30,7 @@ import yaml
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
-from experiments.ddp import register_sparsifier, sparsifier_node  # sparsebench: the public API
+from experiments.ddp import applies_momentum, register_sparsifier, sparsifier_node  # sparsebench: the public API
 from experiments.errors import ConfigError
 
 
@@ -62,9 +63,11 @@ def parse_args() -> argparse.Namespace:
         fail(f"--resume: no {checkpoint}: run once without --resume, with the same --out")
     try:
         args.knobs = {"density": args.density, **dict(parse_knob(text) for text in args.knob)}
-        sparsifier_node(args.sparsifier, args.knobs)  # sparsebench: checks the method and its knobs now
+        node = sparsifier_node(args.sparsifier, args.knobs)  # sparsebench: checks the method and its knobs now
     except ConfigError as error:
         fail(str(error))
+    if applies_momentum(node) and args.momentum != 0:  # sparsebench: DGC applies momentum itself
+        fail(f"--sparsifier {args.sparsifier} applies momentum itself: pass --momentum 0")
     return args
 
 
@@ -104,9 +107,10 @@ def open_wandb(args: argparse.Namespace, rank: int) -> Any:
         return None
     import wandb  # only when asked for: slow to import
 
+    folder = args.out / "wandb"
     for variable in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
-        os.environ.setdefault(variable, str(args.out / "wandb"))
-    (args.out / "wandb").mkdir(parents=True, exist_ok=True)
+        os.environ.setdefault(variable, str(folder))
+    folder.mkdir(parents=True, exist_ok=True)
     config = {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()}
     return wandb.init(project="sparsebench-ddp-example", dir=str(args.out), mode=args.wandb, config=config)
 
@@ -184,6 +188,9 @@ def main() -> None:
     except ConfigError as error:  # e.g. dgc with momentum: one line, no traceback
         fail(str(error))
     finally:
+        # DDP keeps reference cycles: collect the model while the process group still exists (at
+        # the interpreter's exit, a reducer with unused parameters can abort the process).
+        gc.collect()
         dist.destroy_process_group()
 
 

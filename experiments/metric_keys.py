@@ -72,7 +72,8 @@ REL_RESIDUAL = "ef/rel_residual"
 # are the same on every rank) ------------------------------------------------------------------
 HOOK_SELECT = "hook/select_ms"  # this rank's selection (the leader's plan included)
 HOOK_EXCHANGE = "hook/exchange_ms"  # this rank's exchange
-HOOK_TOTAL = "hook/total_ms"  # the whole hook after the last bucket: accumulate to residual
+HOOK_TOTAL = "hook/total_ms"  # the step after the last bucket: accumulate to residual
+HOOK_COPY = "hook/copy_ms"  # copying the buckets into the flat gradient and the aggregate back
 HOOK_BUCKETS = "hook/buckets"  # DDP buckets assembled into this step's gradient
 HOOK_RESIDUAL = "hook/residual_norm"  # ||residual|| after the step, this rank
 HOOK_REL_RESIDUAL = "hook/rel_residual"  # ||residual|| / ||acc||, this rank

@@ -36,10 +36,11 @@ def run_cli(args: list[str], env: dict[str, str] | None = None, timeout: int = 3
     )
 
 
-def run_world(script_and_args: list[str], processes: int, timeout: int = 600) -> None:
+def run_world(script_and_args: list[str], processes: int, timeout: int = 600, torchrun: bool = False) -> None:
     """Runs a test script (tests/harness.py, tests/resume_harness.py) in one process, or in
-    `processes` gloo processes under torchrun; fails the test with its stderr if it fails."""
-    if processes == 1:
+    `processes` gloo processes under torchrun (also one, with `torchrun`); fails the test with
+    its stderr if it fails."""
+    if processes == 1 and not torchrun:
         command = [sys.executable, *script_and_args]
     else:
         command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={processes}",

@@ -123,12 +123,16 @@ def test_an_image_folder_of_ones_own_trains_with_its_classes(tmp_path):
     assert state["model"]["fc.weight"].shape == (3, 512)
 
 
-def test_bad_input_fails_before_any_process_group_with_one_line(tmp_path):
-    """A missing --data-dir: exit 2 and one line naming the option and the fix, no traceback."""
+@pytest.mark.parametrize("case", ["missing data", "dgc with momentum"])
+def test_bad_input_fails_before_any_process_group_with_one_line(tmp_path, case):
+    """Exit 2 and one line naming the option and the fix, no traceback, before torch.distributed."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "disabled"}
-    result = subprocess.run([sys.executable, EXAMPLE, "--data-dir", str(tmp_path / "nowhere"), "--out", str(tmp_path)],
+    args, expected = {
+        "missing data": (["--data-dir", str(tmp_path / "nowhere")],
+                         f"--data-dir {tmp_path / 'nowhere'} is not a directory: give an ImageFolder, or leave it out for FakeData"),
+        "dgc with momentum": (["--sparsifier", "dgc"], "--sparsifier dgc applies momentum itself: pass --momentum 0"),
+    }[case]
+    result = subprocess.run([sys.executable, EXAMPLE, *args, "--out", str(tmp_path)],
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [
-        f"ddp_train.py: error: --data-dir {tmp_path / 'nowhere'} is not a directory: give an ImageFolder, "
-        "or leave it out for FakeData"]
+    assert result.stderr.strip().splitlines() == [f"ddp_train.py: error: {expected}"]

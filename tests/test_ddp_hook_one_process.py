@@ -102,3 +102,15 @@ def test_a_state_of_another_method_or_format_is_refused():
         hook.load_state_dict(state)
     with pytest.raises(ConfigError, match="hook state has format 0, this version reads 1"):
         hook.load_state_dict({**state, "format": 0})
+
+
+def test_dgc_needs_the_optimizer_to_check_it():
+    with pytest.raises(ConfigError, match="sparsifier=dgc applies momentum itself: pass optimizer="):
+        register_sparsifier(ddp(), "dgc", density=0.5)
+
+
+def test_parameters_ddp_ignores_are_refused():
+    net = torch.nn.Linear(8, 4)
+    DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(net, ["bias"])
+    with pytest.raises(ConfigError, match=r"DDP ignores 1 parameters \(parameters_to_ignore\).*requires_grad=False"):
+        register_sparsifier(DistributedDataParallel(net), "topk", density=0.5)

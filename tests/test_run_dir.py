@@ -91,6 +91,8 @@ ALLOWED = {
     "experiments/launcher/environment.py": 1,  # PACKAGES: the wandb package's version
     "tests/analysis/test_analysis_wandb_load.py": 1,  # 'wandb' not in sys.modules
     "tests/conftest.py": 3,  # the tests' own W&B folders, in their cache (no run directory)
+    "examples/ddp_train.py": 1,  # a user's own script: its W&B folder in its --out (no run directory)
+    "tests/test_ddp_example.py": 1,  # ... which the example's test reads
 }
 # Every fixed name, and the stems of the per-process, per-step and per-node patterns (an f-string
 # such as f"error.rank{rank}.txt" starts with its stem, then a field, a digit or a glob's *). The same quote on both sides of a fixed

@@ -7,11 +7,12 @@ sparsebench's communication hook (experiments/ddp), all in the same processes, s
 
 Each method runs `--settle` untimed steps (MiCRO's and ExDyna's thresholds start far from where
 error feedback leaves them), then `--repeats` timed ones (forward, backward with the
-hook, optimizer step). Printed per method, rank 0's medians: the whole step, the hook's work after
-the last bucket (`hook/total_ms`), its selection and exchange, what remains of the hook (bucket
-assembly: copying buckets in and the aggregate out, the non-finite agreement, the norms), the
-buckets assembled, |U| / k and the traffic against the dense all-reduce of the same model. `dense`
-through the hook beside DDP's own all-reduce is the price of the model-wide assembly alone.
+hook, optimizer step). Printed per method, rank 0's medians: the whole step; the hook's step after the
+last bucket (`hook/total_ms`), its selection and exchange and the rest of it (accumulate, the
+non-finite agreement, the norms and the stats' gather); the copies of the buckets in and of the
+aggregate out (`hook/copy_ms`); the buckets assembled, |U| / k and the traffic against the dense
+all-reduce of the same model. `dense` through the hook beside DDP's own all-reduce is the price
+of the model-wide assembly alone.
 """
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def measure(args: argparse.Namespace) -> list[dict]:
         row = {"method": method, "step_ms": median("step_ms")}
         if hook is not None:
             total, select, exchange = median(keys.HOOK_TOTAL), median(keys.HOOK_SELECT), median(keys.HOOK_EXCHANGE)
-            row.update(hook_ms=total, select_ms=select, exchange_ms=exchange,
+            row.update(hook_ms=total, select_ms=select, exchange_ms=exchange, copy_ms=median(keys.HOOK_COPY),
                        rest_ms=statistics.median(r[keys.HOOK_TOTAL] - r[keys.HOOK_SELECT] - r[keys.HOOK_EXCHANGE] for r in rows),
                        buckets=median(keys.HOOK_BUCKETS), union_over_k=median(keys.DENSITY_ERROR) + 1.0,
                        traffic_ratio=median(keys.RATIO), numel=hook.layout.numel)
@@ -85,15 +86,16 @@ def print_table(args: argparse.Namespace, rows: list[dict]) -> None:
     numel = next((row["numel"] for row in rows if "numel" in row), None)
     print(f"DDP hook benchmark: {args.model} (N = {numel:,}), W = {args.workers} gloo processes, batch {args.batch_size} "
           f"of {args.image_size}x{args.image_size}, density {args.density}, medians of {args.repeats} steps (rank 0)")
-    header = f"{'method':<14} {'step ms':>9} {'hook ms':>9} {'select':>9} {'exchange':>9} {'rest':>8} {'buckets':>8} {'|U|/k':>7} {'traffic':>8}"
+    header = (f"{'method':<14} {'step ms':>9} {'hook ms':>9} {'select':>9} {'exchange':>9} {'rest':>8} {'copies':>8} "
+              f"{'buckets':>8} {'|U|/k':>7} {'traffic':>8}")
     print(header)
     print("-" * len(header))
     for row in rows:
         if row["method"] == BASELINE:
-            print(f"{row['method']:<14} {row['step_ms']:>9.1f} {'(DDP own all-reduce, no hook)':>46}")
+            print(f"{row['method']:<14} {row['step_ms']:>9.1f} {'(DDP own all-reduce, no hook)':>55}")
             continue
         print(f"{row['method']:<14} {row['step_ms']:>9.1f} {row['hook_ms']:>9.1f} {row['select_ms']:>9.1f} "
-              f"{row['exchange_ms']:>9.1f} {row['rest_ms']:>8.1f} {row['buckets']:>8.0f} {row['union_over_k']:>7.2f} "
+              f"{row['exchange_ms']:>9.1f} {row['rest_ms']:>8.1f} {row['copy_ms']:>8.1f} {row['buckets']:>8.0f} {row['union_over_k']:>7.2f} "
               f"{row['traffic_ratio']:>8.4f}")
 
 

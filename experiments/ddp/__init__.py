@@ -8,6 +8,6 @@ A fourth role beside the launcher, the rank process and the core (docs/architect
 in the user's own processes, builds a sparsifier as a rank does and drives the core's step.
 """
 from experiments.ddp.hook import SparsifierHook, register_sparsifier
-from experiments.ddp.sparsifier_node import sparsifier_names, sparsifier_node
+from experiments.ddp.sparsifier_node import applies_momentum, sparsifier_names, sparsifier_node
 
-__all__ = ["SparsifierHook", "register_sparsifier", "sparsifier_names", "sparsifier_node"]
+__all__ = ["SparsifierHook", "applies_momentum", "register_sparsifier", "sparsifier_names", "sparsifier_node"]

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch.nn.parallel import DistributedDataParallel
 
 from experiments import metric_keys as keys
@@ -34,13 +34,23 @@ from experiments.core.step import SparsifyOutcome, sparsify_and_exchange
 from experiments.core.traffic import dense_allreduce_bytes
 from experiments.core.world import World
 from experiments.ddp.buckets import BucketAssembly
-from experiments.ddp.sparsifier_node import build_sparsifier, sparsifier_node
+from experiments.ddp.sparsifier_node import applies_momentum, build_sparsifier, sparsifier_node
 from experiments.errors import ConfigError, require
 from sparsifiers.kernels import BACKENDS, set_backend, warm_up
 from sparsifiers.layout import Layout
 
 STATE_FORMAT = 1  # bump when the state_dict's layout changes: an old checkpoint then says so
 Stats = dict[str, float]
+# A user's script has no optimizer.lr key, and after a failed backward neither DDP's reducer nor
+# the residual (which already holds the bad gradient) can go on.
+HINT = "lower the learning rate or check the data, then restart from your last checkpoint"
+# This rank's own numbers, reduced over ranks on logging steps like the runner's: key -> (max key, mean key).
+OVER_RANKS = {
+    keys.HOOK_SELECT: (keys.SELECT_MAX, keys.SELECT_MEAN),
+    keys.HOOK_EXCHANGE: (keys.EXCHANGE, None),
+    keys.HOOK_RESIDUAL: (None, keys.RESIDUAL),
+    keys.HOOK_REL_RESIDUAL: (None, keys.REL_RESIDUAL),
+}
 
 
 class SparsifierHook:
@@ -80,7 +90,8 @@ class SparsifierHook:
             dense_bytes=dense_allreduce_bytes(self.layout.numel, self.world_size, self.flat.element_size()),
             exchange=self.sparsifier.exchange,
         )
-        self.assembly = BucketAssembly(self.module, self.layout, self.flat)
+        self.assembly = BucketAssembly(self.module, self.layout, self.flat,
+                                       write_all_grads=bool(getattr(model, "find_unused_parameters", False)))
         self.step = 0
         self.stats: Stats = {}
         self.outcome: SparsifyOutcome | None = None
@@ -94,33 +105,42 @@ class SparsifierHook:
             future = self.assembly.add(bucket)
             if bucket.is_last():
                 self.assembly.check_complete()
-                self._exchange()
+                buckets, started = self.assembly.buckets, time.perf_counter()
+                outcome = self._exchange()
+                total_ms = (time.perf_counter() - started) * 1e3
                 self.assembly.deliver()
+                self.stats = self._stats(outcome, buckets, total_ms, self.assembly.copy_s * 1e3)
+                self._report()
         except BaseException as error:
             self.assembly.fail(error)  # DDP raises it from backward instead of waiting forever
             raise
         return future
 
-    def _exchange(self) -> None:
-        started = time.perf_counter()
+    def _exchange(self) -> SparsifyOutcome:
+        """Phases 1 to 5 of the runner's step on the assembled gradient; the aggregate is left
+        in the flat buffer."""
         step, sparsifier = self.step, self.sparsifier
         self.world.comm.meter.reset()
         gradient = accumulate(sparsifier, self.residual, self.flat)  # residual now holds acc
         self._agree_finite(gradient)
-        buckets = self.assembly.buckets
-        outcome = sparsify_and_exchange(self.world, [sparsifier], [self.residual], self.flat, step, measure_norms=True)
-        check_aggregate(self.flat, step)  # the same on every rank: all ranks raise together
+        outcome = sparsify_and_exchange(self.world, [sparsifier], [self.residual], self.flat, step,
+                                        measure_norms=self._logging_step)
+        check_aggregate(self.flat, step, HINT)  # the same on every rank: all ranks raise together
         self.outcome = outcome
         self.step += 1
-        self.stats = self._stats(outcome, buckets, (time.perf_counter() - started) * 1e3)
-        self._report()
+        return outcome
+
+    @property
+    def _logging_step(self) -> bool:
+        """Norms and the reductions over ranks cost passes and a collective: every log_every steps."""
+        return self.step % self.log_every == 0
 
     def _agree_finite(self, gradient: torch.Tensor) -> None:
         """A non-finite accumulator on any rank fails the step on every rank, before anything is
         exchanged: one flag, all-reduced (bookkeeping, not metered), instead of the other ranks
         waiting for a collective until the process group's timeout."""
         try:
-            check_accumulator(self.residual, gradient, self.step, self.rank)
+            check_accumulator(self.residual, gradient, self.step, self.rank, HINT)
             error = None
         except NonFiniteValue as found:
             error = found
@@ -129,28 +149,45 @@ class SparsifierHook:
         if error is not None:
             raise error
         if flag.item() > 0:
-            raise NonFiniteValue(f"non-finite gradient or residual at step {self.step} on another rank", "gradient")
+            raise NonFiniteValue(f"non-finite gradient or residual at step {self.step} on another rank: {HINT}", "gradient")
 
-    def _stats(self, outcome: SparsifyOutcome, buckets: int, total_ms: float) -> Stats:
+    def _stats(self, outcome: SparsifyOutcome, buckets: int, total_ms: float, copy_ms: float) -> Stats:
         sparsifier = self.sparsifier
+        logging_step = outcome.acc_norms is not None
         stats = {keys.ROW_STEP: float(self.step - 1)}
         stats.update(exchange_metrics(outcome.result, self.world.comm.meter, self.context,
                                       sparsifier.current_k, sparsifier.current_density))
-        acc_norm, residual_norm = outcome.acc_norms[0], outcome.residual_norms[0]
         stats[keys.HOOK_SELECT] = outcome.select_ms[0]
         stats[keys.HOOK_EXCHANGE] = outcome.exchange_ms
         stats[keys.HOOK_TOTAL] = total_ms
+        stats[keys.HOOK_COPY] = copy_ms
         stats[keys.HOOK_BUCKETS] = float(buckets)
-        stats[keys.HOOK_RESIDUAL] = residual_norm
-        stats[keys.HOOK_REL_RESIDUAL] = residual_norm / max(acc_norm, 1e-30)
+        if logging_step:
+            acc_norm, residual_norm = outcome.acc_norms[0], outcome.residual_norms[0]
+            stats[keys.HOOK_RESIDUAL] = residual_norm
+            stats[keys.HOOK_REL_RESIDUAL] = residual_norm / max(acc_norm, 1e-30)
+            stats.update(self._over_ranks(stats))
         # Method state (MiCRO's threshold, ...): the scalars; lists stay in sparsifier.metrics().
         stats.update({key: float(value) for key, value in sparsifier.metrics().items() if isinstance(value, (int, float))})
         return stats
 
+    def _over_ranks(self, stats: Stats) -> Stats:
+        """Every rank's own numbers (OVER_RANKS), gathered (bookkeeping, not metered) and reduced
+        as the runner reduces them: max for times, mean for norms."""
+        row = torch.tensor([[stats[key] for key in OVER_RANKS]], dtype=torch.float64, device=self.flat.device)
+        table = self.world.comm.gather_stats(row).cpu()
+        reduced = {}
+        for column, (max_key, mean_key) in zip(table.unbind(1), OVER_RANKS.values()):
+            if max_key is not None:
+                reduced[max_key] = float(column.max())
+            if mean_key is not None:
+                reduced[mean_key] = float(column.mean())
+        return reduced
+
     def _report(self) -> None:
         if self.on_stats is not None:
             self.on_stats(self.stats)
-        if self.wandb_run is not None and (self.step - 1) % self.log_every == 0:
+        if self.wandb_run is not None and keys.HOOK_RESIDUAL in self.stats:  # a logging step
             # commit=False: merged into the user's next wandb.log, at the user's own step.
             self.wandb_run.log({self.wandb_prefix + key: value for key, value in self.stats.items()
                                 if math.isfinite(value)}, commit=False)
@@ -204,22 +241,23 @@ def register_sparsifier(
 ) -> SparsifierHook:
     """Registers `sparsifier` (a conf/sparsifier/ name, or a config node) on `model`'s buckets.
 
-    `knobs` override the method's (e.g. density=0.01); `seed` must be the same on every rank
-    (Random-k's shared draw, sampling seeds); `reduction` is the runner's (ring | rank_order:
-    bit-for-bit the runner's sum order); `kernels` the selection kernels (auto | torch |
-    compiled, the same results). Pass `optimizer` to have it checked against the method (DGC
-    applies momentum itself). `on_stats(stats)` is called after every step; with `wandb_run`
-    the stats go to that run every `log_every` steps. Bad input raises ConfigError before the
-    hook is registered."""
+    `knobs` override the method's (e.g. density=0.01); the method, its knobs and `seed` must be
+    the same on every rank (checked: Random-k's shared draw relies on it); `reduction` is the
+    runner's (ring | rank_order: bit-for-bit the runner's sum order); `kernels` the selection
+    kernels (auto | torch | compiled, the same results). `optimizer` is checked against the
+    method (DGC applies momentum itself, and requires it). `on_stats(stats)` is called after
+    every step; every `log_every` steps the stats also hold the norms and the reductions over
+    ranks, and go to `wandb_run` if given. Bad input raises ConfigError before the hook is
+    registered."""
     _check_model(model)
     require(reduction in REDUCTIONS, f"reduction={reduction} is not one of {', '.join(REDUCTIONS)}")
     require(kernels in BACKENDS, f"kernels={kernels} is not one of {', '.join(BACKENDS)}")
     require(isinstance(log_every, int) and log_every >= 1, f"log_every must be a positive integer, got {log_every}")
     node = sparsifier_node(sparsifier, knobs)
+    _check_optimizer(node, optimizer)
+    _check_same_on_every_rank(node, seed, reduction, model)
     set_backend(kernels)
     hook = SparsifierHook(model, node, seed, reduction, on_stats, wandb_run, log_every=log_every)
-    if optimizer is not None:
-        _check_optimizer(hook, optimizer)
     warm_up(hook.flat.dtype, hook.flat.device)  # compiled now, not inside the first step's timings
     model.register_comm_hook(state=None, hook=hook.communicate)
     return hook
@@ -232,18 +270,46 @@ def _check_model(model: Any) -> None:
             "the hook exchanges over the default process group: build DDP without process_group=")
     require(getattr(model, "mixed_precision", None) is None,
             "DDP's mixed_precision= is not supported: use torch.autocast instead (parameters and gradients stay float32)")
+    ignored = getattr(model, "parameters_to_ignore", None)
+    require(not ignored, f"DDP ignores {len(ignored or ())} parameters (parameters_to_ignore): the hook "
+            "exchanges every trainable parameter; freeze them (requires_grad=False) instead")
     dtypes = {p.dtype for p in model.module.parameters() if p.requires_grad}
     require(dtypes == {torch.float32},
             f"the hook needs float32 parameters, got {sorted(str(d) for d in dtypes)}: keep the parameters "
             "float32 and use torch.autocast for mixed precision")
 
 
-def _check_optimizer(hook: SparsifierHook, optimizer: torch.optim.Optimizer) -> None:
-    if not hook.sparsifier.owns_momentum:
+def _check_optimizer(node: DictConfig, optimizer: torch.optim.Optimizer | None) -> None:
+    """A method that applies momentum itself (DGC) needs an optimizer without it, or momentum is
+    applied twice; the hook can only check an optimizer it is given."""
+    if not applies_momentum(node):
         return
+    name = node.get("name", "?")
+    require(optimizer is not None, f"sparsifier={name} applies momentum itself: pass optimizer= so that the "
+            "hook can check that it has momentum=0")
     momenta = {group.get("momentum", 0.0) for group in optimizer.param_groups}
-    if momenta != {0.0}:
-        raise ConfigError(
-            f"sparsifier={hook.sparsifier.name} applies momentum itself (momentum correction): build the "
-            f"optimizer with momentum=0 (got momentum {sorted(momenta)}), or it is applied twice"
-        )
+    require(momenta == {0.0}, f"sparsifier={name} applies momentum itself (momentum correction): build the "
+            f"optimizer with momentum=0 (got momentum {sorted(momenta)}), or it is applied twice")
+
+
+def _check_same_on_every_rank(node: DictConfig, seed: int, reduction: str, model: DistributedDataParallel) -> None:
+    """Every rank must run the same method with the same knobs and seed (Random-k's shared draw
+    and the exchange's counts rely on it; `seed=base + rank`, common in DDP scripts, would give
+    every rank other indices): one all-gather of the settings at registration, and every rank
+    refuses the same way, naming the first setting that differs."""
+    mine = {
+        "sparsifier": OmegaConf.to_yaml(node, resolve=True),
+        "seed": seed,
+        "reduction": reduction,
+        "numel": Layout.from_module(model.module).numel,
+    }
+    everyone: list[dict[str, Any]] = [{} for _ in range(dist.get_world_size())]
+    dist.all_gather_object(everyone, mine)
+    for rank, theirs in enumerate(everyone):
+        for key, value in everyone[0].items():
+            if theirs[key] != value:
+                shown = {k: (v if k != "sparsifier" else "its config node") for k, v in ((0, value), (rank, theirs[key]))}
+                raise ConfigError(
+                    f"{key} differs across ranks ({shown[0]} on rank 0, {shown[rank]} on rank {rank}): "
+                    f"pass the same {key if key != 'numel' else 'model'} on every rank"
+                )

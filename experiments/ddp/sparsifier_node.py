@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from experiments.errors import ConfigError
 from experiments.launcher.compose import CONF_DIR
 from experiments.launcher.validate import check_group_knobs
-from experiments.rank.build import instantiate_node
+from experiments.rank.build import instantiate_node, target_of
 from sparsifiers.base import Sparsifier
 from sparsifiers.layout import Layout
 
@@ -24,7 +24,11 @@ GROUP = "sparsifier"
 
 def sparsifier_names() -> list[str]:
     """The options of conf/sparsifier/, as `run.py sparsifier=<name>` knows them."""
-    return sorted(path.stem for path in (CONF_DIR / GROUP).glob("*.yaml"))
+    folder = CONF_DIR / GROUP
+    if not folder.is_dir():  # conf/ is not a package: a non-editable install leaves it behind
+        raise ConfigError(f"no {folder}: install sparsebench from its clone with pip install -e <clone>, "
+                          "or pass a config node with a _target_ instead of a name")
+    return sorted(path.stem for path in folder.glob("*.yaml"))
 
 
 def sparsifier_node(sparsifier: str | Mapping[str, Any] | DictConfig, knobs: Mapping[str, Any] | None = None) -> DictConfig:
@@ -51,6 +55,12 @@ def sparsifier_node(sparsifier: str | Mapping[str, Any] | DictConfig, knobs: Map
         node[key] = value
     check_group_knobs(GROUP, node)
     return node
+
+
+def applies_momentum(node: DictConfig) -> bool:
+    """Whether the node's method applies momentum itself (DGC's momentum correction): the
+    user's optimizer must then have none."""
+    return bool(getattr(target_of(node), "owns_momentum", False))
 
 
 def build_sparsifier(node: DictConfig, layout: Layout, world_size: int, rank: int, seed: int) -> Sparsifier:
