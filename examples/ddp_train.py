@@ -156,6 +156,10 @@ def train(args: argparse.Namespace, rank: int, device: torch.device) -> None:
                 if stats_file is not None:
                     stats_file.write(json.dumps(row) + "\n")
                     stats_file.flush()
+                    if step % 10 == 0 or step == args.steps - 1:
+                        print(f"step {step:>5}  loss {row['loss']:.4f}  sent {row['traffic/sent_bytes_max'] / 1e6:.3f} MB "
+                              f"({row['traffic/ratio']:.4f} of dense)  density {row['density/actual']:.5f}  "
+                              f"select {row['hook/select_ms']:.1f} ms", flush=True)
                 if run is not None:  # the hook logged sparsebench/* uncommitted: this commits the row
                     # commit=True: with step= alone W&B waits for the next step, and the hook's next
                     # stats would overwrite these before they are committed.
