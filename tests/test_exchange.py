@@ -152,17 +152,25 @@ def test_dense_is_the_mean():
     assert result.aggregated == N and result.zeroed == [None] * W
 
 
-def test_leader_and_shared_allreduce_send_one_index_set():
+@pytest.mark.parametrize("kind, counts", [
+    (ExchangeKind.LEADER_BROADCAST, [0, 0, 3, 0]),  # only the leader (rank 2) selected
+    (ExchangeKind.SHARED_ALLREDUCE, [3, 3, 3, 3]),  # every rank "selected" the shared set
+])
+def test_leader_and_shared_allreduce_send_one_index_set(kind, counts):
+    """No index traffic here (the leader's indices travelled in the plan's broadcast): the 3
+    values' ring all-reduce only, 2*3/4*3*4 = 18 B sent and received per rank."""
     accs, _ = random_case(1)
     shared = torch.tensor([3, 7, 11])
-    for kind in (ExchangeKind.LEADER_BROADCAST, ExchangeKind.SHARED_ALLREDUCE):
-        out = torch.empty(N)
-        result = exchange(kind, [shared] * W, accs, out, hosted_comm(), leader=2)
-        expected = torch.zeros(N)
-        expected[shared] = torch.stack([a[shared] for a in accs]).mean(0)
-        torch.testing.assert_close(out, expected)
-        assert result.aggregated == 3
-    assert result.counts.tolist() == [3, 3, 3, 3]  # shared: every rank "selected" the set
+    comm = hosted_comm()
+    out = torch.empty(N)
+    result = exchange(kind, [shared] * W, accs, out, comm, leader=2)
+    expected = torch.zeros(N)
+    expected[shared] = torch.stack([a[shared] for a in accs]).mean(0)
+    torch.testing.assert_close(out, expected)
+    assert result.aggregated == 3 and result.shared == 0
+    assert result.counts.tolist() == counts
+    assert all(z.tolist() == [3, 7, 11] for z in result.zeroed)
+    assert comm.meter.sent.tolist() == [18.0] * W and comm.meter.recv.tolist() == [18.0] * W
 
 
 @pytest.mark.parametrize("reduction, sent", [("ring", 18.0), ("rank_order", 36.0)])
