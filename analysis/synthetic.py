@@ -140,7 +140,9 @@ def _rows(run: SyntheticRun, density: float, rng: np.random.Generator):
     whole = run.method in ("topk", "threshold", "dgc", "sage", "gaussiank", "randomk")
     for step in range(run.steps):
         noise = rng.normal(0.0, 0.05)
-        buildup = 1.0 + (run.workers - 1) * 0.5 if whole else 1.0
+        # Overlapping selections build up, varying with the step and the seed (so that a mean over
+        # steps and a spread over seeds are not trivially right); split methods are 1 exactly.
+        buildup = (1.0 + (run.workers - 1) * 0.5) * (1.0 + 0.05 * np.sin(step + 3.0 * run.seed)) if whole else 1.0
         actual = min(1.0, density * buildup * (1.0 + noise))
         compute, select = 20.0 + rng.random(), 0.1 * (1 + rng.random()) * (10 if whole else 10 / run.workers)
         sent = actual * NUMEL * 8.0
