@@ -153,6 +153,29 @@ def test_exdyna_matches_the_reference_for_60_steps(world_size, rule, numel, bloc
     assert reference.rule_mattered > 0
 
 
+def test_exdyna_refuses_a_move_below_the_minimum_like_the_reference():
+    """All the gradient in partition 0's first blocks: partition 0 gives blocks to partition 1
+    step after step until it holds the minimum B / (4W) = 1 block, and every later move is
+    refused; the implementation must select and partition as the reference does throughout."""
+    numel, world_size, blocks, density, steps = 512, 2, 8, 0.05, 16
+    layout = Layout.from_shapes([("a", (numel,))])
+    world = SteppedRanks([ExDyna(layout, world_size, r, density, blocks=blocks, block_align=8) for r in range(world_size)])
+    reference = ReferenceExDyna(numel, world_size, density, "official", blocks, 8)
+    generator = torch.Generator().manual_seed(0)
+    for t in range(steps):
+        grads = []
+        for _ in range(world_size):
+            grad = torch.randn(numel, generator=generator) * 1e-4
+            grad[: numel // 16] *= 1e4  # half of the first block: always partition 0's
+            grads.append(grad)
+        expected, threshold, boundaries = reference.step([g.numpy() for g in grads], t)
+        step = world.step(grads, t)
+        assert [s.tolist() for s in step.selections] == expected, f"step {t}"
+        assert world.sparsifiers[0].metrics()["sparsifier/partition_boundaries"] == boundaries
+    assert reference.moves["refused"] > 0 and reference.moves["right"] == blocks // world_size - 1, reference.moves
+    assert world.sparsifiers[0].metrics()["sparsifier/partition_boundaries"][:2] == [0, 1]
+
+
 # -- invariants on random layouts, densities and world sizes ------------------------------------
 @settings(max_examples=60, deadline=None)
 @given(
