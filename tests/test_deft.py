@@ -14,7 +14,7 @@ from experiments.rank.build import build_sparsifier
 from experiments.launcher.compose import compose_job
 from experiments.errors import ConfigError
 from experiments.core.traffic import binomial_children
-from tests.stepped_ranks import SteppedRanks, gradients
+from tests.stepped_ranks import SteppedRanks, assert_resume_is_exact, gradients
 from sparsifiers.deft import DEFT
 from sparsifiers.deft_allocation import allocate, bin_loads, decode_plan
 from sparsifiers.layout import Layout
@@ -433,6 +433,15 @@ def test_state_round_trip(norms: str) -> None:
         assert fresh.metrics() == sparsifier.metrics()
     with pytest.raises(ValueError, match="other units"):
         DEFT(layout_of(SIZES), 4, 0, 0.02).load_state_dict(world.sparsifiers[0].state_dict())
+
+
+@pytest.mark.parametrize("norms", ["local", "global"])
+def test_a_resumed_world_selects_the_same_indices(norms: str) -> None:
+    """Not only the state's round trip: a world loaded from the saved states and residuals
+    selects, step after step, what the uninterrupted world selects (tests/stepped_ranks.py)."""
+    stream = (gradients(SIZES, 3, t) for t in itertools.count())
+    assert_resume_is_exact(lambda r: make_deft(layout_of(SIZES), 3, r, 0.02, norms=norms), 3, stream,
+                           warm_steps=7, later_steps=6)
 
 
 def test_real_step() -> None:
