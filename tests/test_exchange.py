@@ -258,3 +258,59 @@ def test_binomial_broadcast_by_hand():
     assert meter.sent.tolist() == [0.0, 80.0, 40.0, 0.0]  # rank 1 root, rank 2 = relative 1
     assert meter.recv.tolist() == [40.0, 0.0, 40.0, 40.0]
     assert meter.sent.sum() == meter.recv.sum()
+
+
+# Per-rank bytes sent (= received) for W = 2, 3, 4, worked out by hand. Rank r selects
+# [2r, 3r + 1): counts 1, 2, 3, 4 (ranks 2 and 3 overlap at 6), |U| = 3, 6, 9; N = 40 float32
+# values, int32 indices and counts. Union: counts header (W-1)*4 + indices padded to the largest
+# count (W-1)*max*4 + ring all-reduce of U's values 2(W-1)/W*|U|*4, e.g. W = 3: 8 + 24 + 32.
+# Sparse all-gather: header + indices + values all-gathered padded, (W-1)*max*4 each. Dense:
+# 2(W-1)/W*40*4. Leader and shared ([3, 7, 11] everywhere): the values' all-reduce, 2(W-1)/W*3*4.
+BY_HAND = {
+    ExchangeKind.UNION_ALLREDUCE: {2: 24.0, 3: 64.0, 4: 114.0},
+    ExchangeKind.SPARSE_ALLGATHER: {2: 20.0, 3: 56.0, 4: 108.0},
+    ExchangeKind.DENSE: {2: 160.0, 3: 640.0 / 3, 4: 240.0},
+    ExchangeKind.LEADER_BROADCAST: {2: 12.0, 3: 16.0, 4: 18.0},
+    ExchangeKind.SHARED_ALLREDUCE: {2: 12.0, 3: 16.0, 4: 18.0},
+}
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+@pytest.mark.parametrize("kind", list(BY_HAND))
+def test_traffic_of_every_exchange_kind_by_hand(kind, world_size):
+    generator = torch.Generator().manual_seed(world_size)
+    accs = [torch.randn(N, generator=generator) for _ in range(world_size)]
+    if kind in (ExchangeKind.LEADER_BROADCAST, ExchangeKind.SHARED_ALLREDUCE):
+        selections = [torch.tensor([3, 7, 11])] * world_size
+    elif kind is ExchangeKind.DENSE:
+        selections = [None] * world_size
+    else:
+        selections = [torch.arange(2 * r, 3 * r + 1) for r in range(world_size)]
+    comm = hosted_comm(world_size)
+    exchange(kind, selections, accs, torch.empty(N), comm, leader=world_size - 1)
+    expected = BY_HAND[kind][world_size]
+    assert comm.meter.sent.tolist() == pytest.approx([expected] * world_size, rel=1e-12)
+    assert comm.meter.recv.tolist() == pytest.approx([expected] * world_size, rel=1e-12)
+
+
+@pytest.mark.parametrize("world_size, sent", [
+    # A plan of 5 int32 from rank 1: an int64 length header (8 B), then 20 B, over each tree edge.
+    (2, [0.0, 28.0]),            # rank 1 sends to rank 0
+    (3, [0.0, 56.0, 0.0]),       # the root feeds both others
+    (4, [0.0, 56.0, 28.0, 0.0]),  # root -> relative 1 (rank 2) and 2 (rank 3); rank 2 -> rank 0
+])
+def test_the_plan_broadcast_counts_its_size_header(world_size, sent):
+    comm = hosted_comm(world_size)
+    received = comm.broadcast(torch.arange(5), 1, torch.int32, torch.device("cpu"))
+    assert received.tolist() == [0, 1, 2, 3, 4]
+    assert comm.meter.sent.tolist() == sent
+    assert comm.meter.recv.tolist() == [0.0 if rank == 1 else 28.0 for rank in range(world_size)]
+
+
+@pytest.mark.parametrize("world_size, sent", [(2, 24.0), (3, 32.0), (4, 36.0)])
+def test_the_averaged_inputs_allreduce_by_hand(world_size, sent):
+    """DEFT's norms=global: 6 float32 unit norms per rank, ring all-reduced: 2(W-1)/W*6*4 B."""
+    comm = hosted_comm(world_size)
+    total = comm.sum_over_ranks([torch.full((6,), float(r)) for r in range(world_size)])
+    assert total.tolist() == [float(sum(range(world_size)))] * 6
+    assert comm.meter.sent.tolist() == pytest.approx([sent] * world_size)
