@@ -13,6 +13,7 @@ import pytest
 from analysis.load import load_runs
 from analysis.stats import run_stats, summarize
 from analysis.timeline import elapsed_at_evals
+from experiments.run_dir import METRICS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -20,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 def independent_run_numbers(run_dir: Path) -> dict[str, float]:
     """One run's numbers straight from its metrics.jsonl, without the analysis: the mean over
     the train rows of build-up and load imbalance, and the last evaluation's accuracy."""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (run_dir / METRICS).read_text().splitlines()]
     train = [row for row in rows if row["kind"] == "train"]
     evals = [row for row in rows if row["kind"] == "eval"]
     return {"buildup": float(np.mean([row["buildup"] for row in train])),
