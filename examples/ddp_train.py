@@ -52,6 +52,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=Path("outputs/ddp_example"))
     parser.add_argument("--resume", action="store_true", help="continue from the checkpoints in --out")
     parser.add_argument("--wandb", choices=("off", "offline", "online"), default="off")
+    parser.add_argument("--check", action="store_true",
+                        help="check the arguments and exit (make example does, in one process, before torchrun)")
     args = parser.parse_args()
     # Bad input fails here, on every rank, before any process group or collective exists.
     if args.model not in torchvision.models.list_models(module=torchvision.models):
@@ -137,6 +139,8 @@ def train(args: argparse.Namespace, rank: int, device: torch.device) -> None:
         optimizer.load_state_dict(state["optimizer"])
         hook.load_state_dict(state["hook"])  # sparsebench: residual, method state, step count
         step = state["step"]
+        if run is not None:  # W&B's row is the resumed step: the hook's uncommitted stats join it
+            run.log({}, step=step, commit=False)
     stats_file = open(args.out / "stats.jsonl", "a" if args.resume else "w") if rank == 0 else None
     try:
         while step < args.steps:
@@ -180,6 +184,8 @@ def train(args: argparse.Namespace, rank: int, device: torch.device) -> None:
 
 def main() -> None:
     args = parse_args()
+    if args.check:
+        return
     args.out.mkdir(parents=True, exist_ok=True)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     cuda = torch.cuda.is_available()

@@ -87,8 +87,8 @@ def loss_of(module: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, autocast:
     return torch.nn.functional.cross_entropy(out.float(), y)
 
 
-def build(name: str, knobs: dict, variant: str, seed: int, reduction: str):
-    torch.manual_seed(seed)  # the same initial model on every rank
+def build(name: str, knobs: dict, variant: str, seed: int, reduction: str, init_seed: int | None = None):
+    torch.manual_seed(seed if init_seed is None else init_seed)  # the same initial model on every rank
     net = Net(branch=variant == "unused").to(DEVICE)
     options = {"bucket_cap_mb": 0.002 if variant != "one_bucket" else 25}
     if variant == "static_graph":
@@ -141,12 +141,14 @@ def train_step(model, optimizer, hook, rank: int, step: int, variant: str) -> di
 def run(spec: str, variant: str, steps: int, seed: int, reduction: str, out: Path) -> None:
     rank = dist.get_rank()
     name, knobs = parse_spec(spec)
-    if variant == "seed_per_rank":
-        try:
-            build(name, knobs, variant, seed + rank, reduction)
-            raised = None
-        except ConfigError as error:
-            raised = {"type": type(error).__name__, "message": str(error)}
+    if variant == "seed_per_rank":  # and then a density per rank
+        raised = []
+        for mine_seed, mine_knobs in ((seed + rank, knobs), (seed, {**knobs, "density": knobs["density"] * (1 + rank)})):
+            try:
+                build(name, mine_knobs, variant, mine_seed, reduction)
+                raised.append(None)
+            except ConfigError as error:
+                raised.append(str(error))
         torch.save({"raised": raised}, out / f"{spec}.{variant}.rank{rank}.pt")
         return
     model, optimizer, hook = build(name, knobs, variant, seed, reduction)
@@ -168,7 +170,7 @@ def run(spec: str, variant: str, steps: int, seed: int, reduction: str, out: Pat
             checkpoint = buffer.getvalue()
         records.append(train_step(model, optimizer, hook, rank, step, variant))
 
-    model, optimizer, resumed = build(name, knobs, variant, seed + 1, reduction)  # another init: the checkpoint must set it
+    model, optimizer, resumed = build(name, knobs, variant, seed, reduction, init_seed=seed + 1)  # another init: the checkpoint must set it
     state = torch.load(io.BytesIO(checkpoint), weights_only=False)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])

@@ -1,8 +1,8 @@
 """The example of README "Use a sparsifier in your own DDP script" (examples/ddp_train.py), run as
 a user runs it: under torchrun, 2 gloo processes, a real torchvision ResNet-18 on FakeData.
 
-Three runs: 3 steps with W&B offline, then `--resume` of it to 6 steps, and a straight 6-step run
-beside them. The stats file must hold one row per step with the hook's statistics, the W&B
+Three runs: 3 steps, then `--resume` of it to 6 steps with W&B offline, and a straight 6-step
+run beside them. The stats file must hold one row per step with the hook's statistics, the W&B
 offline record each step's sparsebench/ keys at that step, and the resumed run must continue
 the straight run exactly: the same selections' counts, traffic and loss at every step, and the
 same hook state (residual and method state) at the end. A fourth run trains on an ImageFolder.
@@ -43,12 +43,12 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("ddp_example")
     resumed, straight = out / "resumed", out / "straight"
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("WANDB_MODE", "offline")  # the W&B run is written to a file, never sent
-        run_world([EXAMPLE, *TINY, "--steps", str(FIRST), "--out", str(resumed), "--wandb", "offline"], processes=2)
-    with pytest.MonkeyPatch.context() as env:
         env.setenv("WANDB_MODE", "disabled")
-        run_world([EXAMPLE, *TINY, "--steps", str(TOTAL), "--out", str(resumed), "--resume"], processes=2)
+        run_world([EXAMPLE, *TINY, "--steps", str(FIRST), "--out", str(resumed)], processes=2)
         run_world([EXAMPLE, *TINY, "--steps", str(TOTAL), "--out", str(straight)], processes=2)
+    with pytest.MonkeyPatch.context() as env:  # W&B on the resumed run: its first row is the tricky one
+        env.setenv("WANDB_MODE", "offline")  # the W&B run is written to a file, never sent
+        run_world([EXAMPLE, *TINY, "--steps", str(TOTAL), "--out", str(resumed), "--resume", "--wandb", "offline"], processes=2)
     return {"resumed": resumed, "straight": straight}
 
 
@@ -79,8 +79,10 @@ def test_the_wandb_offline_run_holds_each_steps_sparsebench_keys(runs):
         if record.WhichOneof("record_type") == "history":
             items = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
             history[record.history.step.num] = items
-    assert sorted(history) == list(range(FIRST))
-    for row in rows(runs["resumed"])[:FIRST]:
+    # The resumed steps only, each row whole: the hook's stats (logged uncommitted during
+    # backward) in the same row as the example's loss, from the first resumed step on.
+    assert sorted(history) == list(range(FIRST, TOTAL))
+    for row in rows(runs["resumed"])[FIRST:]:
         logged = history[row["step"]]
         # the hook's numbers of this very step, not the next one's (they are logged uncommitted)
         assert logged["sparsebench/step"] == row["step"]

@@ -203,8 +203,9 @@ def test_a_nonfinite_gradient_or_a_seed_per_rank_fails_on_every_rank(tmp_path):
     # The same run: seed + rank (as many DDP scripts seed) gives Random-k other indices on
     # every rank, and is refused on every rank at registration, naming the key.
     refused = [torch.load(tmp_path / f"randomk.seed_per_rank.rank{r}.pt", weights_only=False)["raised"] for r in range(2)]
-    assert [r["message"] for r in refused] == ["seed differs across ranks (0 on rank 0, 1 on rank 1): "
-                                               "pass the same seed on every rank"] * 2
+    fix = "pass the same method, knobs, seed, reduction and log_every on every rank"
+    assert [r[0] for r in refused] == [f"seed differs across ranks (0 on rank 0, 1 on rank 1): {fix}"] * 2
+    assert [r[1] for r in refused] == [f"sparsifier.density differs across ranks (0.05 on rank 0, 0.1 on rank 1): {fix}"] * 2
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: the NCCL path of the hook")

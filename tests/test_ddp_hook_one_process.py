@@ -95,13 +95,16 @@ def test_the_state_round_trips_into_a_fresh_hook():
     assert fresh.sparsifier.state_dict() == hook.sparsifier.state_dict()
 
 
-def test_a_state_of_another_method_or_format_is_refused():
+def test_a_state_of_another_method_format_or_knob_is_refused():
     state = register_sparsifier(ddp(), "topk", density=0.5).state_dict()
     hook = register_sparsifier(ddp(), "micro", density=0.5)
     with pytest.raises(ConfigError, match="hook state has method=topk, this hook has method=micro"):
         hook.load_state_dict(state)
     with pytest.raises(ConfigError, match="hook state has format 0, this version reads 1"):
         hook.load_state_dict({**state, "format": 0})
+    other = register_sparsifier(ddp(), "topk", density=0.25)
+    with pytest.raises(ConfigError, match=r"hook state has sparsifier.density=0.5, this hook has sparsifier.density=0.25"):
+        other.load_state_dict(state)
 
 
 def test_dgc_needs_the_optimizer_to_check_it():

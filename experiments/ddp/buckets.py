@@ -15,7 +15,8 @@ finished, so the last bucket's hook always runs before any future is waited on.
 With `find_unused_parameters=True` DDP copies no bucket into the `.grad` of a parameter that no
 rank used this step, but the sparsifier may still select its coordinates from the residual
 (it was used before), and error feedback then drops them from the residual: so the assembly
-writes the aggregate into every parameter's `.grad` itself (`write_all_grads`).
+writes the aggregate into the `.grad` of such a parameter itself (`write_all_grads`), unless it
+is zero there (then `.grad` stays None, as DDP leaves it).
 """
 from __future__ import annotations
 
@@ -87,10 +88,10 @@ class BucketAssembly:
             for parameter in self._parameters:
                 start, end = self._segment[id(parameter)]
                 value = self.flat[start:end].view_as(parameter)
-                if parameter.grad is None:
-                    parameter.grad = value.clone()
-                else:  # a used parameter's .grad: DDP writes the same values into it again
+                if parameter.grad is not None:  # DDP writes the same values into a used one again
                     parameter.grad.copy_(value)
+                elif bool(value.any()):  # a zero aggregate leaves .grad None, as DDP does: no
+                    parameter.grad = value.clone()  # weight decay or momentum step for it
         self.copy_s += time.perf_counter() - started
         for bucket, future in pending:
             future.set_result(bucket.buffer())

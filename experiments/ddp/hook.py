@@ -15,6 +15,7 @@ gradient, so nothing of it overlaps backward (the methods' papers do not overlap
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -22,7 +23,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch.nn.parallel import DistributedDataParallel
 
 from experiments import metric_keys as keys
@@ -35,6 +36,7 @@ from experiments.core.traffic import dense_allreduce_bytes
 from experiments.core.world import World
 from experiments.ddp.buckets import BucketAssembly
 from experiments.ddp.sparsifier_node import applies_momentum, build_sparsifier, sparsifier_node
+from experiments.rank.build import knobs as node_knobs
 from experiments.errors import ConfigError, require
 from sparsifiers.kernels import BACKENDS, set_backend, warm_up
 from sparsifiers.layout import Layout
@@ -79,7 +81,7 @@ class SparsifierHook:
         self.world_size, self.rank = dist.get_world_size(), dist.get_rank()
         comm = RankCollectives(self.world_size, [self.rank], use_process_group=True, reduction=reduction)
         self.world = World(self.world_size, self.world_size, self.rank, [self.rank], first.device, comm)
-        self.node = node
+        self.node, self.seed = node, seed
         self.sparsifier = build_sparsifier(node, self.layout, self.world_size, self.rank, seed)
         self.context = MetricContext(
             numel=self.layout.numel,
@@ -207,20 +209,26 @@ class SparsifierHook:
             "world_size": self.world_size,
             "rank": self.rank,
             "step": self.step,
+            "knobs": node_knobs(self.node),
+            "seed": self.seed,
             "residual": self.residual.detach().cpu().clone(),
             "sparsifier": self.sparsifier.state_dict(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restores `state_dict()` of the same method, model size, world size and rank."""
+        """Restores `state_dict()` of the same method, knobs, seed, model size, world size and rank."""
         require(state.get("format") == STATE_FORMAT,
                 f"hook state has format {state.get('format')}, this version reads {STATE_FORMAT}: "
                 "it was saved by another version of sparsebench")
         expected = {"method": self.sparsifier.name, "numel": self.layout.numel,
-                    "world_size": self.world_size, "rank": self.rank}
+                    "world_size": self.world_size, "rank": self.rank, "seed": self.seed}
         for key, value in expected.items():
             require(state[key] == value, f"hook state has {key}={state[key]}, this hook has {key}={value}: "
-                    "load each rank's own state into the same method on the same model and world")
+                    "load each rank's own state into the same method, seed, model and world")
+        for key, value in node_knobs(self.node).items():  # a resumed run goes on with the same knobs
+            saved = state["knobs"].get(key)
+            require(saved == value, f"hook state has sparsifier.{key}={saved}, this hook has sparsifier.{key}={value}: "
+                    "register the hook with the knobs the checkpoint was saved with")
         self.residual.copy_(state["residual"].to(self.residual.device))
         self.sparsifier.load_state_dict(state["sparsifier"])
         self.step = int(state["step"])
@@ -254,8 +262,12 @@ def register_sparsifier(
     require(kernels in BACKENDS, f"kernels={kernels} is not one of {', '.join(BACKENDS)}")
     require(isinstance(log_every, int) and log_every >= 1, f"log_every must be a positive integer, got {log_every}")
     node = sparsifier_node(sparsifier, knobs)
-    _check_optimizer(node, optimizer)
-    _check_same_on_every_rank(node, seed, reduction, model)
+    try:  # a rank that refuses alone would leave the others waiting in the gather below
+        _check_optimizer(node, optimizer)
+        refused = None
+    except ConfigError as error:
+        refused = str(error)
+    _check_same_on_every_rank(node, {"seed": seed, "reduction": reduction, "log_every": log_every}, model, refused)
     set_backend(kernels)
     hook = SparsifierHook(model, node, seed, reduction, on_stats, wandb_run, log_every=log_every)
     warm_up(hook.flat.dtype, hook.flat.device)  # compiled now, not inside the first step's timings
@@ -292,24 +304,27 @@ def _check_optimizer(node: DictConfig, optimizer: torch.optim.Optimizer | None) 
             f"optimizer with momentum=0 (got momentum {sorted(momenta)}), or it is applied twice")
 
 
-def _check_same_on_every_rank(node: DictConfig, seed: int, reduction: str, model: DistributedDataParallel) -> None:
-    """Every rank must run the same method with the same knobs and seed (Random-k's shared draw
-    and the exchange's counts rely on it; `seed=base + rank`, common in DDP scripts, would give
-    every rank other indices): one all-gather of the settings at registration, and every rank
-    refuses the same way, naming the first setting that differs."""
-    mine = {
-        "sparsifier": OmegaConf.to_yaml(node, resolve=True),
-        "seed": seed,
-        "reduction": reduction,
-        "numel": Layout.from_module(model.module).numel,
-    }
+def _check_same_on_every_rank(node: DictConfig, settings: dict[str, Any], model: DistributedDataParallel,
+                              refused: str | None) -> None:
+    """Every rank must run the same method with the same knobs, seed, reduction and logging
+    interval (Random-k's shared draw, the exchange's counts and the logging steps' gather rely
+    on it; `seed=base + rank`, common in DDP scripts, would give every rank other indices): one
+    all-gather at registration, and every rank refuses the same way, naming the first setting
+    that differs, or the first rank's own refusal (`refused`)."""
+    mine = {"refused": refused, **{f"sparsifier.{key}": value for key, value in node_knobs(node).items()},
+            "sparsifier": node._target_, **settings, "model size": Layout.from_module(model.module).numel}
     everyone: list[dict[str, Any]] = [{} for _ in range(dist.get_world_size())]
-    dist.all_gather_object(everyone, mine)
+    first = next(p for p in model.module.parameters() if p.requires_grad)
+    # all_gather_object stages its bytes on the current CUDA device: make it the model's.
+    with torch.cuda.device(first.device) if first.device.type == "cuda" else contextlib.nullcontext():
+        dist.all_gather_object(everyone, mine)
     for rank, theirs in enumerate(everyone):
-        for key, value in everyone[0].items():
-            if theirs[key] != value:
-                shown = {k: (v if k != "sparsifier" else "its config node") for k, v in ((0, value), (rank, theirs[key]))}
+        if theirs["refused"] is not None:
+            raise ConfigError(theirs["refused"] + (f" (on rank {rank})" if dist.get_world_size() > 1 else ""))
+    for rank, theirs in enumerate(everyone):
+        for key in sorted(set(everyone[0]) | set(theirs)):
+            if theirs.get(key) != everyone[0].get(key):
                 raise ConfigError(
-                    f"{key} differs across ranks ({shown[0]} on rank 0, {shown[rank]} on rank {rank}): "
-                    f"pass the same {key if key != 'numel' else 'model'} on every rank"
+                    f"{key} differs across ranks ({everyone[0].get(key)} on rank 0, {theirs.get(key)} on rank {rank}): "
+                    "pass the same method, knobs, seed, reduction and log_every on every rank"
                 )
