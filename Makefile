@@ -10,7 +10,7 @@ export MPLCONFIGDIR ?= $(CURDIR)/.venv/cache/matplotlib
 export JUPYTER_CONFIG_DIR ?= $(CURDIR)/.venv/cache/jupyter
 export JUPYTER_DATA_DIR ?= $(CURDIR)/.venv/cache/jupyter
 
-.PHONY: run test test-fast data bench example lock clean
+.PHONY: run test test-fast mutants data bench example lock clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	WANDB_MODE=disabled $(PY) -m pytest -m "not slow" $(ARGS)
+
+# Realistic bugs planted one at a time (tests/mutants.py); each must fail the fast tier.
+mutants: $(STAMP)
+	$(PY) tests/mutants.py $(ARGS)
 
 # Fashion-MNIST for the default run: Debian's dataset-fashion-mnist package (no download
 # beyond the package registry). Elsewhere, set data_dir=... or dataset.download=true.
@@ -68,6 +72,7 @@ endif
 # processes under torchrun; e.g. make example ARGS="--sparsifier micro --steps 50 --out runs/m".
 NPROC ?= 2
 example: $(STAMP)
+	@PYTHONPATH=$(CURDIR) $(PY) examples/ddp_train.py --check $(ARGS)  # bad input: one line, once
 	PYTHONPATH=$(CURDIR) $(PY) -m torch.distributed.run --nproc-per-node=$(NPROC) --max-restarts=0 \
 		--rdzv-backend=c10d --rdzv-endpoint=localhost:0 examples/ddp_train.py $(ARGS)
 

@@ -1,0 +1,161 @@
+"""Mutation check: realistic bugs, planted one at a time, each of which the fast tier must catch.
+
+    make mutants                      # every bug below; exits 1 if one survives
+    python tests/mutants.py --only union_mean_over_w_minus_1,topk_ties_by_higher_index
+
+Each mutant replaces one exact piece of code (which must occur once: a mutant whose code has
+changed is reported as stale, never silently skipped) in a copy of the repository's tracked files,
+then runs the fast tier there (`pytest -m "not slow" -x`), the tests that should catch it first,
+so that a killed mutant costs seconds. A mutant survives if the whole fast tier passes. When you
+fix a bug the suite did not catch, add it here with the test that now catches it.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str
+    old: str
+    new: str
+    first: tuple[str, ...]  # test files that should catch it: run before the rest of the fast tier
+
+
+MUTANTS = (
+    # -- exchange semantics ------------------------------------------------------------------
+    Mutant("union_mean_over_w_minus_1", "experiments/core/exchange.py",
+           "out.index_copy_(0, indices, values.div_(comm.world_size))",
+           "out.index_copy_(0, indices, values.div_(comm.world_size - 1))", ("tests/test_exchange.py",)),
+    Mutant("sparse_allgather_not_averaged", "experiments/core/exchange.py",
+           "        out.index_add_(0, all_indices[rank, :count].long(), all_values[rank, :count])\n    out.div_(comm.world_size)",
+           "        out.index_add_(0, all_indices[rank, :count].long(), all_values[rank, :count])", ("tests/test_exchange.py",)),
+    Mutant("union_drops_the_shared_indices", "experiments/core/exchange.py",
+           "        union = torch.cat([union, shared.to(device=out.device, dtype=torch.int64)])\n",
+           "", ("tests/test_deft.py", "tests/test_exchange.py")),
+    Mutant("union_drops_its_last_index", "sparsifiers/kernels/union.py",
+           "    return torch.unique(torch.cat(valid).long())", "    return torch.unique(torch.cat(valid).long())[:-1]",
+           ("tests/test_kernels.py", "tests/test_exchange.py")),
+    # -- traffic -------------------------------------------------------------------------------
+    Mutant("broadcast_header_not_metered", "experiments/core/collectives.py",
+           "        self.meter.broadcast(1, header.element_size(), root)\n", "", ("tests/test_exchange.py",)),
+    Mutant("allreduce_traffic_halved", "experiments/core/traffic.py",
+           "        nbytes = 2.0 * (self.world_size - 1) / self.world_size * elements * element_bytes",
+           "        nbytes = (self.world_size - 1) / self.world_size * elements * element_bytes", ("tests/test_exchange.py",)),
+    Mutant("allgather_padding_not_metered", "experiments/core/collectives.py",
+           "        self.meter.all_gather(local_rows[0].numel(), local_rows.element_size())",
+           "        self.meter.all_gather(int((local_rows[0] != -1).sum()), local_rows.element_size())", ("tests/test_exchange.py",)),
+    Mutant("broadcast_root_not_counted_as_sender", "experiments/core/traffic.py",
+           "            self.sent[rank] += binomial_children(relative, self.world_size) * nbytes",
+           "            self.sent[rank] += (relative != 0) * nbytes", ("tests/test_exchange.py",)),
+    # -- metrics -------------------------------------------------------------------------------
+    Mutant("buildup_counts_the_shared_units", "experiments/core/metrics.py",
+           "    selected = union - result.shared", "    selected = union", ("tests/test_deft.py", "tests/test_exchange.py")),
+    Mutant("load_imbalance_without_minus_one", "experiments/core/metrics.py",
+           "context.world_size * float(counts.max()) / total - 1.0", "context.world_size * float(counts.max()) / total",
+           ("tests/test_exchange.py",)),
+    Mutant("density_error_against_the_configured_k", "experiments/core/metrics.py",
+           "    k_target = k_now or context.k_target", "    k_target = context.k_target", ("tests/test_dgc.py",)),
+    # -- error feedback and the step ----------------------------------------------------------
+    Mutant("accumulate_drops_the_residual", "experiments/core/error_feedback.py",
+           "    residual.add_(gradient)", "    residual.copy_(gradient)", ("tests/test_error_feedback.py",)),
+    Mutant("residual_zeroes_too_little", "experiments/core/error_feedback.py",
+           "        acc.index_fill_(0, zeroed, 0)", "        acc.index_fill_(0, zeroed[:-1], 0)", ("tests/test_error_feedback.py",)),
+    Mutant("meter_not_reset_between_steps", "experiments/rank/train.py",
+           "            world.comm.meter.reset()\n", "", ("tests/test_headline_consistency.py", "tests/test_exchange.py")),
+    # -- sparsifiers ---------------------------------------------------------------------------
+    Mutant("micro_threshold_rule_inverted", "sparsifiers/threshold_control.py",
+           "    if rho > 1.1:\n        return 1.005", "    if rho > 1.1:\n        return 0.995", ("tests/test_micro.py",)),
+    Mutant("exdyna_minimum_ignored", "sparsifiers/exdyna.py",
+           "        return 4 * self.world_size * (self.partition_blocks[partition] - 1) >= self.blocks",
+           "        return self.partition_blocks[partition] - 1 >= 0", ("tests/test_exdyna.py",)),
+    Mutant("deft_bins_round_robin", "sparsifiers/deft_allocation.py",
+           "        load, b = heapq.heappop(loads)", "        load, b = loads.pop(0)", ("tests/test_deft.py",)),
+    Mutant("dgc_momentum_not_masked", "sparsifiers/dgc.py",
+           "            self._velocity.index_fill_(0, indices.long(), 0.0)", "            pass", ("tests/test_dgc.py",)),
+    Mutant("randomk_seed_per_rank", "sparsifiers/randomk.py",
+           "        self._generator = torch.Generator().manual_seed(shared_seed(self.seed))",
+           "        self._generator = torch.Generator().manual_seed(shared_seed(self.seed) + self.rank)",
+           ("tests/test_threshold_methods.py",)),
+    Mutant("gaussiank_threshold_ignores_the_mean", "sparsifiers/gaussiank.py",
+           "        threshold = float(mean) + float(std) * self.quantile", "        threshold = float(std) * self.quantile",
+           ("tests/test_threshold_methods.py",)),
+    # -- analysis --------------------------------------------------------------------------------
+    Mutant("first_evaluation_instead_of_the_last", "analysis/stats.py",
+           '            last = rows.drop_duplicates("run_id", keep="last")', '            last = rows.drop_duplicates("run_id", keep="first")',
+           ("tests/analysis/test_analysis_stats.py",)),
+    Mutant("spread_over_seeds_without_bessel", "analysis/stats.py",
+           "    spread = grouped[names].std(ddof=1)", "    spread = grouped[names].std(ddof=0)",
+           ("tests/analysis/test_analysis_stats.py",)),
+    Mutant("settled_error_over_the_first_half", "experiments/headline.py",
+           "        return float(np.mean(values[len(values) // 2:]))", "        return float(np.mean(values[: (len(values) + 1) // 2]))",
+           ("tests/test_headline.py",)),
+)
+
+
+def tracked_copy(destination: Path) -> None:
+    """The repository's tracked files (and untracked ones git does not ignore) copied to `destination`."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, check=True,
+                            capture_output=True).stdout.decode().split("\0")
+    for relative in filter(None, listed):
+        source = REPO / relative
+        if source.is_file():
+            target = destination / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+
+
+def run_fast_tier(copy: Path, first: tuple[str, ...], timeout: int) -> tuple[bool, str]:
+    """True when some test failed (the mutant is killed), with the first failure's name."""
+    env = {**os.environ, "PYTHONPATH": str(copy), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "pytest", "-m", "not slow", "-x", "-q", "-p", "no:cacheprovider", *first, "tests"]
+    result = subprocess.run(command, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
+    failed = next((line.split(" ", 1)[1] for line in result.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))), "")
+    return result.returncode != 0, failed.split(" - ")[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", help="comma-separated mutant names")
+    parser.add_argument("--timeout", type=int, default=900, help="seconds per mutant")
+    args = parser.parse_args()
+    chosen = [m for m in MUTANTS if args.only is None or m.name in args.only.split(",")]
+    survived, stale = [], []
+    with tempfile.TemporaryDirectory(prefix="mutants-") as folder:
+        copy = Path(folder)
+        tracked_copy(copy)
+        for mutant in chosen:
+            path = copy / mutant.path
+            original = path.read_text()
+            if original.count(mutant.old) != 1:
+                stale.append(mutant.name)
+                print(f"{mutant.name:<42} STALE: its code occurs {original.count(mutant.old)} times in {mutant.path}", flush=True)
+                continue
+            path.write_text(original.replace(mutant.old, mutant.new))
+            started = time.perf_counter()
+            try:
+                killed, by = run_fast_tier(copy, mutant.first, args.timeout)
+            finally:
+                path.write_text(original)
+            verdict = f"killed by {by}" if killed else "SURVIVED"
+            print(f"{mutant.name:<42} {verdict} ({time.perf_counter() - started:.0f} s)", flush=True)
+            if not killed:
+                survived.append(mutant.name)
+    print(f"{len(chosen) - len(survived) - len(stale)} of {len(chosen)} killed; survived: {', '.join(survived) or 'none'}"
+          + (f"; stale: {', '.join(stale)}" if stale else ""))
+    sys.exit(1 if survived or stale else 0)
+
+
+if __name__ == "__main__":
+    main()
