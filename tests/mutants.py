@@ -5,8 +5,8 @@
 
 Each mutant replaces one exact piece of code (which must occur once: a mutant whose code has
 changed is reported as stale, never silently skipped) in a copy of the repository's tracked files,
-then runs the fast tier there (`pytest -m "not slow" -x`), the tests that should catch it first,
-so that a killed mutant costs seconds. A mutant survives if the whole fast tier passes. When you
+then runs the fast tier there (`pytest -m "not slow" -x`), the tests that should catch it first
+(on their own), so that a killed mutant costs seconds. A mutant survives if the whole fast tier passes. When you
 fix a bug the suite did not catch, add it here with the test that now catches it.
 """
 from __future__ import annotations
@@ -114,27 +114,42 @@ def tracked_copy(destination: Path) -> None:
             target = destination / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)
+    # A repository of its own: some tests list the project's files with git ls-files.
+    git = ["git", "-c", "user.name=mutants", "-c", "user.email=mutants@localhost"]
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "the tree under test"]):
+        subprocess.run([*git, *command], cwd=destination, check=True, capture_output=True)
 
 
 def run_fast_tier(copy: Path, first: tuple[str, ...], timeout: int) -> tuple[bool, str]:
-    """True when some test failed (the mutant is killed), with the first failure's name."""
+    """True when some test failed (the mutant is killed), with the first failure's name: the
+    `first` files alone (pytest would fold them into the folder's order), then the fast tier."""
     env = {**os.environ, "PYTHONPATH": str(copy), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "pytest", "-m", "not slow", "-x", "-q", "-p", "no:cacheprovider", *first, "tests"]
-    result = subprocess.run(command, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
-    failed = next((line.split(" ", 1)[1] for line in result.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))), "")
-    return result.returncode != 0, failed.split(" - ")[0]
+    for targets in ([list(first)] if first else []) + [["tests"]]:
+        command = [sys.executable, "-m", "pytest", "-m", "not slow", "-x", "-q", "-p", "no:cacheprovider", *targets]
+        result = subprocess.run(command, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
+        if result.returncode != 0:
+            failed = next((line.split(" ", 1)[1] for line in result.stdout.splitlines()
+                           if line.startswith(("FAILED ", "ERROR "))), f"pytest exit {result.returncode}")
+            return True, failed.split(" - ")[0]
+    return False, ""
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", help="comma-separated mutant names")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per mutant")
+    parser.add_argument("--baseline", action="store_true",
+                        help="first run the fast tier on the unmutated copy (it must pass: a kill then means the bug)")
     args = parser.parse_args()
     chosen = [m for m in MUTANTS if args.only is None or m.name in args.only.split(",")]
     survived, stale = [], []
     with tempfile.TemporaryDirectory(prefix="mutants-") as folder:
         copy = Path(folder)
         tracked_copy(copy)
+        if args.baseline:
+            failed, by = run_fast_tier(copy, (), args.timeout)
+            if failed:
+                sys.exit(f"the unmutated copy fails the fast tier ({by}): fix that first")
         for mutant in chosen:
             path = copy / mutant.path
             original = path.read_text()

@@ -314,3 +314,25 @@ def test_the_averaged_inputs_allreduce_by_hand(world_size, sent):
     total = comm.sum_over_ranks([torch.full((6,), float(r)) for r in range(world_size)])
     assert total.tolist() == [float(sum(range(world_size)))] * 6
     assert comm.meter.sent.tolist() == pytest.approx([sent] * world_size)
+
+
+@pytest.mark.parametrize("scope, buildup", [(SelectionScope.WHOLE, 4.0), (SelectionScope.SPLIT, 1.0)])
+def test_one_steps_metrics_by_hand(scope, buildup):
+    """W = 4 disjoint selections of 3, 5, 2 and 4 (|U| = 14) of N = 40, k = floor(0.35 * 40) = 14:
+    density 14/40 = 0.35 and error 14/14 - 1 = 0; build-up |U| / mean |S_r| = 14 / 3.5 = 4 when
+    every rank selects for the whole vector, |U| / sum |S_r| = 1 when the work is split; overlap
+    sum |S_r| / |U| = 1; load imbalance W max / sum - 1 = 20/14 - 1 (the padding the index
+    all-gather pays); 156 B sent (by hand above) of the dense all-reduce's 2*3/4*40*4 = 240 B."""
+    selections = [torch.arange(0, 3), torch.arange(3, 8), torch.arange(8, 10), torch.arange(10, 14)]
+    comm = hosted_comm()
+    result = exchange(ExchangeKind.UNION_ALLREDUCE, selections, [torch.randn(N) for _ in range(W)], torch.empty(N), comm)
+    context = MetricContext(N, 14, 0.35, scope, W, 240.0)
+    metrics = exchange_metrics(result, comm.meter, context)
+    assert metrics["density/actual"] == 0.35 and metrics["density/target"] == 0.35 and metrics["density/error"] == 0.0
+    assert metrics["buildup"] == buildup and metrics["selection/overlap"] == 1.0
+    assert metrics["selection/k_max"] == 5.0 and metrics["selection/k_mean"] == 3.5
+    assert metrics["selection/load_imbalance"] == pytest.approx(20 / 14 - 1, rel=1e-15)
+    assert metrics["traffic/sent_bytes_max"] == 156.0 and metrics["traffic/ratio"] == pytest.approx(156 / 240, rel=1e-15)
+    # DGC's warm-up: the error is measured against the step's own target, k = 7 at density 0.175.
+    warm = exchange_metrics(result, comm.meter, context, k_now=7, density_now=0.175)
+    assert warm["density/error"] == 1.0 and warm["density/target"] == 0.175
