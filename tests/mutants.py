@@ -66,7 +66,7 @@ MUTANTS = (
            "context.world_size * float(counts.max()) / total - 1.0", "context.world_size * float(counts.max()) / total",
            ("tests/test_exchange.py",)),
     Mutant("density_error_against_the_configured_k", "experiments/core/metrics.py",
-           "    k_target = k_now or context.k_target", "    k_target = context.k_target", ("tests/test_dgc.py",)),
+           "    k_target = k_now or context.k_target", "    k_target = context.k_target", ("tests/test_exchange.py", "tests/test_dgc.py")),
     # -- error feedback and the step ----------------------------------------------------------
     Mutant("accumulate_drops_the_residual", "experiments/core/error_feedback.py",
            "    residual.add_(gradient)", "    residual.copy_(gradient)", ("tests/test_error_feedback.py",)),
