@@ -73,7 +73,7 @@ MUTANTS = (
     Mutant("residual_zeroes_too_little", "experiments/core/error_feedback.py",
            "        acc.index_fill_(0, zeroed, 0)", "        acc.index_fill_(0, zeroed[:-1], 0)", ("tests/test_error_feedback.py",)),
     Mutant("meter_not_reset_between_steps", "experiments/rank/train.py",
-           "            world.comm.meter.reset()\n", "", ("tests/test_headline_consistency.py", "tests/test_exchange.py")),
+           "            world.comm.meter.reset()\n", "", ("tests/test_training_loop.py",)),
     # -- sparsifiers ---------------------------------------------------------------------------
     Mutant("micro_threshold_rule_inverted", "sparsifiers/threshold_control.py",
            "    if rho > 1.1:\n        return 1.005", "    if rho > 1.1:\n        return 0.995", ("tests/test_micro.py",)),
@@ -127,7 +127,11 @@ def run_fast_tier(copy: Path, first: tuple[str, ...], timeout: int) -> tuple[boo
     for targets in ([list(first)] if first else []) + [["tests"]]:
         command = [sys.executable, "-m", "pytest", "-m", "not slow", "-x", "-q", "-p", "no:cacheprovider", *targets]
         result = subprocess.run(command, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
-        if result.returncode != 0:
+        if result.returncode in (0, 5):  # passed, or nothing of the fast tier in these files
+            continue
+        if result.returncode not in (1, 2):  # 1: a test failed; 2: collection failed (the mutant broke an import)
+            raise RuntimeError(f"pytest exit {result.returncode} in the copy:\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
+        if result.returncode:
             failed = next((line.split(" ", 1)[1] for line in result.stdout.splitlines()
                            if line.startswith(("FAILED ", "ERROR "))), f"pytest exit {result.returncode}")
             return True, failed.split(" - ")[0]

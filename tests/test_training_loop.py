@@ -1,0 +1,40 @@
+"""The training loop itself (experiments/rank/train.py), in this process: two hosted ranks, the
+dense exchange, three steps. Its traffic per logged step must be the dense all-reduce's, worked
+out by hand, at every step (not accumulated over steps), and the summary's total their sum."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from experiments import metric_keys as keys
+from experiments.core.world import init_world
+from experiments.launcher.compose import compose_job
+from experiments.rank.train import train
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+
+    def log(self, record: dict, step: int) -> None:
+        self.rows.append({**record, "step": step})
+
+
+def test_every_step_meters_its_own_traffic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for variable in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(variable, raising=False)  # one process hosting both ranks
+    cfg = compose_job(["sparsifier=dense", "dataset=digits", "model=mlp", "workers=2", "max_steps=3", "epochs=1",
+                       "logger=local", "logger.log_every=1", "logger.progress=false", "warmup_steps=0",
+                       f"output_root={tmp_path}"])
+    world = init_world(2, "cpu", "gloo", timeout_s=30)
+    sink = ListSink()
+    summary = train(cfg, world, sink, tmp_path)
+    train_rows = [row for row in sink.rows if row["kind"] == keys.KIND_TRAIN]
+    assert [row["step"] for row in train_rows] == [0, 1, 2]
+    numel = summary["numel"]
+    assert numel > 1000 and train_rows[0][keys.DENSE_BYTES] == 4.0 * numel
+    # W = 2: a ring all-reduce of N float32 sends 2(W-1)/W * N * 4 = 4N bytes per rank.
+    assert [row[keys.SENT_MAX] for row in train_rows] == [4.0 * numel] * 3
+    assert [row[keys.RECV_MEAN] for row in train_rows] == [4.0 * numel] * 3
+    assert summary[keys.SENT_TOTAL_MAX] == 3 * 4.0 * numel
