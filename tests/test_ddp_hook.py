@@ -39,6 +39,7 @@ SPECS = sparsifier_names() + ["topk:exchange=sparse_allgather", "deft:norms=glob
 VARIANT_METHODS = ["deft", "micro", "exdyna", "topk"]  # the model-wide methods the bucket assembly is for
 VARIANTS = [v for v in harness.VARIANTS if v not in ("buckets", "nonfinite", "seed_per_rank")]
 STEPS = 6
+SLOW = pytest.mark.slow  # real DDP under torchrun; the bad-input tests below need no process
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +107,7 @@ def assert_hook_equals_own_step(ranks: list[dict], variant: str) -> None:
     assert all(rank["resumed_equal"] for rank in ranks), "a run resumed from the hook's checkpoint went another way"
 
 
+@SLOW
 @pytest.mark.parametrize("spec", SPECS)
 def test_two_ddp_processes_equal_sparsebench_step(worlds, spec):
     ranks = load_ranks(worlds / "w2", spec, "buckets")
@@ -116,11 +118,13 @@ def test_two_ddp_processes_equal_sparsebench_step(worlds, spec):
     assert buckets[0] == 1 and min(buckets[1:]) > 1, f"expected one bucket, then several after the rebuild: {buckets}"
 
 
+@SLOW
 @pytest.mark.parametrize("spec", SPECS)
 def test_four_ddp_processes_equal_sparsebench_step(worlds, spec):
     assert_hook_equals_own_step(load_ranks(worlds / "w4", spec, "buckets"), "buckets")
 
 
+@SLOW
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("method", VARIANT_METHODS)
 def test_ddp_variants_equal_sparsebench_step(worlds, method, variant):
@@ -130,6 +134,7 @@ def test_ddp_variants_equal_sparsebench_step(worlds, method, variant):
         assert {r["stats"][keys.HOOK_BUCKETS] for r in ranks[0]["records"]} == {1.0}
 
 
+@SLOW
 def test_no_sync_exchanges_once_per_step(worlds):
     """Under no_sync the hook runs once per step, on the last micro-batch's backward (that it
     exchanges the sum of the micro-batches' gradients is the replay's equality above: the
@@ -138,6 +143,7 @@ def test_no_sync_exchanges_once_per_step(worlds):
     assert [r["stats"][keys.ROW_STEP] for r in ranks[0]["records"]] == list(range(STEPS))
 
 
+@SLOW
 def test_a_parameter_no_rank_used_still_gets_its_aggregate(worlds):
     """find_unused_parameters: at odd steps no rank uses the branch, DDP writes no bucket into its
     .grad, yet its residual (built up at even steps) is selected and leaves the residual; the
@@ -181,6 +187,7 @@ def test_the_hook_needs_a_ddp_model():
         register_sparsifier(torch.nn.Linear(2, 2), "topk")
 
 
+@SLOW
 def test_every_stat_the_hook_returns_is_defined_in_the_metrics_doc(worlds):
     documented = set(re.findall(r"`([a-z0-9_]+(?:/[a-z0-9_]+)?)`", (REPO / "docs" / "metrics.md").read_text()))
     returned = set()
@@ -190,6 +197,7 @@ def test_every_stat_the_hook_returns_is_defined_in_the_metrics_doc(worlds):
     assert not missing, f"docs/metrics.md does not define: {missing}"
 
 
+@SLOW
 def test_a_nonfinite_gradient_or_a_seed_per_rank_fails_on_every_rank(tmp_path):
     """Rank 1's NaN stops every rank's backward at that step with an error naming it, instead of
     rank 0 waiting in a collective until the process group's timeout."""
@@ -208,6 +216,7 @@ def test_a_nonfinite_gradient_or_a_seed_per_rank_fails_on_every_rank(tmp_path):
     assert [r[1] for r in refused] == [f"sparsifier.density differs across ranks (0.05 on rank 0, 0.1 on rank 1): {fix}"] * 2
 
 
+@SLOW
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: the NCCL path of the hook")
 def test_nccl_processes_on_gpus_equal_sparsebench_step(tmp_path):
     """The same replay on CUDA tensors over NCCL (one process per GPU, at most 2). Methods whose

@@ -44,6 +44,7 @@ def assert_whole_line(stderr: str, marker: str) -> str:
     return render(lines[0])
 
 
+@pytest.mark.slow  # real runs of run.py
 def test_a_failure_over_the_progress_bar_is_printed_on_lines_of_its_own(tmp_path):
     run_dir = tmp_path / "run"
     result = run_cli([*BAR, f"hydra.run.dir={run_dir}"], timeout=180)
@@ -53,6 +54,7 @@ def test_a_failure_over_the_progress_bar_is_printed_on_lines_of_its_own(tmp_path
     assert "non-finite gradient at step 3 on rank 0" in assert_whole_line(result.stderr, "run failed: ")
 
 
+@pytest.mark.slow  # real runs of run.py
 def test_a_skip_warning_is_printed_above_the_progress_bar(tmp_path):
     result = run_cli([*BAR, "on_nonfinite=skip", f"hydra.run.dir={tmp_path / 'run'}"], timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]

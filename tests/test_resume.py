@@ -180,6 +180,7 @@ def finished_run(tmp_path_factory) -> Path:
     return run_dir
 
 
+@pytest.mark.slow  # real runs of run.py
 def test_resume_refuses_what_it_cannot_resume(finished_run, tmp_path):
     # A run whose run.py is still alive (here: this test's own process) is not resumed under it.
     running = tmp_path / "running"
