@@ -25,6 +25,7 @@ from experiments.rank.train import build_session  # noqa: E402
 from experiments.rank.worker import exit_now  # noqa: E402
 from experiments.core.world import close_world, init_world  # noqa: E402
 from sparsifiers.kernels import current_backend  # noqa: E402
+from tests.step_recorder import record_steps  # noqa: E402
 
 TINY = ["dataset=synthetic", "dataset.num_train=512", "dataset.num_test=64", "model=mlp", "model.hidden=32", "batch_size=8"]
 
@@ -53,26 +54,33 @@ def _run(cfg, steps: int, world) -> dict:
     epoch_batches = [iter(r.batches.epoch(0)) for r in session.replicas]
     for replica in session.replicas:
         replica.sparsifier.start_epoch(0, replica.batches.steps_per_epoch)
-    for step in range(steps):
-        world.comm.meter.reset()
-        batches = [next(iterator) for iterator in epoch_batches]
-        outcome = train_step(world, session.model, session.task, session.flat, session.optimizer,
-                             session.replicas, batches, step, measure_norms=False)
-        record["selections"].append({
-            replica.rank: (None if selection is None else torch.sort(selection.detach().cpu().long()).values)
-            for replica, selection in zip(session.replicas, outcome.selections)
-        })
-        record["losses"].append({replica.rank: loss for replica, loss in zip(session.replicas, outcome.losses)})
-        record["counts"].append(outcome.result.counts.clone())
-        record["aggregated"].append(outcome.result.aggregated)
-        record["metrics"].append(session.method.metrics())
-        record["exchange"].append(exchange_metrics(outcome.result, world.comm.meter, session.context,
-                                                   session.method.current_k, session.method.current_density))
+    with record_steps() as recorded:
+        for step in range(steps):
+            _one_step(world, session, epoch_batches, step, record)
+    record["steps"] = recorded  # what every step did (tests/step_recorder.py)
     record["params"] = torch.cat([p.detach().cpu().flatten() for p in session.model.parameters()])
     record["local_ranks"] = list(world.local_ranks)
     record["steps_per_epoch"] = session.replicas[0].batches.steps_per_epoch
     record["kernels"] = current_backend()  # what the run's `kernels` key set
     return record
+
+
+def _one_step(world, session, epoch_batches, step: int, record: dict) -> None:
+    """One train_step of every hosted rank, and what the tests compare across worlds."""
+    world.comm.meter.reset()
+    batches = [next(iterator) for iterator in epoch_batches]
+    outcome = train_step(world, session.model, session.task, session.flat, session.optimizer,
+                         session.replicas, batches, step, measure_norms=False)
+    record["selections"].append({
+        replica.rank: (None if selection is None else torch.sort(selection.detach().cpu().long()).values)
+        for replica, selection in zip(session.replicas, outcome.selections)
+    })
+    record["losses"].append({replica.rank: loss for replica, loss in zip(session.replicas, outcome.losses)})
+    record["counts"].append(outcome.result.counts.clone())
+    record["aggregated"].append(outcome.result.aggregated)
+    record["metrics"].append(session.method.metrics())
+    record["exchange"].append(exchange_metrics(outcome.result, world.comm.meter, session.context,
+                                               session.method.current_k, session.method.current_density))
 
 
 def result_name(spec: str) -> str:

@@ -16,15 +16,14 @@ from experiments.launcher.compose import CONF_DIR
 from sparsifiers.base import SelectionScope
 from tests.conftest import REPO, run_world
 from tests.harness import result_name
+from tests.specs import EVERY_METHOD
+from tests.step_recorder import merge_processes
+from tests.test_full_step import check_semantics, check_traffic
 
 pytestmark = pytest.mark.slow
 
 STEPS = 6
-# DEFT at density 0.3 has common units (k_l = size) on this model: added by every rank
-# unexchanged (released, the default) or sent by the leader.
-METHODS = sorted(p.stem for p in (CONF_DIR / "sparsifier").glob("*.yaml")) + [
-    "topk:exchange=sparse_allgather", "deft:norms=global", "deft:density=0.3", "deft:density=0.3:common_units=leader",
-]
+METHODS = EVERY_METHOD
 
 
 def run_harness(out, workers: int, processes: int) -> None:
@@ -44,7 +43,19 @@ def worlds(tmp_path_factory):
 
 
 def records(out, spec: str, processes: int) -> list[dict]:
-    return [torch.load(out / f"{result_name(spec)}.process{p}.pt") for p in range(processes)]
+    # weights_only=False: the step records are the harness's own dataclasses (tests/step_recorder.py).
+    return [torch.load(out / f"{result_name(spec)}.process{p}.pt", weights_only=False) for p in range(processes)]
+
+
+def world_steps(worlds, spec: str, workers: int, processes: int):
+    """Every step of one world, its processes' records merged, after checking that what every
+    process holds alike is alike."""
+    per_process = [record["steps"] for record in records(worlds[(workers, processes)], spec, processes)]
+    for steps in zip(*per_process):
+        for other in steps[1:]:
+            assert torch.equal(other.aggregate, steps[0].aggregate) and other.counts == steps[0].counts
+            assert other.collectives == steps[0].collectives and (other.sent == steps[0].sent).all()
+    return merge_processes(per_process)
 
 
 def method_class(spec: str):
@@ -122,6 +133,39 @@ def test_hosted_ranks_compute_what_real_processes_compute(worlds, spec, processe
         assert hosted[0]["aggregated"][step] == real[0]["aggregated"][step]
     scale = real[0]["params"].abs().max()
     assert (hosted[0]["params"] - real[0]["params"]).abs().max() <= 1e-6 * scale
+
+
+@pytest.mark.parametrize("spec", METHODS)
+@pytest.mark.parametrize("layout", [(2, 2), (4, 4), (4, 2)])
+def test_every_step_follows_the_exchange_semantics_in_real_processes(worlds, spec, layout):
+    """tests/test_full_step.py's checks on real gloo processes: acc is the carried residual plus
+    the gradient; the aggregate is the mean over ranks of acc on the exchanged set and zero
+    elsewhere; each residual is acc with what was transmitted zeroed; the collectives and bytes
+    are the by-hand ones."""
+    steps = world_steps(worlds, spec, *layout)
+    check_semantics(steps, spec)
+    check_traffic(steps, spec, averaged=units_of(worlds, spec, layout[0]))
+
+
+def units_of(worlds, spec: str, workers: int) -> int:
+    """DEFT's norms=global all-reduces one norm per unit: read off the first step's collective
+    (its size is checked against the model's parameter tensors in tests/test_full_step.py)."""
+    if "norms=global" not in spec:
+        return 0
+    return world_steps(worlds, spec, workers, workers)[0].collectives[0].elements
+
+
+@pytest.mark.parametrize("spec", METHODS)
+@pytest.mark.parametrize("processes", [1, 2])
+def test_hosted_ranks_meter_the_traffic_real_processes_meter(worlds, spec, processes):
+    """The same step issues the same collectives, with the same sizes (padding and size headers
+    included), and so the same bytes sent and received per rank and the same exchange metrics,
+    whether 4 ranks run in 4 processes, 2 or 1."""
+    real, hosted = world_steps(worlds, spec, 4, 4), world_steps(worlds, spec, 4, processes)
+    for step_real, step_hosted in zip(real, hosted, strict=True):
+        assert step_hosted.collectives == step_real.collectives, (spec, step_real.step)
+        assert step_hosted.sent.tolist() == step_real.sent.tolist() and step_hosted.recv.tolist() == step_real.recv.tolist()
+    assert records(worlds[(4, processes)], spec, processes)[0]["exchange"] == records(worlds[(4, 4)], spec, 4)[0]["exchange"]
 
 
 def test_the_parameter_checksum_fails_loudly_when_replicas_diverge(tmp_path):

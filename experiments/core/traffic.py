@@ -13,9 +13,23 @@ how many processes hosted it.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from experiments.core.network import NetworkModel
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One metered collective as the exchange issued it: the sizes the bytes were computed from.
+    Hosted and real-process worlds must issue the same list for the same step (the tests
+    compare them), so a size is never counted from one world's shortcut."""
+
+    op: str  # "all_gather" | "all_reduce" | "broadcast"
+    elements: int  # per rank for all_gather; the whole tensor for all_reduce and broadcast
+    element_bytes: int
+    root: int | None = None  # broadcast only
 
 
 def binomial_children(relative_rank: int, world_size: int) -> int:
@@ -38,13 +52,16 @@ class TrafficMeter:
         self.sent = np.zeros(world_size)
         self.recv = np.zeros(world_size)
         self.model_s = 0.0
+        self.collectives: list[Collective] = []  # since the last reset, in the order issued
 
     def reset(self) -> None:
         self.sent[:] = 0.0
         self.recv[:] = 0.0
         self.model_s = 0.0
+        self.collectives = []
 
     def all_gather(self, elements_per_rank: int, element_bytes: int) -> None:
+        self.collectives.append(Collective("all_gather", elements_per_rank, element_bytes))
         nbytes = (self.world_size - 1) * elements_per_rank * element_bytes
         self.sent += nbytes
         self.recv += nbytes
@@ -52,6 +69,7 @@ class TrafficMeter:
             self.model_s += self.network.all_gather_s(self.world_size, elements_per_rank * element_bytes)
 
     def all_reduce(self, elements: int, element_bytes: int) -> None:
+        self.collectives.append(Collective("all_reduce", elements, element_bytes))
         nbytes = 2.0 * (self.world_size - 1) / self.world_size * elements * element_bytes
         self.sent += nbytes
         self.recv += nbytes
@@ -59,6 +77,7 @@ class TrafficMeter:
             self.model_s += self.network.all_reduce_s(self.world_size, elements * element_bytes)
 
     def broadcast(self, elements: int, element_bytes: int, root: int) -> None:
+        self.collectives.append(Collective("broadcast", elements, element_bytes, root))
         nbytes = elements * element_bytes
         if self.network:
             self.model_s += self.network.broadcast_s(self.world_size, nbytes)

@@ -1,0 +1,163 @@
+"""Plain references for one recorded step (tests/step_recorder.py), written from the documented
+semantics (docs/algorithms.md "Exchange kinds", docs/metrics.md) and not from the code under test:
+
+- `expected_exchange`: the aggregate, each rank's zeroed set and the counts, in float64;
+- `expected_collectives`: the collectives the step must issue, padding and size headers included;
+- `ring_bytes`: each rank's bytes sent and received for a list of collectives (ring all-gather and
+  all-reduce, binomial-tree broadcast);
+- `expected_exchange_metrics`: traffic, density, build-up and selection shape of the step.
+
+The methods' exchange kind and selection scope are written here by name, so a method that
+declares the wrong one fails too.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from experiments import metric_keys as keys
+from experiments.core.traffic import Collective
+from tests.step_recorder import RecordedStep
+
+INDEX_BYTES = 4  # indices travel as int32
+HEADER_BYTES = 8  # the broadcast's size header: one int64
+VALUE_BYTES = 4  # float32 accumulators
+
+# docs/algorithms.md: which exchange each method uses, and which split the choosing among ranks.
+EXCHANGE_OF = {"dense": "dense", "dgc": "sparse_allgather", "cltk": "leader_broadcast", "randomk": "shared_allreduce"}
+SPLIT_METHODS = {"deft", "micro", "exdyna", "cltk"}
+
+
+def exchange_of(spec: str) -> str:
+    method, *knobs = spec.split(":")
+    return "sparse_allgather" if "exchange=sparse_allgather" in knobs else EXCHANGE_OF.get(method, "union_allreduce")
+
+
+@dataclass
+class ExpectedExchange:
+    aggregate: torch.Tensor  # float64
+    exchanged: torch.Tensor  # bool [N]: where the aggregate may be non-zero
+    zeroed: list[torch.Tensor]  # per hosted rank, bool [N]: residual coordinates that must be 0
+    counts: list[int]  # every rank's |S_r| as the exchange reports it
+    union: int  # |U|, common units included
+    selected: int  # |U| without the common units
+
+
+def _mask(numel: int, indices: torch.Tensor) -> torch.Tensor:
+    mask = torch.zeros(numel, dtype=torch.bool)
+    mask[indices] = True
+    return mask
+
+
+def expected_exchange(step: RecordedStep, kind: str) -> ExpectedExchange:
+    """Needs every rank of the world in `step` (a process hosting all W, or the records of all
+    processes merged by `merge_processes`)."""
+    accs = [acc.double() for acc in step.accs]
+    numel, world_size = accs[0].numel(), step.world_size
+    assert len(accs) == world_size
+    mean = torch.stack(accs).mean(0)
+    if kind == "dense":
+        everything = torch.ones(numel, dtype=torch.bool)
+        return ExpectedExchange(mean, everything, [everything] * world_size, [numel] * world_size, numel, numel)
+    if kind == "sparse_allgather":
+        aggregate = torch.zeros(numel, dtype=torch.float64)
+        for selection, acc in zip(step.selections, accs):
+            aggregate[selection] += acc[selection] / world_size
+        own = [_mask(numel, s) for s in step.selections]
+        union = torch.stack(own).any(0)
+        return ExpectedExchange(aggregate, union, own, [s.numel() for s in step.selections], int(union.sum()), int(union.sum()))
+    if kind == "leader_broadcast":  # every rank holds the leader's broadcast indices
+        indices, counts = step.plan, [0] * world_size
+        counts[step.leader] = indices.numel()
+    elif kind == "shared_allreduce":  # one draw every rank makes alike
+        indices = step.selections[0]
+        assert all(torch.equal(s, indices) for s in step.selections)
+        counts = [indices.numel()] * world_size
+    else:  # union_allreduce: the union of the selections, then the common units
+        indices = torch.cat(step.selections)
+        counts = [s.numel() for s in step.selections]
+    selected = _mask(numel, indices)
+    exchanged = selected | (_mask(numel, step.shared) if step.shared is not None else selected)
+    aggregate = torch.where(exchanged, mean, torch.zeros_like(mean))
+    return ExpectedExchange(aggregate, exchanged, [exchanged] * world_size, counts, int(exchanged.sum()), int(selected.sum()))
+
+
+def expected_collectives(step: RecordedStep, kind: str, expected: ExpectedExchange, averaged: int = 0,
+                         reduction: str = "ring") -> list[Collective]:
+    """In the order issued: DEFT's averaged norms (`averaged` floats), the leader's plan (size
+    header, then the int32 plan), then the exchange (counts header, indices padded to the
+    largest count, values). `rank_order` sums by an all-gather of every rank's values."""
+    def summed(elements: int) -> Collective:
+        return Collective("all_reduce" if reduction == "ring" else "all_gather", elements, VALUE_BYTES)
+
+    issued = []
+    if averaged:
+        issued.append(summed(averaged))
+    if step.leader is not None:
+        issued += [Collective("broadcast", 1, HEADER_BYTES, step.leader),
+                   Collective("broadcast", step.plan.numel(), INDEX_BYTES, step.leader)]
+    width = max(expected.counts)
+    if kind == "dense":
+        issued.append(summed(step.accs[0].numel()))
+    elif kind == "sparse_allgather":
+        issued += [Collective("all_gather", 1, INDEX_BYTES), Collective("all_gather", width, INDEX_BYTES),
+                   Collective("all_gather", width, VALUE_BYTES)]
+    elif kind == "union_allreduce":
+        issued.append(Collective("all_gather", 1, INDEX_BYTES))
+        if width:  # every unit common: nobody has indices to send
+            issued.append(Collective("all_gather", width, INDEX_BYTES))
+        issued.append(summed(expected.union))
+    else:  # leader_broadcast, shared_allreduce: the ranks already hold the index set
+        issued.append(summed(expected.union))
+    return issued
+
+
+def binomial_children(relative: int, world_size: int) -> list[int]:
+    """Relative ranks a binomial-tree broadcast's `relative` rank forwards to: r + 2^j for every
+    2^j above r (the subtree r roots), within the world."""
+    return [relative + 2 ** j for j in range(world_size.bit_length()) if 2 ** j > relative and relative + 2 ** j < world_size]
+
+
+def ring_bytes(collectives: list[Collective], world_size: int) -> tuple[np.ndarray, np.ndarray]:
+    sent, recv = np.zeros(world_size), np.zeros(world_size)
+    for c in collectives:
+        size = c.elements * c.element_bytes
+        if c.op == "all_gather":
+            sent += (world_size - 1) * size
+            recv += (world_size - 1) * size
+        elif c.op == "all_reduce":
+            sent += 2 * (world_size - 1) / world_size * size
+            recv += 2 * (world_size - 1) / world_size * size
+        else:
+            for rank in range(world_size):
+                relative = (rank - c.root) % world_size
+                sent[rank] += len(binomial_children(relative, world_size)) * size
+                recv[rank] += size if relative else 0
+    return sent, recv
+
+
+def expected_exchange_metrics(step: RecordedStep, spec: str, expected: ExpectedExchange, sent: np.ndarray,
+                              recv: np.ndarray, density_target: float) -> dict[str, float]:
+    """docs/metrics.md, from the step's own counts: density and its error against the step's
+    target k = floor(density * N) (at least 1), build-up |U \\ C| over the mean selection (or
+    over the sum of the split selections), overlap, k, and the padding the index all-gather pays."""
+    numel, world_size = step.accs[0].numel(), step.world_size
+    counts = expected.counts
+    total = sum(counts)
+    k_target = max(1, math.floor(density_target * numel))
+    split = spec.split(":")[0] in SPLIT_METHODS
+    dense_bytes = 2 * (world_size - 1) / world_size * numel * VALUE_BYTES
+    padded = exchange_of(spec) in ("union_allreduce", "sparse_allgather")
+    return {
+        keys.SENT_MAX: sent.max(), keys.SENT_MEAN: sent.mean(), keys.RECV_MAX: recv.max(), keys.RECV_MEAN: recv.mean(),
+        keys.DENSE_BYTES: dense_bytes, keys.RATIO: sent.mean() / dense_bytes,
+        keys.DENSITY_ACTUAL: expected.union / numel, keys.DENSITY_TARGET: density_target,
+        keys.DENSITY_ERROR: expected.union / k_target - 1,
+        keys.BUILDUP: expected.selected / (total if split else total / world_size),
+        keys.OVERLAP: total / expected.selected,
+        keys.K_MAX: max(counts), keys.K_MEAN: total / world_size,
+        keys.LOAD_IMBALANCE: world_size * max(counts) / total - 1 if padded else 0.0,
+    }

@@ -1,0 +1,11 @@
+"""The sparsifier specs the whole-step tests run: every `conf/sparsifier/` option, plus the knob
+variants that change the exchange (`method:knob=value:...`, as tests/harness.py reads them)."""
+from __future__ import annotations
+
+from experiments.launcher.compose import CONF_DIR
+
+# DEFT at density 0.3 has common units (k_l = size) on the harness's model: added by every rank
+# unexchanged (released, the default) or sent by the leader.
+EVERY_METHOD = sorted(p.stem for p in (CONF_DIR / "sparsifier").glob("*.yaml")) + [
+    "topk:exchange=sparse_allgather", "deft:norms=global", "deft:density=0.3", "deft:density=0.3:common_units=leader",
+]
