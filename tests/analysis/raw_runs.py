@@ -30,12 +30,12 @@ class RawStudy:
 
 
 def read_study(*roots: Path) -> RawStudy:
-    """The runs (folders holding a config.yaml) at or below `roots`, finished or not."""
+    """The runs (folders holding a metrics.jsonl) at or below `roots`, finished or not."""
     runs, train, evals = [], [], []
     for root in roots:
-        for config_path in sorted(Path(root).rglob(files.CONFIG)):
-            folder = config_path.parent
-            config = yaml.safe_load(config_path.read_text())
+        for metrics_path in sorted(Path(root).rglob(files.METRICS)):
+            folder = metrics_path.parent
+            config = yaml.safe_load((folder / files.CONFIG).read_text())
             status = json.loads((folder / files.STATUS).read_text())["status"]
             summary = json.loads((folder / files.SUMMARY).read_text()) if (folder / files.SUMMARY).exists() else {}
             metric = summary.get("task", {}).get("metric", k.ACCURACY)
@@ -44,7 +44,7 @@ def read_study(*roots: Path) -> RawStudy:
             knobs = {f"knob.{name}": value for name, value in sparsifier.items() if name not in ("_target_", "name", "density")}
             runs.append({**keys, "warmup_steps": int(config.get("warmup_steps", 0)), "status": status, "model": config["model"]["name"],
                          "task_metric": metric, "final": summary.get(metric, np.nan), **knobs})
-            for line in (folder / files.METRICS).read_text().splitlines():
+            for line in metrics_path.read_text().splitlines():
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError:  # a killed run's last line, cut mid-write
