@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 
 from analysis.figures import FIGURES
 from analysis.load import load_runs
+from analysis.synthetic import SyntheticRun, write_run
 from analysis.tables import RunTables
 from experiments import metric_keys as k
 from tests.analysis import axes_data as ax
@@ -316,3 +317,27 @@ def test_a_method_keeps_its_colour_in_every_figure(tables: RunTables) -> None:
     assert all(len(colors) == 1 for colors in seen.values()), seen
     colors = {method: next(iter(found)) for method, found in seen.items()}
     assert colors["dense"] == BLACK and len(set(colors.values())) == len(colors) == len(METHODS)
+
+
+def test_first_seed_is_each_lines_own(tmp_path: Path) -> None:
+    """"First seed" is per line: runs whose seeds differ by method and W each keep their line and
+    panel, drawn from their own smallest seed (not the smallest seed of all runs)."""
+    seeds = {("micro", 2): [1], ("micro", 4): [0, 1], ("exdyna", 2): [0], ("exdyna", 4): [2, 3]}
+    for (method, workers), numbers in seeds.items():
+        for seed in numbers:
+            write_run(tmp_path / f"{method}_w{workers}_s{seed}", SyntheticRun(method, workers, seed=seed, steps=8, epochs=1))
+    tables, raw = load_runs(tmp_path), read_study(tmp_path)
+    imbalance = draw("load_imbalance_vs_step", tables)
+    assert [axis.get_title() for axis in imbalance.axes] == ["W=2", "W=4"]
+    for axis, workers in zip(imbalance.axes, (2, 4)):
+        lines = ax.lines(axis)
+        assert sorted(line.label for line in lines) == ["exdyna", "micro"]
+        for line in lines:
+            close(line.y, first_seed(raw, line.label, workers)[k.LOAD_IMBALANCE])
+    for line in ax.lines(panel(draw("density_vs_step", tables), "micro")):
+        if line.style == "-":
+            close(line.y, first_seed(raw, "micro", int(line.label[2:]))[k.DENSITY_ACTUAL])
+    boundaries = draw("partition_boundaries", tables)
+    assert [axis.get_title() for axis in boundaries.axes] == ["W=2", "W=4"]
+    edges = np.array(first_seed(raw, "exdyna", 4)[k.PARTITION_BOUNDARIES].tolist())
+    close(np.array([line.y for line in ax.lines(boundaries.axes[1])]).T, edges[:, 1:-1])
