@@ -29,13 +29,19 @@ def _style(label: str, workers: int, worker_counts: list[int]) -> dict:
 
 
 def _mean_curves(frame: pd.DataFrame, x: str, y: str):
-    """(label, workers, curve) with the curve averaged over seeds at each x; labels from the
-    frame's `series` column when it has one."""
+    """(label, workers, curve) with the curve averaged over seeds at each x (epoch or step) or,
+    on a time axis, at each evaluated step: y's mean against the seeds' mean time (seeds reach
+    an evaluation at different times: averaging at each time would average nothing and zigzag
+    between the seeds); labels from the frame's `series` column when it has one."""
     if "series" not in frame.columns:
         frame = frame.assign(series=series_labels(frame))
     frame = frame.dropna(subset=[x, y])
     for (label, workers), group in frame.groupby(["series", "workers"], sort=True):
-        yield label, int(workers), group.groupby(x)[y].mean().sort_index()
+        if x in ("epoch", "step"):
+            yield label, int(workers), group.groupby(x)[y].mean().sort_index()
+            continue
+        means = group.groupby("step")[[x, y]].mean()  # one point per evaluation: the seeds' mean time and value
+        yield label, int(workers), pd.Series(means[y].to_numpy(), index=means[x].to_numpy()).sort_index()
 
 
 def task_metric_curves(tables: RunTables) -> Figure | None:

@@ -3,6 +3,7 @@ and ExDyna's load imbalance, and ExDyna's moving partition boundaries."""
 from __future__ import annotations
 
 import matplotlib
+import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis import columns as c
@@ -19,6 +20,12 @@ def _worker_colors(workers) -> dict:
     return {w: cmap(i / max(1, len(ordered) - 1) * 0.85) for i, w in enumerate(ordered)}
 
 
+def _first_seed(steps: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """The rows of each `by` group's first seed: every line gets its run, whichever seeds that
+    group was run with (the smallest seed of all runs would drop a group that lacks it)."""
+    return steps[steps["seed"] == steps.groupby(by, observed=True)["seed"].transform("min")]
+
+
 def density_vs_step(tables: RunTables, methods: tuple[str, ...] = c.THRESHOLD_METHODS) -> Figure | None:
     """Actual density per step, one panel per threshold method, one line per worker count
     (first seed), each run's target dashed in its colour (the target moves where the method has
@@ -26,7 +33,7 @@ def density_vs_step(tables: RunTables, methods: tuple[str, ...] = c.THRESHOLD_ME
     steps = tables.steps[tables.steps["sparsifier"].isin(methods)]
     if not c.has_data(steps, c.DENSITY_ACTUAL):
         return None
-    steps = steps[steps["seed"] == steps.groupby("method", observed=True)["seed"].transform("min")]
+    steps = _first_seed(steps, ["method", "workers"])
     names = sorted(steps["method"].astype(str).unique())
     cols = min(3, len(names))
     rows = -(-len(names) // cols)
@@ -54,7 +61,7 @@ def load_imbalance_vs_step(tables: RunTables, methods: tuple[str, ...] = ("micro
     steps = tables.steps[tables.steps["sparsifier"].isin(methods)]
     if not c.has_data(steps, c.LOAD_IMBALANCE):
         return None
-    steps = steps[steps["seed"] == steps["seed"].min()]
+    steps = _first_seed(steps, ["method", "workers"])
     workers = sorted(steps["workers"].unique())[-MAX_PANELS:]
     figure, axes = new_figure(1, len(workers))
     steps = steps.assign(series=lambda f: series_labels(f))
@@ -75,7 +82,7 @@ def partition_boundaries(tables: RunTables, method: str = "exdyna") -> Figure | 
     column = PARTITION_BOUNDARIES
     if not c.has_data(steps, column):
         return None
-    steps = steps[steps["seed"] == steps["seed"].min()].dropna(subset=[column])
+    steps = _first_seed(steps, ["workers"]).dropna(subset=[column])
     workers = sorted(steps["workers"].unique())[-MAX_PANELS:]
     figure, axes = new_figure(1, len(workers))
     for axis, count in zip(axes[0], workers):

@@ -1,4 +1,5 @@
-"""The notebooks are stored without outputs and run end to end against the tiny real sweep."""
+"""The notebooks are stored without outputs and run end to end against the tiny real sweep; what
+they print and display equals what the sweep's files say (tests/analysis/notebook_checks.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,6 +7,9 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+
+from tests.analysis.notebook_checks import check_epoch_tables, check_status_counts, check_summary_table
+from tests.analysis.raw_runs import read_study
 
 ANALYSIS = Path(__file__).resolve().parents[2] / "analysis"
 NOTEBOOKS = ["scaling.ipynb", "convergence.ipynb", "threshold_control.ipynb"]
@@ -36,3 +40,13 @@ def test_notebook_runs_end_to_end(name: str, sweep: Path, jupyter_env: Path, mon
         assert "no data" in printed  # dense and topk have no threshold, partitions or DEFT plan
     else:
         assert images
+    # Every show() displayed its figure or said "no data"; what the figures plot: test_figure_data.
+    shows = sum(cell.source.count("show(") for cell in notebook.cells if cell.cell_type == "code")
+    assert len(images) + printed.count("no data") == shows
+    raw = read_study(sweep)
+    check_status_counts(printed, raw)
+    html = [output.data["text/html"] for output in outputs if "text/html" in output.get("data", {})]
+    if name == "scaling.ipynb":
+        check_summary_table(html, raw)
+    if name == "convergence.ipynb":
+        check_epoch_tables(html, raw)
