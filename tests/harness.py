@@ -6,11 +6,13 @@ tests can compare ranks, processes and worlds. Uses the real set-up and step of 
 
 Writes OUT/<method>.process<p>.pt with, per step, every hosted rank's selection (sorted) and
 loss, the exchange counts and |U|, rank 0's sparsifier metrics, and at the end the parameters.
-`--reduction rank_order` runs the world in the deterministic reduction mode (collectives.py).
+`--reduction rank_order` runs the world in the deterministic reduction mode (collectives.py);
+`--record-steps` adds every step's accumulators, aggregate, residuals and collectives.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -34,7 +36,7 @@ TINY = ["dataset=synthetic", "dataset.num_train=512", "dataset.num_test=64", "mo
 WORLD_KNOBS = ("reduction",)
 
 
-def run_method(spec: str, workers: int, steps: int, extra: list[str], world) -> dict:
+def run_method(spec: str, workers: int, steps: int, extra: list[str], world, record_tensors: bool = False) -> dict:
     """`spec` is a sparsifier option, optionally with knobs: `topk:exchange=sparse_allgather`;
     `reduction=ring` among them sets the world's reduction mode for this method only."""
     method, *knobs = spec.split(":")
@@ -43,21 +45,22 @@ def run_method(spec: str, workers: int, steps: int, extra: list[str], world) -> 
     cfg = compose_job([f"sparsifier={method}", f"workers={workers}", *TINY, *extra, *sparsifier_knobs, *ours])
     default_reduction, world.comm.reduction = world.comm.reduction, cfg.reduction
     try:
-        return _run(cfg, steps, world)
+        return _run(cfg, steps, world, record_tensors)
     finally:
         world.comm.reduction = default_reduction
 
 
-def _run(cfg, steps: int, world) -> dict:
+def _run(cfg, steps: int, world, record_tensors: bool) -> dict:
     session = build_session(cfg, world)
     record = {"selections": [], "counts": [], "aggregated": [], "metrics": [], "exchange": [], "losses": []}
     epoch_batches = [iter(r.batches.epoch(0)) for r in session.replicas]
     for replica in session.replicas:
         replica.sparsifier.start_epoch(0, replica.batches.steps_per_epoch)
-    with record_steps() as recorded:
+    recording = record_steps() if record_tensors else contextlib.nullcontext([])
+    with recording as recorded:
         for step in range(steps):
             _one_step(world, session, epoch_batches, step, record)
-    record["steps"] = recorded  # what every step did (tests/step_recorder.py)
+    record["steps"] = recorded  # with --record-steps: what every step did (tests/step_recorder.py)
     record["params"] = torch.cat([p.detach().cpu().flatten() for p in session.model.parameters()])
     record["local_ranks"] = list(world.local_ranks)
     record["steps_per_epoch"] = session.replicas[0].batches.steps_per_epoch
@@ -94,6 +97,8 @@ def main() -> None:
     parser.add_argument("--methods", required=True)
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--reduction", default="ring", help="ring | rank_order (collectives.py)")
+    parser.add_argument("--record-steps", action="store_true",
+                        help="also save every step's tensors, collectives and timings (tests/step_recorder.py)")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_intermixed_args()  # overrides may follow the options
     torch.set_num_threads(1)
@@ -102,7 +107,7 @@ def main() -> None:
     finished = False
     try:
         for spec in args.methods.split(","):
-            record = run_method(spec, args.workers, args.steps, overrides, world)
+            record = run_method(spec, args.workers, args.steps, overrides, world, args.record_steps)
             torch.save(record, Path(args.out) / f"{result_name(spec)}.process{world.process_index}.pt")
         finished = True
     finally:

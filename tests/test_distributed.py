@@ -28,7 +28,7 @@ METHODS = EVERY_METHOD
 
 def run_harness(out, workers: int, processes: int) -> None:
     run_world([str(REPO / "tests" / "harness.py"), str(out), "--workers", str(workers),
-               "--methods", ",".join(METHODS), "--steps", str(STEPS)], processes)
+               "--methods", ",".join(METHODS), "--steps", str(STEPS), "--record-steps"], processes)
 
 
 @pytest.fixture(scope="module")
