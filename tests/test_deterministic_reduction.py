@@ -4,8 +4,8 @@ is not, so the comparison can fail.
 
 The quickstart (conf/experiment/quickstart.yaml) is the CNN on 28x28 grey images, W=4, batch
 32, every sparsifier at its default density 0.01, one epoch (468 steps of Fashion-MNIST). Here
-the same model, shapes, workers, batch and densities train on 2,048 synthetic images: a full
-epoch is 16 steps. Through the real set-up and step (tests/harness.py), every sparsifier runs
+the same model, shapes, workers, batch and densities train on 1,024 synthetic images: a full
+epoch is 8 steps. Through the real set-up and step (tests/harness.py), every sparsifier runs
 hosted (4 ranks in 1 process) and distributed (one per process in 4), one of each exchange kind
 also 2 per process in 2, and everything recorded is compared bit for bit: every rank's
 selection and loss at every step, the counts, |U|, the traffic and density metrics, rank 0's
@@ -39,10 +39,10 @@ WORKERS = 4
 # without averaged inputs, sparse_allgather, leader_broadcast, shared_allreduce): the cost of a
 # third world for every method is not worth what it adds over these.
 TWO_PER_PROCESS = ["cltk", "deft:norms=global", "dense", "dgc", "micro", "randomk"]
-EPOCH_STEPS = 16  # 2,048 images / 4 workers / batch 32
+EPOCH_STEPS = 8  # 1,024 images / 4 workers / batch 32
 QUICKSTART_SHAPED = [
     "model=cnn", "model.hidden=128", "batch_size=32", "dataset=synthetic", "dataset.image_size=28",
-    "dataset.channels=1", "dataset.num_classes=10", "dataset.num_train=2048", "dataset.num_test=64",
+    "dataset.channels=1", "dataset.num_classes=10", "dataset.num_train=1024", "dataset.num_test=64",
 ]
 
 
@@ -139,7 +139,7 @@ def logged_rows(run_dir: Path) -> list[dict]:
 
 def cli_epoch_args(full: bool) -> list[str]:
     if not full:
-        return ["dataset=synthetic", "dataset.image_size=28", "dataset.num_train=2048", "dataset.num_test=256",
+        return ["dataset=synthetic", "dataset.image_size=28", "dataset.num_train=1024", "dataset.num_test=256",
                 "logger.log_every=1"]
     if DEBIAN_DIR.is_dir():
         return []  # the quickstart itself: Fashion-MNIST
