@@ -455,18 +455,27 @@ def test_a_leaky_select_exceeds_the_allocation_bound(leak, monkeypatch):
 
 
 @pytest.mark.parametrize("method,cls,knobs", [
-    ("threshold", HardThreshold, {"threshold": None}),
-    ("sage", Sage, {"sample_error": 0.05}),
-    ("gaussiank", GaussianK, {"max_scans": 3}),
+    ("threshold", HardThreshold, {"threshold": 0.25, "comparison": "exact"}),
+    ("sage", Sage, {"sample_error": 0.1, "comparison": "exact"}),
+    ("gaussiank", GaussianK, {"max_scans": 5}),
     ("randomk", RandomK, {}),
 ])
 def test_builds_from_the_real_config(method, cls, knobs):
-    cfg = compose_job([f"sparsifier={method}", "dataset=synthetic", "model=mlp"])
+    """Every knob set on the command line, to a value none of the class defaults have, reaches
+    the built object: a knob the builder drops (the class default used) fails here."""
+    overrides = {"density": 0.05, "error_feedback": False, **knobs}
+    cfg = compose_job([f"sparsifier={method}", "seed=7", *(f"sparsifier.{key}={value}" for key, value in overrides.items()),
+                       "dataset=synthetic", "model=mlp"])
     sparsifier = build_sparsifier(cfg, LAYOUT, rank=2)
     assert type(sparsifier) is cls and sparsifier.name == method and sparsifier.rank == 2
-    assert sparsifier.density == cfg.sparsifier.density and sparsifier.seed == cfg.seed
-    assert all(cfg.sparsifier[key] == value for key, value in knobs.items())
+    assert (sparsifier.density, sparsifier.k, sparsifier.seed) == (0.05, 150, 7)  # k = floor(0.05 * 3003)
+    assert {key: getattr(sparsifier, key) for key in overrides} == overrides
     assert sparsifier.exchange is cls.exchanges[0]
+    if method == "sage":  # Slovin's s from e = 0.1, not from the default 0.05
+        assert sparsifier.sample_size == int(3003 / (1 + 3003 * 0.01))
+    if method == "randomk":  # the shared draw is seeded from the run's seed: the same as a direct build's
+        direct = RandomK(LAYOUT, cfg.workers, 0, 0.05, seed=7)
+        assert torch.equal(sparsifier.select(torch.zeros(3003), 0), direct.select(torch.zeros(3003), 0))
 
 
 @pytest.mark.parametrize("cls,knobs,message", [
