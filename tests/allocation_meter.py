@@ -14,18 +14,17 @@ allocations beyond them: the kernels' own temporaries, which should be none.
 """
 from __future__ import annotations
 
-import functools
 import tracemalloc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
-import numpy as np
 import pytest
 from torch.profiler import ProfilerActivity, profile
 
 from sparsifiers import kernels
+from tests.compiled_calls import CompiledCalls
 
 T = TypeVar("T")
 
@@ -51,42 +50,6 @@ def _numba_allocation_count() -> int | None:
     if not _nrt_python.memsys_stats_enabled():
         _nrt_python.memsys_enable_stats()
     return rtsys.get_allocation_stats().alloc
-
-
-class CompiledCalls:
-    """Counts the calls of each compiled kernel (sparsifiers.kernels.compiled) and the numpy
-    arrays they were handed, by wrapping the module's functions while the block runs: callers
-    look them up as `compiled.<name>` at call time, so every call goes through the wrapper."""
-
-    def __init__(self) -> None:
-        self.calls: dict[str, int] = {}
-        self.array_arguments = 0
-
-    @contextmanager
-    def watching(self) -> Iterator["CompiledCalls"]:
-        if not kernels.compiled_available():
-            yield self
-            return
-        from sparsifiers.kernels import compiled
-
-        originals = {name: getattr(compiled, name) for name in dir(compiled)
-                     if hasattr(getattr(compiled, name), "py_func")}  # the njit dispatchers
-        for name, kernel in originals.items():
-            setattr(compiled, name, self._wrap(name, kernel))
-        try:
-            yield self
-        finally:
-            for name, kernel in originals.items():
-                setattr(compiled, name, kernel)
-
-    def _wrap(self, name: str, kernel: Callable) -> Callable:
-        @functools.wraps(kernel)
-        def counted(*args):
-            self.calls[name] = self.calls.get(name, 0) + 1
-            self.array_arguments += sum(isinstance(arg, np.ndarray) for arg in args)
-            return kernel(*args)
-
-        return counted
 
 
 def measure(block: Callable[[], T]) -> tuple[T, Allocations]:
