@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import pickle
+import re
 import socket
 import struct
 from pathlib import Path
@@ -157,7 +158,7 @@ def test_broken_cifar_files_fail_before_launch_and_when_loading_naming_the_file(
         with pytest.raises(DatasetCorrupt) as error:
             call(str(tmp_path), variant=variant)
         assert str(path) in one_line(error) and "replace it" in str(error.value)
-    with pytest.raises(DatasetCorrupt):  # a stand-in never hides broken real files
+    with pytest.raises(DatasetCorrupt, match=re.escape(str(path)) + ".*replace it"):  # a stand-in never hides broken real files
         cifar.check_available(str(tmp_path), variant=variant, if_missing="stand_in")
 
 
@@ -452,7 +453,7 @@ def test_each_config_composes_and_its_knobs_are_the_loaders_and_the_checks(tmp_p
     assert cfg.dataset._target_ == f"{module.__name__}.load" and cfg.dataset.root == str(tmp_path)
     assert set(knobs(cfg.dataset)) == set(inspect.signature(module.load).parameters)
     module.check_available(**knobs(cfg.dataset))
-    with pytest.raises(DatasetNotFound):
+    with pytest.raises(DatasetNotFound, match=rf"^{option} not found: expected .*dataset.if_missing=stand_in"):
         module.check_available(**{**knobs(cfg.dataset), "if_missing": "error"})
 
 

@@ -200,34 +200,44 @@ def hosted_world(workers: int) -> World:
 
 @pytest.mark.parametrize("spec", ["topk", "topk:sparse_allgather", "dense"])
 def test_error_feedback_conserves_every_coordinate(spec):
-    """acc_r == transmitted_r + new residual_r, exactly, on every rank and step."""
+    """acc_r == transmitted_r + new residual_r, exactly, on every rank and step, where what was
+    transmitted comes from the selections select returned, not from the exchange's own report:
+    the union of every rank's selection (union_allreduce), the rank's own (sparse_allgather), all
+    of acc (dense). The exchange must report exactly that set as zeroed."""
     method, *exchange_kind = spec.split(":")
     overrides = [f"sparsifier={method}", "workers=4", "dataset=synthetic", "model=mlp", "model.hidden=16", "batch_size=8"]
     overrides += [f"sparsifier.exchange={kind}" for kind in exchange_kind]
     world = hosted_world(4)
     session = build_session(compose_job(overrides), world)
-    seen: dict[int, torch.Tensor] = {}
-    for replica in session.replicas:  # record acc as select sees it
+    seen: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    for replica in session.replicas:  # record acc as select sees it, and what it selected
         original = replica.sparsifier.select
 
         def spy(acc, step, plan=None, _original=original, _rank=replica.rank):
-            seen[_rank] = acc.clone()
-            return _original(acc, step, plan)
+            selection = _original(acc, step, plan)
+            seen[_rank] = (acc.clone(), torch.empty(0, dtype=torch.int64) if selection is None else selection.clone())
+            return selection
 
         replica.sparsifier.select = spy
     batches = [iter(r.batches.epoch(0)) for r in session.replicas]
     for step in range(5):
         outcome = train_step(world, session.model, session.task, session.flat, session.optimizer,
                              session.replicas, [next(b) for b in batches], step, measure_norms=False)
+        union = sorted(set().union(*(set(selection.tolist()) for _, selection in seen.values())))
         for replica, zeroed in zip(session.replicas, outcome.result.zeroed):
-            acc = seen[replica.rank]
-            transmitted = torch.zeros_like(acc)
-            if zeroed is None:
-                transmitted = acc
+            acc, own = seen[replica.rank]
+            if method == "dense":
+                expected = list(range(acc.numel()))
+                assert zeroed is None
             else:
-                transmitted[zeroed] = acc[zeroed]
+                expected = union if not exchange_kind else sorted(own.tolist())
+                assert sorted(zeroed.tolist()) == expected, (step, replica.rank)
+            transmitted = torch.zeros_like(acc)
+            transmitted[expected] = acc[expected]
             assert torch.equal(transmitted + replica.residual, acc)
             assert torch.count_nonzero(transmitted) > 0
+        if method != "dense":  # the two exchanges differ: the union is more than a rank's own
+            assert len(union) > max(seen[r][1].numel() for r in seen)
 
 
 def test_traffic_of_union_allreduce_by_hand():

@@ -222,11 +222,14 @@ def test_exdyna_invariants(sizes, world_size, density, data, seed):
             assert selection.numel() >= 1 and start <= int(selection[0]) and int(selection[-1]) < end
         merged = torch.cat(step.selections)
         assert torch.unique(merged).numel() == merged.numel() == step.aggregated
-        # Error feedback conserves: acc = transmitted + residual, exactly.
+        # Error feedback conserves: acc = transmitted + residual, exactly, where transmitted is
+        # acc at the union of the selections (what the exchange must zero on every rank).
+        union = torch.unique(merged)
         for acc, residual, zeroed in zip(step.accs, step.residuals, step.zeroed):
+            assert torch.equal(torch.sort(zeroed).values, union)
             transmitted = torch.zeros_like(acc)
-            transmitted[zeroed] = acc[zeroed]
-            assert torch.equal(transmitted + residual, acc) and not residual[zeroed].any()
+            transmitted[union] = acc[union]
+            assert torch.equal(transmitted + residual, acc) and not residual[union].any()
         # Threshold and partitions are bit-identical on every rank.
         assert len({s.threshold for s in world.sparsifiers}) == 1
         assert len({tuple(s.partition_blocks) for s in world.sparsifiers}) == 1

@@ -23,6 +23,7 @@ from sparsifiers.kernels.threshold import count_at_least_reference, select_at_le
 from sparsifiers.kernels.topk import SAMPLE, exact_topk_reference, sample_size
 from sparsifiers.kernels.union import sorted_union_reference
 from sparsifiers.layout import Layout
+from tests.compiled_calls import CompiledCalls
 from tests.harness import result_name
 from tests.stepped_ranks import SteppedRanks, gradients
 
@@ -234,7 +235,24 @@ def test_torch_backend_never_runs_a_compiled_kernel(monkeypatch) -> None:
 
 # -- the whole step of every sparsifier --------------------------------------------------------------
 SIZES = [40_000, 24_000, 5_000, 700, 64, 10]
-METHODS = ["topk", "deft", "micro", "exdyna", "threshold", "sage", "gaussiank", "cltk", "dgc", "randomk"]  # dense selects nothing
+# Every method that calls a kernel, with the kernels its step must reach under kernels=auto (a
+# method whose fast path is silently skipped runs the reference twice and compares equal). Not
+# dense (it selects nothing) nor randomk (a seeded draw, no kernel: both paths run the same
+# code, so comparing them would show nothing). DGC selects in torch; its exchange's union runs
+# the compiled sorted_union.
+TOPK_KERNELS = {"sample_magnitudes", "kth_largest", "topk_at_cut"}
+KERNELS_OF = {
+    "topk": TOPK_KERNELS | {"sorted_union"},
+    "deft": TOPK_KERNELS | {"sorted_union"},
+    "micro": {"select_at_least", "sorted_union"},
+    "exdyna": {"select_at_least", "sorted_union"},
+    "threshold": {"select_at_least", "sorted_union"},
+    "sage": {"select_at_least", "count_at_least", "sorted_union"},
+    "gaussiank": {"select_at_least", "count_at_least", "sorted_union"},
+    "cltk": TOPK_KERNELS,
+    "dgc": {"sorted_union"},
+}
+METHODS = list(KERNELS_OF)
 
 
 def run_steps(method: str, world_size: int, grads_of_step, steps: int) -> list[dict]:
@@ -280,8 +298,10 @@ def test_whole_step_is_the_same_on_both_paths(method: str, world_size: int) -> N
     for grads_of_step in (realistic, tied):
         with backend("torch"):
             reference = run_steps(method, world_size, grads_of_step, steps=6)
-        with backend("auto"):
+        with backend("auto"), CompiledCalls().watching() as spy:
             fast = run_steps(method, world_size, grads_of_step, steps=6)
+        missing = KERNELS_OF[method] - set(spy.calls)
+        assert not missing, f"{method} ran no {sorted(missing)} under kernels=auto ({grads_of_step.__name__})"
         assert_same_history(reference, fast)
 
 

@@ -165,22 +165,25 @@ def test_micro_invariants(sizes, world_size, density, rule, seed):
     stream = noise(numel, world_size, seed, profile)
     for t in range(12):
         step = world.step(next(stream), t)
-        ranges = [s.partition_of(t) for s in world.sparsifiers]
-        # The ranks' partitions tile [0, N), sizes differing by at most one.
-        ordered = sorted(ranges)
-        assert ordered[0][0] == 0 and ordered[-1][1] == numel
-        assert all(left[1] == right[0] for left, right in zip(ordered, ordered[1:]))
-        assert max(b - a for a, b in ranges) - min(b - a for a, b in ranges) <= 1
+        # The partitions by the paper's arithmetic, not the sparsifier's: W contiguous ranges
+        # tiling [0, N), the first N mod W one larger; rank r scans partition (t + r) mod W.
+        base, extra = divmod(numel, world_size)
+        bounds = [p * base + min(p, extra) for p in range(world_size + 1)]
+        ranges = [(bounds[(t + r) % world_size], bounds[(t + r) % world_size + 1]) for r in range(world_size)]
+        assert [s.partition_of(t) for s in world.sparsifiers] == ranges
         # Every index lies in its rank's partition; selections are disjoint; none is empty.
         for selection, (start, end) in zip(step.selections, ranges):
             assert selection.numel() >= 1 and start <= int(selection[0]) and int(selection[-1]) < end
         merged = torch.cat(step.selections)
         assert torch.unique(merged).numel() == merged.numel() == step.aggregated  # no build-up
-        # Error feedback conserves: acc = transmitted + residual, exactly, on every rank.
+        # Error feedback conserves: acc = transmitted + residual, exactly, on every rank, where
+        # transmitted is acc at the union of the selections (what the exchange must zero).
+        union = torch.unique(merged)
         for acc, residual, zeroed in zip(step.accs, step.residuals, step.zeroed):
+            assert torch.equal(torch.sort(zeroed).values, union)
             transmitted = torch.zeros_like(acc)
-            transmitted[zeroed] = acc[zeroed]
-            assert torch.equal(transmitted + residual, acc) and not residual[zeroed].any()
+            transmitted[union] = acc[union]
+            assert torch.equal(transmitted + residual, acc) and not residual[union].any()
         # lambda is bit-identical on every rank.
         assert len({s.threshold for s in world.sparsifiers}) == 1
         assert len({s.metrics()["sparsifier/threshold"] for s in world.sparsifiers}) == 1

@@ -64,15 +64,16 @@ def test_an_unknown_mode_is_refused_by_the_collectives():
         hosted("tree")
 
 
-@pytest.mark.parametrize("processes", [1, 2, 4])
-def test_rank_order_gives_every_layout_the_threads_of_one_rank_per_process(processes):
+@pytest.mark.parametrize("processes,ring_threads", [(1, 16), (2, 8), (4, 4)])
+def test_rank_order_gives_every_layout_the_threads_of_one_rank_per_process(processes, ring_threads):
+    """On 16 cores, 4 workers: ring gives each process 16 / processes threads; rank_order gives
+    every layout the 16 / 4 of one rank per process (the cpu count is passed, not this machine's)."""
     threads = {
-        reduction: resolve(compose_job([*TINY_RUN, f"processes={processes}", f"reduction={reduction}"])).threads_per_process
+        reduction: resolve(compose_job([*TINY_RUN, "workers=4", f"processes={processes}", f"reduction={reduction}"]),
+                           cpu_count=16).threads_per_process
         for reduction in ("ring", "rank_order")
     }
-    one_per_process = resolve(compose_job([*TINY_RUN, "processes=4"])).threads_per_process
-    assert threads["rank_order"] == one_per_process
-    assert threads["ring"] >= threads["rank_order"]
+    assert threads == {"ring": ring_threads, "rank_order": 4}
 
 
 def test_a_bad_mode_exits_2_with_one_line_before_launch(tmp_path):

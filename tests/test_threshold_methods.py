@@ -11,7 +11,6 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 from experiments.rank.build import build_sparsifier
 from experiments.launcher.compose import compose_job
@@ -26,6 +25,7 @@ from sparsifiers.randomk import RandomK
 from sparsifiers.sage import Sage, sample_seed
 from sparsifiers.threshold import HardThreshold
 from sparsifiers.threshold_control import ThresholdScan, exact_cutoff, initial_threshold
+from tests.allocation_meter import Allocations, kernel_backend, measure
 from tests.stepped_ranks import SteppedRanks, float32_nearest, inject_ties, noise, passes, ties
 
 SMALL = ["dataset=synthetic", "dataset.num_train=64", "dataset.num_test=16", "model=mlp", "model.hidden=16"]
@@ -384,35 +384,98 @@ SIX = [
 ]
 
 
-@pytest.mark.parametrize("make", SIX, ids=["micro", "exdyna", "threshold", "sage", "gaussiank", "randomk"])
-def test_select_allocates_nothing_of_the_vector_size(make):
+def allocation_bound(selected: list[int], k: int) -> int:
+    """A full-size temporary is >= 1 MB (a bool mask of 10^6). Allowed per select: 32 KiB of small
+    tensors and Python objects and 128 bytes per selected index or unit of k (Random-k's draw
+    makes a few k-sized temporaries)."""
+    return sum(32 * 1024 + 128 * (count + k) for count in selected)
+
+
+def measured_selects(sparsifier, accs: list[torch.Tensor]) -> tuple[list[int], Allocations]:
+    for t in range(4):  # warm-up: the buffers are allocated (and numba compiled) here
+        sparsifier.select(accs[t], t)
+    return measure(lambda: [sparsifier.select(accs[t], t).numel() for t in (4, 5)])
+
+
+def million_element_stream(make):
     numel = 1_000_000
     sparsifier = make(Layout.from_shapes([("w", (numel,))]))  # k = 100
     generator = torch.Generator().manual_seed(0)
-    accs = [torch.randn(numel, generator=generator) * 0.003 for _ in range(6)]  # few |acc| >= lambda
-    for t in range(4):  # warm-up: the buffers are allocated here
-        sparsifier.select(accs[t], t)
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        selected = [sparsifier.select(accs[t], t).numel() for t in (4, 5)]
-    allocated = sum(max(event.self_cpu_memory_usage, 0) for event in prof.key_averages())
-    # A full-size tensor is >= 1 MB (a bool mask). Allowed per select: 32 KiB of small tensors and
-    # 128 bytes per selected index or unit of k (Random-k's draw makes a few k-sized temporaries).
-    assert allocated < sum(32 * 1024 + 128 * (count + sparsifier.k) for count in selected), allocated
+    return sparsifier, [torch.randn(numel, generator=generator) * 0.003 for _ in range(6)]  # few |acc| >= lambda
+
+
+@pytest.mark.parametrize("backend", ["torch", "compiled"])
+@pytest.mark.parametrize("make", SIX, ids=["micro", "exdyna", "threshold", "sage", "gaussiank", "randomk"])
+def test_select_allocates_nothing_of_the_vector_size(make, backend):
+    """On both kernel paths: torch's allocator, numpy's (tracemalloc) and numba's runtime (the
+    compiled kernels write into buffers their callers own: not one NRT allocation)."""
+    sparsifier, accs = million_element_stream(make)
+    with kernel_backend(backend):
+        selected, allocated = measured_selects(sparsifier, accs)
+    assert allocated.bytes < allocation_bound(selected, sparsifier.k), allocated
+    assert allocated.numba_allocations == 0, allocated
+
+
+def _select_at_least_with_a_mask(values, cut, offset, out):
+    """compiled.select_at_least with the bug the meter must catch: a full-size temporary mask
+    made inside the numba kernel (seen by neither the torch profiler nor tracemalloc)."""
+    mask = np.abs(values) >= cut
+    count = 0
+    for i in range(mask.shape[0]):
+        if mask[i]:
+            if count < out.shape[0]:
+                out[count] = i + offset
+            count += 1
+    return count
+
+
+@pytest.mark.parametrize("leak", ["torch", "numpy", "numba"])
+def test_a_leaky_select_exceeds_the_allocation_bound(leak, monkeypatch):
+    """The positive control: the same measurement fails a select that makes one full-size
+    temporary, whichever allocator makes it."""
+    numba = pytest.importorskip("numba")
+    from sparsifiers.kernels import compiled
+
+    sparsifier, accs = million_element_stream(SIX[2])
+    select = sparsifier.select
+
+    def leaky_select(acc, step):
+        (torch.abs(acc) if leak == "torch" else np.abs(acc.numpy())).max()
+        return select(acc, step)
+
+    if leak == "numba":
+        monkeypatch.setattr(compiled, "select_at_least", numba.njit(_select_at_least_with_a_mask))
+    else:
+        monkeypatch.setattr(sparsifier, "select", leaky_select)
+    with kernel_backend("compiled"):
+        selected, allocated = measured_selects(sparsifier, accs)
+    assert allocated.bytes >= allocation_bound(selected, sparsifier.k), allocated
+    if leak == "numba":  # and NRT counted one mask per select, beyond the arguments' MemInfos
+        assert allocated.numba_allocations == 2, allocated
 
 
 @pytest.mark.parametrize("method,cls,knobs", [
-    ("threshold", HardThreshold, {"threshold": None}),
-    ("sage", Sage, {"sample_error": 0.05}),
-    ("gaussiank", GaussianK, {"max_scans": 3}),
+    ("threshold", HardThreshold, {"threshold": 0.25, "comparison": "exact"}),
+    ("sage", Sage, {"sample_error": 0.1, "comparison": "exact"}),
+    ("gaussiank", GaussianK, {"max_scans": 5}),
     ("randomk", RandomK, {}),
 ])
 def test_builds_from_the_real_config(method, cls, knobs):
-    cfg = compose_job([f"sparsifier={method}", "dataset=synthetic", "model=mlp"])
+    """Every knob set on the command line, to a value none of the class defaults have, reaches
+    the built object: a knob the builder drops (the class default used) fails here."""
+    overrides = {"density": 0.05, "error_feedback": False, **knobs}
+    cfg = compose_job([f"sparsifier={method}", "seed=7", *(f"sparsifier.{key}={value}" for key, value in overrides.items()),
+                       "dataset=synthetic", "model=mlp"])
     sparsifier = build_sparsifier(cfg, LAYOUT, rank=2)
     assert type(sparsifier) is cls and sparsifier.name == method and sparsifier.rank == 2
-    assert sparsifier.density == cfg.sparsifier.density and sparsifier.seed == cfg.seed
-    assert all(cfg.sparsifier[key] == value for key, value in knobs.items())
+    assert (sparsifier.density, sparsifier.k, sparsifier.seed) == (0.05, 150, 7)  # k = floor(0.05 * 3003)
+    assert {key: getattr(sparsifier, key) for key in overrides} == overrides
     assert sparsifier.exchange is cls.exchanges[0]
+    if method == "sage":  # Slovin's s from e = 0.1, not from the default 0.05
+        assert sparsifier.sample_size == int(3003 / (1 + 3003 * 0.01))
+    if method == "randomk":  # the shared draw is seeded from the run's seed: the same as a direct build's
+        direct = RandomK(LAYOUT, cfg.workers, 0, 0.05, seed=7)
+        assert torch.equal(sparsifier.select(torch.zeros(3003), 0), direct.select(torch.zeros(3003), 0))
 
 
 @pytest.mark.parametrize("cls,knobs,message", [

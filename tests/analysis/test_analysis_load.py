@@ -11,6 +11,7 @@ import pytest
 from analysis.columns import KEYS
 from analysis.discover import find_run_dirs
 from analysis.load import load_runs
+from analysis import metrics_io
 from analysis.metrics_io import CACHE_DIR
 from analysis.synthetic import SyntheticRun, write_run
 from experiments import metric_keys as keys
@@ -73,18 +74,32 @@ def test_a_run_without_status_or_metrics_still_appears(tmp_path: Path) -> None:
     assert tables.steps.empty
 
 
-def test_cache_is_used_and_refreshed_when_the_file_grows(tmp_path: Path) -> None:
+def test_cache_is_used_and_refreshed_when_the_file_grows(tmp_path: Path, monkeypatch) -> None:
+    """The second load is served by the cache (the JSON-lines parser is not called: a cache that
+    can never be read would silently fall back to it); after the file grows, it is parsed again."""
     run = write_run(tmp_path / "run", SyntheticRun("topk", 2, steps=20, epochs=2))
     first = load_runs(tmp_path)
     assert len(list((run / CACHE_DIR).iterdir())) == 1
+    parses: list[int] = []
+    parse = metrics_io.parse_jsonl
+
+    def counted_parse(data: bytes):
+        parses.append(len(data))
+        return parse(data)
+
+    monkeypatch.setattr(metrics_io, "parse_jsonl", counted_parse)
     again = load_runs(tmp_path)
+    assert parses == []  # served by the cache
     assert again.steps.drop(columns="after_warmup").equals(first.steps.drop(columns="after_warmup"))
     time.sleep(0.01)
     with open(run / run_files.METRICS, "a") as handle:
         handle.write(run_files.dumps({keys.ROW_STEP: 99, keys.ROW_KIND: keys.KIND_TRAIN, keys.DENSITY_ACTUAL: 0.5}) + "\n")
     grown = load_runs(tmp_path)
+    assert parses == [(run / run_files.METRICS).stat().st_size]  # the grown file, parsed once
     assert len(grown.steps) == len(first.steps) + 1
     assert len(list((run / CACHE_DIR).iterdir())) == 1  # the stale copy is gone
+    load_runs(tmp_path)
+    assert len(parses) == 1  # and the refreshed cache serves the next load
     assert load_runs(tmp_path, cache=False).steps.shape == grown.steps.shape
 
 
