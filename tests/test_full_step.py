@@ -1,4 +1,4 @@
-"""Every sparsifier through the real training loop (experiments/rank/train.py) on four hosted ranks,
+"""Every sparsifier through the real training loop (experiments/rank/train.py) on 3 and 4 hosted ranks,
 every step recorded (tests/step_recorder.py) and recomputed from the documented semantics
 (tests/exchange_reference.py): the aggregate is the mean over ranks of acc on the exchanged set
 and zero elsewhere; each residual is acc with what was transmitted zeroed; the collectives are the
@@ -29,6 +29,7 @@ from tests.specs import EVERY_METHOD
 from tests.step_recorder import RecordedStep, record_steps
 
 WORKERS, STEPS = 4, 4
+WORLDS = (3, 4)  # an odd world too: ring and binomial-tree formulas at a W that is no power of 2
 SPECS = [*EVERY_METHOD, "topk:error_feedback=false"]
 
 
@@ -40,29 +41,30 @@ class ListSink:
         self.rows.append({**record, "step": step})
 
 
-def hosted_world():
+def hosted_world(workers: int = WORKERS):
     with pytest.MonkeyPatch.context() as patch:
         for variable in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
             patch.delenv(variable, raising=False)  # one process hosting every rank
-        return init_world(WORKERS, "cpu", "gloo", timeout_s=30)
+        return init_world(workers, "cpu", "gloo", timeout_s=30)
 
 
-def run(spec: str, out: Path) -> tuple[list[dict], list[RecordedStep], object]:
+def run(spec: str, out: Path, workers: int = WORKERS) -> tuple[list[dict], list[RecordedStep], object]:
     method, *knobs = spec.split(":")
-    cfg = compose_job([f"sparsifier={method}", f"workers={WORKERS}", *TINY, *(f"sparsifier.{k}" for k in knobs),
+    cfg = compose_job([f"sparsifier={method}", f"workers={workers}", *TINY, *(f"sparsifier.{k}" for k in knobs),
                        f"max_steps={STEPS}", "epochs=1", "logger=local", "logger.log_every=1", "logger.progress=false",
                        "warmup_steps=0", "eval_limit=64", f"output_root={out}"])
     sink = ListSink()
     with record_steps() as steps:
-        train(cfg, hosted_world(), sink, out)
+        train(cfg, hosted_world(workers), sink, out)
     rows = [row for row in sink.rows if row["kind"] == keys.KIND_TRAIN]
     assert [row["step"] for row in rows] == [s.step for s in steps] == list(range(STEPS))
     return rows, steps, cfg
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, tuple[list[dict], list[RecordedStep], object]]:
-    return {spec: run(spec, tmp_path_factory.mktemp(spec.replace(":", "_").replace("=", "-"))) for spec in SPECS}
+def runs(tmp_path_factory) -> dict[tuple[str, int], tuple[list[dict], list[RecordedStep], object]]:
+    """(spec, W) -> the train rows, the recorded steps and the config of its run."""
+    return {(spec, workers): run(spec, tmp_path_factory.mktemp(f"w{workers}"), workers) for spec in SPECS for workers in WORLDS}
 
 
 def check_semantics(steps: list[RecordedStep], spec: str) -> None:
@@ -99,27 +101,30 @@ def check_traffic(steps: list[RecordedStep], spec: str, averaged: int, reduction
         assert step.recv.tolist() == pytest.approx(recv.tolist(), rel=1e-12)
 
 
-def unit_count(cfg, spec: str) -> int:
+def unit_count(cfg, spec: str, workers: int) -> int:
     """DEFT's norms=global all-reduces one norm per unit (docs/algorithms.md, DEFT step 1): a
     parameter tensor of more than N / W elements is cut into W units, any other is one."""
     if "norms=global" not in spec:
         return 0
-    session = build_session(cfg, hosted_world())
+    session = build_session(cfg, hosted_world(workers))
     sizes = [p.numel() for p in session.model.parameters()]
-    return sum(WORKERS if size * WORKERS > sum(sizes) else 1 for size in sizes)
+    return sum(workers if size * workers > sum(sizes) else 1 for size in sizes)
 
 
+@pytest.mark.parametrize("workers", WORLDS)
 @pytest.mark.parametrize("spec", SPECS)
-def test_aggregate_and_residuals_follow_the_exchange_semantics(runs, spec):
-    rows, steps, _ = runs[spec]
+def test_aggregate_and_residuals_follow_the_exchange_semantics(runs, spec, workers):
+    rows, steps, _ = runs[spec, workers]
     check_semantics(steps, spec)
     if spec.startswith("deft:density=0.3"):  # the common units are exercised
         assert any(s.shared_count for s in steps) == (spec == "deft:density=0.3")
 
 
+@pytest.mark.parametrize("workers", WORLDS)
 @pytest.mark.parametrize("spec", SPECS)
-def test_traffic_is_the_collectives_by_hand(runs, spec):
-    check_traffic(runs[spec][1], spec, unit_count(runs[spec][2], spec))
+def test_traffic_is_the_collectives_by_hand(runs, spec, workers):
+    _, steps, cfg = runs[spec, workers]
+    check_traffic(steps, spec, unit_count(cfg, spec, workers))
 
 
 def density_target(cfg, epoch: int = 0) -> float:
@@ -130,23 +135,24 @@ def density_target(cfg, epoch: int = 0) -> float:
     return 1.0 if node.name == "dense" else node.density
 
 
+@pytest.mark.parametrize("workers", WORLDS)
 @pytest.mark.parametrize("spec", SPECS)
-def test_every_logged_metric_is_recomputed_from_the_step(runs, spec):
-    rows, steps, cfg = runs[spec]
+def test_every_logged_metric_is_recomputed_from_the_step(runs, spec, workers):
+    rows, steps, cfg = runs[spec, workers]
     kind = exchange_of(spec)
     for row, step in zip(rows, steps):
         expected = expected_exchange(step, kind)
-        metrics = expected_exchange_metrics(step, spec, expected, *ring_bytes(step.collectives, WORKERS), density_target(cfg))
+        metrics = expected_exchange_metrics(step, spec, expected, *ring_bytes(step.collectives, workers), density_target(cfg))
         for key, value in metrics.items():
             assert row[key] == pytest.approx(value, rel=1e-12), (spec, step.step, key)
         residual_norms = [float(r.double().norm()) for r in step.residuals]
         acc_norms = [float(a.double().norm()) for a in step.accs]
-        assert row[keys.RESIDUAL] == pytest.approx(sum(residual_norms) / WORKERS, rel=1e-5, abs=1e-9)
-        assert row[keys.REL_RESIDUAL] == pytest.approx(sum(r / a for r, a in zip(residual_norms, acc_norms)) / WORKERS, rel=1e-5, abs=1e-9)
-        assert row[keys.LOSS] == pytest.approx(sum(step.losses) / WORKERS, rel=1e-12)
+        assert row[keys.RESIDUAL] == pytest.approx(sum(residual_norms) / workers, rel=1e-5, abs=1e-9)
+        assert row[keys.REL_RESIDUAL] == pytest.approx(sum(r / a for r, a in zip(residual_norms, acc_norms)) / workers, rel=1e-5, abs=1e-9)
+        assert row[keys.LOSS] == pytest.approx(sum(step.losses) / workers, rel=1e-12)
         # Timings: max and mean over the hosted ranks, and phases that are disjoint parts of the
         # step (one process runs its ranks one after the other).
-        assert row[keys.SELECT_MAX] == max(step.select_ms) and row[keys.SELECT_MEAN] == pytest.approx(sum(step.select_ms) / WORKERS)
+        assert row[keys.SELECT_MAX] == max(step.select_ms) and row[keys.SELECT_MEAN] == pytest.approx(sum(step.select_ms) / workers)
         assert row[keys.COMPUTE_MAX] == max(step.compute_ms) and row[keys.EXCHANGE] == step.exchange_ms
         assert row[keys.STEP] == step.step_ms
         assert 0 < sum(step.compute_ms) + sum(step.select_ms) + step.exchange_ms <= step.step_ms
