@@ -86,6 +86,11 @@ MUTANTS = (
            "    residual.add_(gradient)", "    residual.copy_(gradient)", ("tests/test_error_feedback.py",)),
     Mutant("residual_zeroes_too_little", "experiments/core/error_feedback.py",
            "        acc.index_fill_(0, zeroed, 0)", "        acc.index_fill_(0, zeroed[:-1], 0)", ("tests/test_error_feedback.py",)),
+    Mutant("summary_keeps_the_first_evaluation", "experiments/rank/summary.py",
+           "        self.evals = {key: float(\"nan\") for key in self.evals}\n"
+           "        self.evals.update({key: _as_logged(value) for key, value in metrics.items() if key.startswith(keys.EVAL_PREFIX)})",
+           "        self.evals = {**{key: _as_logged(value) for key, value in metrics.items() if key.startswith(keys.EVAL_PREFIX)},\n"
+           "                      **{key: value for key, value in self.evals.items() if value == value}}", ("tests/test_headline.py",)),
     Mutant("meter_not_reset_between_steps", "experiments/rank/train.py",
            "            world.comm.meter.reset()\n", "", ("tests/test_training_loop.py",)),
     Mutant("plan_time_left_out_of_the_leaders_selection", "experiments/core/step.py",
@@ -111,6 +116,9 @@ MUTANTS = (
            "        threshold = float(mean) + float(std) * self.quantile", "        threshold = float(std) * self.quantile",
            ("tests/test_threshold_methods.py",)),
     # -- analysis --------------------------------------------------------------------------------
+    Mutant("eval_rows_counted_as_train_rows", "analysis/metrics_io.py",
+           "    return MetricsFile(table.filter(pa.array(~is_eval)), table.filter(pa.array(is_eval)), cut, bad)",
+           "    return MetricsFile(table, table.filter(pa.array(is_eval)), cut, bad)", ("tests/analysis/test_analysis_load.py",)),
     Mutant("first_evaluation_instead_of_the_last", "analysis/stats.py",
            '            last = rows.drop_duplicates("run_id", keep="last")', '            last = rows.drop_duplicates("run_id", keep="first")',
            ("tests/analysis/test_analysis_stats.py",)),
