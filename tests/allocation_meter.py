@@ -15,15 +15,12 @@ allocations beyond them: the kernels' own temporaries, which should be none.
 from __future__ import annotations
 
 import tracemalloc
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-import pytest
 from torch.profiler import ProfilerActivity, profile
 
-from sparsifiers import kernels
 from tests.compiled_calls import CompiledCalls
 
 T = TypeVar("T")
@@ -71,17 +68,3 @@ def measure(block: Callable[[], T]) -> tuple[T, Allocations]:
     torch_bytes = sum(max(event.self_cpu_memory_usage, 0) for event in prof.key_averages())
     numba = 0 if numba_before is None else numba_after - numba_before - spy.array_arguments
     return result, Allocations(torch_bytes, python_peak - python_start, numba)
-
-
-@contextmanager
-def kernel_backend(name: str) -> Iterator[None]:
-    """Runs the block under kernels=`name` (skipping the test where numba is missing and the
-    compiled path is asked for), restoring the previous backend after."""
-    if name == "compiled" and not kernels.compiled_available():
-        pytest.skip("numba is not installed")
-    previous = kernels.current_backend()
-    kernels.set_backend(name)
-    try:
-        yield
-    finally:
-        kernels.set_backend(previous)

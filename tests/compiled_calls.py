@@ -1,7 +1,8 @@
 """A spy on the compiled kernels (sparsifiers/kernels/compiled.py): which ran, how often, and how
 many numpy arrays they were handed. Tests use it to show that a run on the compiled path really
 went through the kernels (a method that calls none runs the same code on both paths), and the
-allocation meter to discount numba's one MemInfo per array argument."""
+allocation meter to discount numba's one MemInfo per array argument. `kernel_backend` runs a
+block on one kernel path."""
 from __future__ import annotations
 
 import functools
@@ -9,6 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
+import pytest
 
 from sparsifiers import kernels
 
@@ -47,3 +49,17 @@ class CompiledCalls:
             return kernel(*args)
 
         return counted
+
+
+@contextmanager
+def kernel_backend(name: str) -> Iterator[None]:
+    """Runs the block under kernels=`name` (skipping the test where numba is missing and the
+    compiled path is asked for), restoring the previous backend after."""
+    if name == "compiled" and not kernels.compiled_available():
+        pytest.skip("numba is not installed")
+    previous = kernels.current_backend()
+    kernels.set_backend(name)
+    try:
+        yield
+    finally:
+        kernels.set_backend(previous)

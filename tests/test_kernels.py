@@ -9,7 +9,6 @@ import math
 import os
 import subprocess
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -24,22 +23,13 @@ from sparsifiers.kernels.topk import SAMPLE, exact_topk_reference, sample_size
 from sparsifiers.kernels.union import sorted_union_reference
 from sparsifiers.layout import Layout
 from tests.compiled_calls import CompiledCalls
+from tests.compiled_calls import kernel_backend as backend
 from tests.harness import result_name
 from tests.stepped_ranks import SteppedRanks, gradients
 
 REPO = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.skipif(not kernels.compiled_available(), reason="numba is not installed")
-
-
-@contextmanager
-def backend(name: str):
-    previous = kernels.current_backend()
-    kernels.set_backend(name)
-    try:
-        yield
-    finally:
-        kernels.set_backend(previous)
 
 
 def brute_force_topk(values: torch.Tensor, k: int) -> list[int]:

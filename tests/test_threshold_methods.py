@@ -25,7 +25,8 @@ from sparsifiers.randomk import RandomK
 from sparsifiers.sage import Sage, sample_seed
 from sparsifiers.threshold import HardThreshold
 from sparsifiers.threshold_control import ThresholdScan, exact_cutoff, initial_threshold
-from tests.allocation_meter import Allocations, kernel_backend, measure
+from tests.allocation_meter import Allocations, measure
+from tests.compiled_calls import kernel_backend
 from tests.stepped_ranks import SteppedRanks, float32_nearest, inject_ties, noise, passes, ties
 
 SMALL = ["dataset=synthetic", "dataset.num_train=64", "dataset.num_test=16", "model=mlp", "model.hidden=16"]

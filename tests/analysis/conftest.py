@@ -106,3 +106,23 @@ def jupyter_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for variable in ("JUPYTER_RUNTIME_DIR", "JUPYTER_DATA_DIR", "JUPYTER_CONFIG_DIR", "IPYTHONDIR", "MPLCONFIGDIR"):
         monkeypatch.setenv(variable, str(tmp_path / variable.lower()))
     return tmp_path
+
+
+@pytest.fixture(scope="module")
+def synthetic_tables(synthetic: Path):
+    """The synthetic study's tables, as the figures read them (analysis.load)."""
+    from analysis.load import load_runs
+
+    return load_runs(synthetic / "sweep")
+
+
+@pytest.fixture(scope="module")
+def synthetic_study(synthetic: Path):
+    """The same study read the plain way (tests/analysis/raw_runs.py), for the figure tests'
+    independent recomputation."""
+    from tests.analysis.figure_checks import METHODS
+    from tests.analysis.raw_runs import read_study
+
+    study = read_study(synthetic / "sweep")
+    assert sorted(study.runs["method"].unique()) == METHODS and len(study.runs) == 36
+    return study
