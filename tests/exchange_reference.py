@@ -2,10 +2,12 @@
 semantics (docs/algorithms.md "Exchange kinds", docs/metrics.md) and not from the code under test:
 
 - `expected_exchange`: the aggregate, each rank's zeroed set and the counts, in float64;
-- `expected_collectives`: the collectives the step must issue, padding and size headers included;
+- `expected_collectives`: the collectives the step must issue, padding and size headers included
+  (DEFT's units, plan and common units by `deft_units`, `plan_length`, `deft_common_coordinates`);
 - `ring_bytes`: each rank's bytes sent and received for a list of collectives (ring all-gather and
   all-reduce, binomial-tree broadcast);
-- `expected_exchange_metrics`: traffic, density, build-up and selection shape of the step.
+- `expected_exchange_metrics`: traffic, density, build-up and selection shape of the step;
+- `modelled_ms`: the alpha-beta model's time for a list of collectives.
 
 The methods' exchange kind and selection scope are written here by name, so a method that
 declares the wrong one fails too.
@@ -85,11 +87,45 @@ def expected_exchange(step: RecordedStep, kind: str) -> ExpectedExchange:
     return ExpectedExchange(aggregate, exchanged, [exchanged] * world_size, counts, int(exchanged.sum()), int(selected.sum()))
 
 
+def deft_units(sizes: list[int], world_size: int) -> list[tuple[int, int]]:
+    """docs/algorithms.md, DEFT step 1: the model's tensors in order; one of more than N / W
+    elements is cut into W contiguous pieces whose sizes differ by at most one (the first
+    N mod W one larger), any other is one unit; empty pieces are no unit. (start, end) each."""
+    numel, units, offset = sum(sizes), [], 0
+    for size in sizes:
+        pieces = [size // world_size + (piece < size % world_size) for piece in range(world_size)] if size * world_size > numel else [size]
+        for length in pieces:
+            if length:
+                units.append((offset, offset + length))
+            offset += length
+    return units
+
+
+def plan_length(spec: str, step: RecordedStep, sizes: list[int], density: float) -> int:
+    """The leader's plan in elements: DEFT's W bin sizes, the number of common units, then every
+    unit once (in a bin or common); CLT-k's top-k indices, k = floor(d N)."""
+    if spec.split(":")[0] == "deft":
+        return step.world_size + 1 + len(deft_units(sizes, step.world_size))
+    return max(1, math.floor(density * sum(sizes)))
+
+
+def deft_common_coordinates(step: RecordedStep, sizes: list[int]) -> torch.Tensor:
+    """The coordinates of the common units the broadcast plan names (after its W bin sizes, its
+    common count and the W bins' units), sorted."""
+    plan, world_size = step.plan.tolist(), step.world_size
+    in_bins = sum(plan[:world_size])
+    common = plan[world_size + 1 + in_bins:]
+    assert len(common) == plan[world_size]
+    units = deft_units(sizes, world_size)
+    ranges = [torch.arange(*units[unit]) for unit in common]
+    return torch.sort(torch.cat(ranges)).values if ranges else torch.empty(0, dtype=torch.int64)
+
+
 def expected_collectives(step: RecordedStep, kind: str, expected: ExpectedExchange, averaged: int = 0,
-                         reduction: str = "ring") -> list[Collective]:
+                         plan: int = 0, reduction: str = "ring") -> list[Collective]:
     """In the order issued: DEFT's averaged norms (`averaged` floats), the leader's plan (size
-    header, then the int32 plan), then the exchange (counts header, indices padded to the
-    largest count, values). `rank_order` sums by an all-gather of every rank's values."""
+    header, then the `plan` int32 elements), then the exchange (counts header, indices padded
+    to the largest count, values). `rank_order` sums by an all-gather of every rank's values."""
     def summed(elements: int) -> Collective:
         return Collective("all_reduce" if reduction == "ring" else "all_gather", elements, VALUE_BYTES)
 
@@ -98,7 +134,7 @@ def expected_collectives(step: RecordedStep, kind: str, expected: ExpectedExchan
         issued.append(summed(averaged))
     if step.leader is not None:
         issued += [Collective("broadcast", 1, HEADER_BYTES, step.leader),
-                   Collective("broadcast", step.plan.numel(), INDEX_BYTES, step.leader)]
+                   Collective("broadcast", plan, INDEX_BYTES, step.leader)]
     width = max(expected.counts)
     if kind == "dense":
         issued.append(summed(step.accs[0].numel()))
@@ -113,6 +149,25 @@ def expected_collectives(step: RecordedStep, kind: str, expected: ExpectedExchan
     else:  # leader_broadcast, shared_allreduce: the ranks already hold the index set
         issued.append(summed(expected.union))
     return issued
+
+
+def modelled_ms(collectives: list[Collective], world_size: int, latency_us: float, bandwidth_gbit: float) -> float:
+    """The alpha-beta model (docs/metrics.md, time/exchange_model_ms): a message of n bytes costs
+    alpha + n / beta; ring all-gather of m bytes per rank (W-1) messages of m, ring all-reduce of
+    n bytes 2(W-1) messages of n / W, binomial-tree broadcast ceil(log2 W) messages of n."""
+    def message(nbytes: float) -> float:
+        return latency_us * 1e-6 + nbytes / (bandwidth_gbit * 1e9 / 8)
+
+    total = 0.0
+    for c in collectives:
+        size = c.elements * c.element_bytes
+        if c.op == "all_gather":
+            total += (world_size - 1) * message(size)
+        elif c.op == "all_reduce":
+            total += 2 * (world_size - 1) * message(size / world_size)
+        else:
+            total += math.ceil(math.log2(world_size)) * message(size)
+    return total * 1e3
 
 
 def binomial_children(relative: int, world_size: int) -> list[int]:

@@ -1,13 +1,15 @@
 """Mutation check: realistic bugs, planted one at a time, each of which the fast tier must catch.
 
     make mutants                      # every bug below; exits 1 if one survives
-    python tests/mutants.py --only union_mean_over_w_minus_1,topk_ties_by_higher_index
+    python tests/mutants.py --only union_mean_over_w_minus_1,allreduce_traffic_halved
 
 Each mutant replaces one exact piece of code (which must occur once: a mutant whose code has
 changed is reported as stale, never silently skipped) in a copy of the repository's tracked files,
 then runs the fast tier there (`pytest -m "not slow" -x`), the tests that should catch it first
-(on their own), so that a killed mutant costs seconds. A mutant survives if the whole fast tier passes. When you
-fix a bug the suite did not catch, add it here with the test that now catches it.
+(on their own), so that a killed mutant costs seconds. A mutant survives if the whole fast tier passes.
+A kill counts only if the test that failed passes on the copy without the mutant (checked once
+per test), so a broken environment or a flaky test never passes for a caught bug. When you fix a
+bug the suite did not catch, add it here with the test that now catches it.
 """
 from __future__ import annotations
 
@@ -96,6 +98,17 @@ MUTANTS = (
     Mutant("plan_time_left_out_of_the_leaders_selection", "experiments/core/step.py",
            "        select_ms.append(_elapsed_ms(world, start) + (plan_ms if rank == leader else 0.0))",
            "        select_ms.append(_elapsed_ms(world, start))", ("tests/test_full_step.py",)),
+    Mutant("compute_time_only_after_backward", "experiments/core/step.py",
+           "            loss.backward()\n", "            loss.backward()\n        start = time.perf_counter()\n", ("tests/test_full_step.py",)),
+    Mutant("exchange_timed_before_it_runs", "experiments/core/step.py",
+           "    result = exchange(method.exchange, selections, accs, out, world.comm, leader, shared, clock)\n"
+           "    exchange_ms = _elapsed_ms(world, start)",
+           "    exchange_ms = _elapsed_ms(world, start)\n"
+           "    result = exchange(method.exchange, selections, accs, out, world.comm, leader, shared, clock)", ("tests/test_full_step.py",)),
+    Mutant("compute_mean_is_the_max", "experiments/core/metrics.py",
+           "        keys.COMPUTE_MEAN: float(column[\"compute_ms\"].mean()),", "        keys.COMPUTE_MEAN: float(column[\"compute_ms\"].max()),", ("tests/test_full_step.py",)),
+    Mutant("cltk_plan_one_index_too_many", "sparsifiers/cltk.py",
+           "        return self._top_k(acc, self.k)", "        return self._top_k(acc, self.k + 1)", ("tests/test_full_step.py",)),
     Mutant("error_feedback_off_keeps_the_residual", "experiments/core/error_feedback.py",
            "    if zeroed is None or not sparsifier.error_feedback:", "    if zeroed is None:", ("tests/test_full_step.py",)),
     # -- sparsifiers ---------------------------------------------------------------------------
@@ -116,9 +129,6 @@ MUTANTS = (
            "        threshold = float(mean) + float(std) * self.quantile", "        threshold = float(std) * self.quantile",
            ("tests/test_threshold_methods.py",)),
     # -- analysis --------------------------------------------------------------------------------
-    Mutant("eval_rows_counted_as_train_rows", "analysis/metrics_io.py",
-           "    return MetricsFile(table.filter(pa.array(~is_eval)), table.filter(pa.array(is_eval)), cut, bad)",
-           "    return MetricsFile(table, table.filter(pa.array(is_eval)), cut, bad)", ("tests/analysis/test_analysis_load.py",)),
     Mutant("first_evaluation_instead_of_the_last", "analysis/stats.py",
            '            last = rows.drop_duplicates("run_id", keep="last")', '            last = rows.drop_duplicates("run_id", keep="first")',
            ("tests/analysis/test_analysis_stats.py",)),
@@ -205,6 +215,14 @@ def run_fast_tier(copy: Path, first: tuple[str, ...], timeout: int) -> tuple[boo
     return False, ""
 
 
+def passes_unmutated(copy: Path, test: str, timeout: int) -> bool:
+    """The test that killed a mutant, run alone on the copy without it: a test that fails anyway
+    (a broken environment, a flaky test) proves nothing about the mutant."""
+    env = {**os.environ, "PYTHONPATH": str(copy), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test]
+    return subprocess.run(command, cwd=copy, env=env, capture_output=True, timeout=timeout).returncode == 0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", help="comma-separated mutant names")
@@ -213,6 +231,10 @@ def main() -> None:
                         help="first run the fast tier on the unmutated copy (it must pass: a kill then means the bug)")
     args = parser.parse_args()
     chosen = [m for m in MUTANTS if args.only is None or m.name in args.only.split(",")]
+    unknown = sorted(set(args.only.split(",")) - {m.name for m in MUTANTS}) if args.only else []
+    if unknown:
+        sys.exit(f"--only: no mutant named {', '.join(unknown)} (the names are in tests/mutants.py)")
+    confirmed: set[str] = set()  # killing tests seen passing on the unmutated copy
     survived, stale = [], []
     with tempfile.TemporaryDirectory(prefix="mutants-") as folder:
         copy = Path(folder)
@@ -234,6 +256,10 @@ def main() -> None:
                 killed, by = run_fast_tier(copy, mutant.first, args.timeout)
             finally:
                 path.write_text(original)
+            if killed and by not in confirmed:  # a kill counts only if that test passes without the mutant
+                if not passes_unmutated(copy, by, args.timeout):
+                    sys.exit(f"{mutant.name}: {by} fails without the mutant too: fix that first")
+                confirmed.add(by)
             verdict = f"killed by {by}" if killed else "SURVIVED"
             print(f"{mutant.name:<42} {verdict} ({time.perf_counter() - started:.0f} s)", flush=True)
             if not killed:

@@ -53,7 +53,9 @@ class RecordedStep:
     # preconditioned gradient added to it.
     carried: list[torch.Tensor] | None = None
     gradients: list[torch.Tensor] | None = None
-    # The losses and the step's times, when the training loop's train_step ran it.
+    # The losses and the step's times, when the training loop's train_step ran it (the harness
+    # sets the sizes itself).
+    parameter_sizes: list[int] | None = None  # numel of each parameter tensor, in the flat buffer's order
     losses: list[float] | None = None
     compute_ms: list[float] | None = None
     step_ms: float | None = None
@@ -113,7 +115,10 @@ def record_steps() -> Iterator[list[RecordedStep]]:
     def training(*args, **kwargs):
         outcome = train_step(*args, **kwargs)
         if outcome.sparsified is not None:
-            recorded[-1].losses, recorded[-1].compute_ms, recorded[-1].step_ms = outcome.losses, outcome.compute_ms, outcome.step_ms
+            step = recorded[-1]
+            step.losses, step.compute_ms, step.step_ms = outcome.losses, outcome.compute_ms, outcome.step_ms
+            model = kwargs["model"] if "model" in kwargs else args[1]
+            step.parameter_sizes = [p.numel() for p in model.parameters()]
         return outcome
 
     step_module.sparsify_and_exchange, step_module.accumulate, train_module.train_step = recording, accumulating, training

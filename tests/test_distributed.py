@@ -12,7 +12,7 @@ import torch
 from hydra.utils import get_object
 from omegaconf import OmegaConf
 
-from experiments.launcher.compose import CONF_DIR
+from experiments.launcher.compose import CONF_DIR, compose_job
 from sparsifiers.base import SelectionScope
 from tests.conftest import REPO, run_world
 from tests.harness import result_name
@@ -140,19 +140,13 @@ def test_hosted_ranks_compute_what_real_processes_compute(worlds, spec, processe
 def test_every_step_follows_the_exchange_semantics_in_real_processes(worlds, spec, layout):
     """tests/test_full_step.py's checks on real gloo processes: acc is the carried residual plus
     the gradient; the aggregate is the mean over ranks of acc on the exchanged set and zero
-    elsewhere; each residual is acc with what was transmitted zeroed; the collectives and bytes
-    are the by-hand ones."""
+    elsewhere; each residual is acc with what was transmitted zeroed; DEFT's common units are its
+    plan's; the collectives, every size and the bytes are the by-hand ones."""
     steps = world_steps(worlds, spec, *layout)
+    assert len(steps) == STEPS
     check_semantics(steps, spec)
-    check_traffic(steps, spec, averaged=units_of(worlds, spec, layout[0]))
-
-
-def units_of(worlds, spec: str, workers: int) -> int:
-    """DEFT's norms=global all-reduces one norm per unit: read off the first step's collective
-    (its size is checked against the model's parameter tensors in tests/test_full_step.py)."""
-    if "norms=global" not in spec:
-        return 0
-    return world_steps(worlds, spec, workers, workers)[0].collectives[0].elements
+    method, *knobs = spec.split(":")
+    check_traffic(steps, spec, compose_job([f"sparsifier={method}", *(f"sparsifier.{k}" for k in knobs)]).sparsifier.density)
 
 
 @pytest.mark.parametrize("spec", METHODS)
@@ -162,6 +156,7 @@ def test_hosted_ranks_meter_the_traffic_real_processes_meter(worlds, spec, proce
     included), and so the same bytes sent and received per rank and the same exchange metrics,
     whether 4 ranks run in 4 processes, 2 or 1."""
     real, hosted = world_steps(worlds, spec, 4, 4), world_steps(worlds, spec, 4, processes)
+    assert len(real) == len(hosted) == STEPS
     for step_real, step_hosted in zip(real, hosted, strict=True):
         assert step_hosted.collectives == step_real.collectives, (spec, step_real.step)
         assert step_hosted.sent.tolist() == step_real.sent.tolist() and step_hosted.recv.tolist() == step_real.recv.tolist()

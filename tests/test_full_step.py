@@ -1,28 +1,32 @@
-"""Every sparsifier through the real training loop (experiments/rank/train.py) on 3 and 4 hosted ranks,
-every step recorded (tests/step_recorder.py) and recomputed from the documented semantics
-(tests/exchange_reference.py): the aggregate is the mean over ranks of acc on the exchanged set
-and zero elsewhere; each residual is acc with what was transmitted zeroed; the collectives are the
-ones the exchange kind must issue, padding and size headers included, and the bytes their ring
-formulas; and every logged number of the metric contract (traffic, density and its error against
-the step's target, build-up, overlap, k, load imbalance, residual norms, loss, timings) is what
-the recorded selections, counts and tensors say. The same records from real gloo processes are
+"""Every sparsifier through the real training loop (experiments/rank/train.py) on 3 and 4 hosted
+ranks, every step recorded (tests/step_recorder.py) and recomputed from the documented semantics
+(tests/exchange_reference.py): acc is the carried residual plus the gradient; the aggregate is the
+mean over ranks of acc on the exchanged set and zero elsewhere; each residual is acc with what was
+transmitted zeroed; DEFT's common units are the coordinates its plan names; the collectives are
+the ones the exchange kind must issue (padding, size headers, the plan's and the averaged norms'
+sizes by hand), and the bytes and modelled time their formulas; every logged number of the metric
+contract (traffic, density and its error against the step's target, build-up, overlap, k, load
+imbalance, residual norms, loss) is what the recorded selections, counts and tensors say; and on
+a fake clock each timing covers exactly its phases. The same records from real gloo processes are
 checked in tests/test_distributed.py."""
 from __future__ import annotations
 
-import math
-import time
+import types
 from pathlib import Path
 
 import pytest
 import torch
 from hydra.utils import get_object
 
+import experiments.core.step as step_module
 from experiments import metric_keys as keys
+from experiments.core.network import NetworkModel
 from experiments.core.world import init_world
 from experiments.launcher.compose import compose_job
-from experiments.rank.train import build_session, train
+from experiments.rank.train import train
 from tests.exchange_reference import (
-    exchange_of, expected_collectives, expected_exchange, expected_exchange_metrics, ring_bytes,
+    deft_common_coordinates, deft_units, exchange_of, expected_collectives, expected_exchange,
+    expected_exchange_metrics, modelled_ms, plan_length, ring_bytes,
 )
 from tests.harness import TINY
 from tests.specs import EVERY_METHOD
@@ -30,7 +34,11 @@ from tests.step_recorder import RecordedStep, record_steps
 
 WORKERS, STEPS = 4, 4
 WORLDS = (3, 4)  # an odd world too: ring and binomial-tree formulas at a W that is no power of 2
-SPECS = [*EVERY_METHOD, "topk:error_feedback=false"]
+# Error feedback off, and the deterministic reduction (its sums are all-gathers) for both kinds
+# of value sum: the exchange's and DEFT's averaged norms.
+SPECS = [*EVERY_METHOD, "topk:error_feedback=false", "dense:reduction=rank_order", "deft:norms=global:reduction=rank_order"]
+WORLD_KNOBS = ("reduction",)  # `spec` knobs that are the run's, not the sparsifier's
+NETWORK = "network=10gbe"  # so that the modelled times are logged too
 
 
 class ListSink:
@@ -41,21 +49,28 @@ class ListSink:
         self.rows.append({**record, "step": step})
 
 
-def hosted_world(workers: int = WORKERS):
+def hosted_world(cfg):
+    """The world the rank process builds from `cfg` (experiments/rank/worker.py), every rank here."""
+    network = NetworkModel(cfg.network.name, cfg.network.latency_us, cfg.network.bandwidth_gbit)
     with pytest.MonkeyPatch.context() as patch:
         for variable in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
             patch.delenv(variable, raising=False)  # one process hosting every rank
-        return init_world(workers, "cpu", "gloo", timeout_s=30)
+        return init_world(cfg.workers, "cpu", "gloo", 30, network, cfg.reduction)
+
+
+def reduction_of(spec: str) -> str:
+    return next((k.split("=")[1] for k in spec.split(":") if k.startswith("reduction=")), "ring")
 
 
 def run(spec: str, out: Path, workers: int = WORKERS) -> tuple[list[dict], list[RecordedStep], object]:
     method, *knobs = spec.split(":")
-    cfg = compose_job([f"sparsifier={method}", f"workers={workers}", *TINY, *(f"sparsifier.{k}" for k in knobs),
-                       f"max_steps={STEPS}", "epochs=1", "logger=local", "logger.log_every=1", "logger.progress=false",
-                       "warmup_steps=0", "eval_limit=64", f"output_root={out}"])
+    ours = [k for k in knobs if k.split("=")[0] in WORLD_KNOBS]
+    cfg = compose_job([f"sparsifier={method}", f"workers={workers}", *TINY, *(f"sparsifier.{k}" for k in knobs if k not in ours),
+                       *ours, NETWORK, f"max_steps={STEPS}", "epochs=1", "logger=local", "logger.log_every=1",
+                       "logger.progress=false", "warmup_steps=0", "eval_limit=64", f"output_root={out}"])
     sink = ListSink()
     with record_steps() as steps:
-        train(cfg, hosted_world(workers), sink, out)
+        train(cfg, hosted_world(cfg), sink, out)
     rows = [row for row in sink.rows if row["kind"] == keys.KIND_TRAIN]
     assert [row["step"] for row in rows] == [s.step for s in steps] == list(range(STEPS))
     return rows, steps, cfg
@@ -71,12 +86,18 @@ def check_semantics(steps: list[RecordedStep], spec: str) -> None:
     """The aggregate, the residuals and the counts of every recorded step, against the plain
     reference. Shared by the real-process test (tests/test_distributed.py)."""
     kind = exchange_of(spec)
-    assert {s.kind.value for s in steps} == {kind}
+    assert len(steps) >= 4 and {s.kind.value for s in steps} == {kind}
     for before, step in zip([None, *steps], steps):
         # Phase 1: acc = the residual the last step left + this step's (preconditioned) gradient.
-        for rank, (carried, gradient, acc) in enumerate(zip(step.carried, step.gradients, step.accs)):
+        for rank, (carried, gradient, acc) in enumerate(zip(step.carried, step.gradients, step.accs, strict=True)):
             assert torch.equal(carried, before.residuals[rank] if before else torch.zeros_like(acc)), (spec, step.step, rank)
             assert torch.equal(acc, carried + gradient), (spec, step.step, rank)
+        if spec.split(":")[0] == "deft":  # the common units: the plan's, sent by the leader or added by every rank
+            common = deft_common_coordinates(step, step.parameter_sizes)
+            if "common_units=leader" in spec:
+                assert step.shared is None and bool(torch.isin(common, step.selections[step.leader]).all())
+            else:
+                assert torch.equal(step.shared if step.shared is not None else torch.empty(0, dtype=torch.int64), common)
         expected = expected_exchange(step, kind)
         assert step.counts == expected.counts and step.aggregated == expected.union, (spec, step.step)
         assert step.shared_count == (0 if step.shared is None else step.shared.numel())
@@ -84,31 +105,30 @@ def check_semantics(steps: list[RecordedStep], spec: str) -> None:
         assert torch.count_nonzero(step.aggregate[~expected.exchanged]) == 0, (spec, step.step)
         scale = float(expected.aggregate.abs().max())
         torch.testing.assert_close(step.aggregate.double(), expected.aggregate, rtol=1e-6, atol=1e-6 * scale)
-        for rank, (acc, residual, zeroed) in enumerate(zip(step.accs, step.residuals, expected.zeroed)):
+        for rank, (acc, residual, zeroed) in enumerate(zip(step.accs, step.residuals, expected.zeroed, strict=True)):
             kept = torch.where(zeroed, torch.zeros_like(acc), acc) if step.error_feedback else torch.zeros_like(acc)
             assert torch.equal(residual, kept), (spec, step.step, rank)  # acc = transmitted + residual, exactly
             assert torch.count_nonzero(acc[zeroed]) > 0  # something was really sent
 
 
-def check_traffic(steps: list[RecordedStep], spec: str, averaged: int, reduction: str = "ring") -> None:
-    """The collectives each step issued, and the bytes per rank they make, by hand."""
+def averaged_count(spec: str, sizes: list[int], workers: int) -> int:
+    """DEFT's norms=global all-reduces one norm per unit; nothing else averages inputs."""
+    return len(deft_units(sizes, workers)) if "norms=global" in spec else 0
+
+
+def check_traffic(steps: list[RecordedStep], spec: str, density: float) -> None:
+    """The collectives each step issued, every size by hand, and the bytes per rank they make."""
     kind = exchange_of(spec)
+    assert steps
     for step in steps:
-        issued = expected_collectives(step, kind, expected_exchange(step, kind), averaged, reduction)
+        sizes = step.parameter_sizes
+        plan = plan_length(spec, step, sizes, density) if step.leader is not None else 0
+        issued = expected_collectives(step, kind, expected_exchange(step, kind), averaged_count(spec, sizes, step.world_size),
+                                      plan, reduction_of(spec))
         assert step.collectives == issued, (spec, step.step)
         sent, recv = ring_bytes(issued, step.world_size)
         assert step.sent.tolist() == pytest.approx(sent.tolist(), rel=1e-12)
         assert step.recv.tolist() == pytest.approx(recv.tolist(), rel=1e-12)
-
-
-def unit_count(cfg, spec: str, workers: int) -> int:
-    """DEFT's norms=global all-reduces one norm per unit (docs/algorithms.md, DEFT step 1): a
-    parameter tensor of more than N / W elements is cut into W units, any other is one."""
-    if "norms=global" not in spec:
-        return 0
-    session = build_session(cfg, hosted_world(workers))
-    sizes = [p.numel() for p in session.model.parameters()]
-    return sum(workers if size * workers > sum(sizes) else 1 for size in sizes)
 
 
 @pytest.mark.parametrize("workers", WORLDS)
@@ -124,7 +144,7 @@ def test_aggregate_and_residuals_follow_the_exchange_semantics(runs, spec, worke
 @pytest.mark.parametrize("spec", SPECS)
 def test_traffic_is_the_collectives_by_hand(runs, spec, workers):
     _, steps, cfg = runs[spec, workers]
-    check_traffic(steps, spec, unit_count(cfg, spec, workers))
+    check_traffic(steps, spec, cfg.sparsifier.density)
 
 
 def density_target(cfg, epoch: int = 0) -> float:
@@ -140,9 +160,14 @@ def density_target(cfg, epoch: int = 0) -> float:
 def test_every_logged_metric_is_recomputed_from_the_step(runs, spec, workers):
     rows, steps, cfg = runs[spec, workers]
     kind = exchange_of(spec)
-    for row, step in zip(rows, steps):
+    network = (cfg.network.latency_us, cfg.network.bandwidth_gbit)
+    numel = steps[0].accs[0].numel()
+    dense_allreduce = [expected_collectives(steps[0], "dense", expected_exchange(steps[0], "dense"))[-1]]  # N floats, ring
+    for row, step in zip(rows, steps, strict=True):
         expected = expected_exchange(step, kind)
         metrics = expected_exchange_metrics(step, spec, expected, *ring_bytes(step.collectives, workers), density_target(cfg))
+        metrics[keys.EXCHANGE_MODEL] = modelled_ms(step.collectives, workers, *network)
+        metrics[keys.DENSE_MODEL] = modelled_ms(dense_allreduce, workers, *network)
         for key, value in metrics.items():
             assert row[key] == pytest.approx(value, rel=1e-12), (spec, step.step, key)
         residual_norms = [float(r.double().norm()) for r in step.residuals]
@@ -150,31 +175,68 @@ def test_every_logged_metric_is_recomputed_from_the_step(runs, spec, workers):
         assert row[keys.RESIDUAL] == pytest.approx(sum(residual_norms) / workers, rel=1e-5, abs=1e-9)
         assert row[keys.REL_RESIDUAL] == pytest.approx(sum(r / a for r, a in zip(residual_norms, acc_norms)) / workers, rel=1e-5, abs=1e-9)
         assert row[keys.LOSS] == pytest.approx(sum(step.losses) / workers, rel=1e-12)
-        # Timings: max and mean over the hosted ranks, and phases that are disjoint parts of the
-        # step (one process runs its ranks one after the other).
-        assert row[keys.SELECT_MAX] == max(step.select_ms) and row[keys.SELECT_MEAN] == pytest.approx(sum(step.select_ms) / workers)
-        assert row[keys.COMPUTE_MAX] == max(step.compute_ms) and row[keys.EXCHANGE] == step.exchange_ms
-        assert row[keys.STEP] == step.step_ms
-        assert 0 < sum(step.compute_ms) + sum(step.select_ms) + step.exchange_ms <= step.step_ms
-        assert min(step.select_ms) > 0 and step.exchange_ms > 0
+    assert numel == sum(steps[0].parameter_sizes)
 
 
-@pytest.mark.parametrize("method", ["deft", "cltk"])
-def test_the_leaders_plan_time_is_in_its_selection_time(method, tmp_path, monkeypatch):
-    """docs/metrics.md: time/select_ms is select's wall time with the leader's plan time added to
-    the leader's. A plan made 40 ms slower shows in the leader's time only."""
+class FakeClock:
+    """step.py's clock (`time.perf_counter`), advanced only where a test says a phase took time."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def take(self, ms: float) -> None:
+        self.now += ms / 1e3
+
+
+@pytest.mark.parametrize("method", ["topk", "deft", "cltk", "dense"])
+def test_each_timing_covers_exactly_its_phases(method, tmp_path, monkeypatch):
+    """docs/metrics.md "Time": on a clock that moves only inside the phases, rank r's backward
+    takes 10(r+1) ms and its accumulation 3 ms (compute), its select 5(r+1) ms, the
+    leader's plan 40 ms (added to the leader's select time), the exchange 7 ms; the step is
+    their sum. Every time/* key of every row is that, exactly."""
+    clock = FakeClock()
+    monkeypatch.setattr(step_module, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
+    accumulate, exchange, backward = step_module.accumulate, step_module.exchange, torch.Tensor.backward
+    backwards = []  # the ranks run one after the other: the i-th backward of a step is rank i's
+
+    def timed_backward(self, *args, **kwargs):
+        clock.take(10 * (len(backwards) % WORKERS + 1))
+        backwards.append(None)
+        return backward(self, *args, **kwargs)
+
+    def timed_accumulate(*args):
+        clock.take(3)
+        return accumulate(*args)
+
+    def timed_exchange(*args, **kwargs):
+        clock.take(7)
+        return exchange(*args, **kwargs)
+
     sparsifier_class = get_object(compose_job([f"sparsifier={method}"]).sparsifier._target_)
-    plan = sparsifier_class.make_plan
+    select, make_plan = sparsifier_class.select, sparsifier_class.make_plan
 
-    def slow_plan(self, acc, step):
-        time.sleep(0.04)
-        return plan(self, acc, step)
+    def timed_select(self, acc, step, plan=None):
+        clock.take(5 * (self.rank + 1))
+        return select(self, acc, step, plan)
 
-    monkeypatch.setattr(sparsifier_class, "make_plan", slow_plan)
+    def timed_plan(self, acc, step):
+        clock.take(40)
+        return make_plan(self, acc, step)
+
+    monkeypatch.setattr(torch.Tensor, "backward", timed_backward)
+    monkeypatch.setattr(step_module, "accumulate", timed_accumulate)
+    monkeypatch.setattr(step_module, "exchange", timed_exchange)
+    monkeypatch.setattr(sparsifier_class, "select", timed_select)
+    monkeypatch.setattr(sparsifier_class, "make_plan", timed_plan)
     rows, steps, _ = run(method, tmp_path)
-    for row, step in zip(rows, steps):
-        others = [ms for rank, ms in enumerate(step.select_ms) if rank != step.leader]
-        assert step.select_ms[step.leader] >= 40.0 > max(others), step.select_ms
-        assert row[keys.SELECT_MAX] == step.select_ms[step.leader]
-    assert math.isclose(rows[0][keys.SELECT_MEAN], sum(steps[0].select_ms) / WORKERS)
-
+    compute = [10.0 * (rank + 1) + 3 for rank in range(WORKERS)]
+    for row, step in zip(rows, steps, strict=True):
+        selects = [5.0 * (rank + 1) + (40 if rank == step.leader else 0) for rank in range(WORKERS)]
+        assert (step.leader is not None) == (method in ("deft", "cltk"))
+        assert row[keys.COMPUTE_MAX] == pytest.approx(max(compute)) and row[keys.COMPUTE_MEAN] == pytest.approx(sum(compute) / WORKERS)
+        assert row[keys.SELECT_MAX] == pytest.approx(max(selects)) and row[keys.SELECT_MEAN] == pytest.approx(sum(selects) / WORKERS)
+        assert row[keys.EXCHANGE] == pytest.approx(7.0)
+        assert row[keys.STEP] == pytest.approx(sum(compute) + sum(selects) + 7)

@@ -106,7 +106,6 @@ SMOKE_SUBSET = {
     "paper/convergence": {"sparsifier": "dense,deft"},
     "paper/step_breakdown": {"sparsifier": "dense,exdyna"},
     "paper/density_vs_step": {"sparsifier": "sage,micro"},
-    "paper/dgc_ablation": {"sparsifier.clip_norm": "null"},  # warm-up on and off
 }
 
 
@@ -116,9 +115,11 @@ def swept(experiment: str) -> dict[str, list[str]]:
     return {key: str(values).split(",") for key, values in params.items() if key != "workers"}
 
 
-def test_the_smoke_runs_cover_every_job_of_every_sweep_but_the_worker_counts():
-    """Every (model, method) pair of every sweep runs in some smoke run below, and every subset
-    is part of its experiment's sweep."""
+def test_the_smoke_runs_cover_every_method_of_every_sweep():
+    """Every (model, method) pair of every sweep runs in some smoke run below; only the method
+    list of a sweep is ever cut (its other keys, such as the DGC ablation's knobs, run whole),
+    and only to part of the experiment's own list."""
+    assert all(set(subset) == {"sparsifier"} for subset in SMOKE_SUBSET.values())
     wanted, covered = set(), set()
     for experiment in PAPER:
         cfg = compose_job([f"experiment={experiment}", "scale=smoke"])

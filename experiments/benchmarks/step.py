@@ -248,6 +248,7 @@ def measure_rank(run: Run) -> list[dict] | None:
 
                 def one_step(step: int) -> dict[str, float]:
                     clock.reset()
+                    world.comm.meter.reset()  # one step's traffic and collectives, as the training loop keeps them
                     clock.start()
                     rotate_into(residual, gradients[step % len(gradients)], step * STEP_STRIDE, accumulate=True)
                     clock.mark("accumulate")
@@ -325,6 +326,7 @@ def measure_hosted(run: Run) -> list[dict]:
 
                 def one_step(step: int) -> dict[str, float]:
                     clock.reset()
+                    world.comm.meter.reset()  # one step's traffic and collectives, as the training loop keeps them
                     clock.start()
                     for residual, shift in zip(residuals, rank_shifts):
                         rotate_into(residual, gradients[step % len(gradients)], shift + step * STEP_STRIDE,

@@ -57,7 +57,8 @@ def test_selection_time_vs_workers(synthetic_tables: RunTables, synthetic_study:
     lines, bands = ax.lines(axis), ax.bands(axis)
     assert sorted(line.label for line in lines) == METHODS == sorted(ax.legend_labels(figure))
     assert ax.tick_labels(axis) == [str(w) for w in WORKERS]
-    for line, (color, band) in zip(lines, bands):
+    assert len(bands) == len(lines)
+    for line, (color, band) in zip(lines, bands, strict=True):
         mine = rows[rows["method"] == line.label].groupby("workers")[k.SELECT_MAX]
         close(line.x, WORKERS)
         close(line.y, [np.percentile(group, 50) for _, group in mine])
