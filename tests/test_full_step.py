@@ -1,5 +1,5 @@
-"""Every sparsifier through the real training loop (experiments/rank/train.py) on 3 and 4 hosted
-ranks, every step recorded (tests/step_recorder.py) and recomputed from the documented semantics
+"""Every sparsifier through the real training loop (experiments/rank/train.py) on 2, 3 and 4
+hosted ranks, every step recorded (tests/step_recorder.py) and recomputed from the documented semantics
 (tests/exchange_reference.py): acc is the carried residual plus the gradient; the aggregate is the
 mean over ranks of acc on the exchanged set and zero elsewhere; each residual is acc with what was
 transmitted zeroed; DEFT's common units are the coordinates its plan names; the collectives are
@@ -33,7 +33,7 @@ from tests.specs import EVERY_METHOD
 from tests.step_recorder import RecordedStep, record_steps
 
 WORKERS, STEPS = 4, 4
-WORLDS = (3, 4)  # an odd world too: ring and binomial-tree formulas at a W that is no power of 2
+WORLDS = (2, 3, 4)  # an odd world too: ring and binomial-tree formulas at a W that is no power of 2
 # Error feedback off, and the deterministic reduction (its sums are all-gathers) for both kinds
 # of value sum: the exchange's and DEFT's averaged norms.
 SPECS = [*EVERY_METHOD, "topk:error_feedback=false", "dense:reduction=rank_order", "deft:norms=global:reduction=rank_order"]
@@ -62,17 +62,17 @@ def reduction_of(spec: str) -> str:
     return next((k.split("=")[1] for k in spec.split(":") if k.startswith("reduction=")), "ring")
 
 
-def run(spec: str, out: Path, workers: int = WORKERS) -> tuple[list[dict], list[RecordedStep], object]:
+def run(spec: str, out: Path, workers: int = WORKERS, overrides: tuple[str, ...] | list[str] = ()) -> tuple[list[dict], list[RecordedStep], object]:
     method, *knobs = spec.split(":")
     ours = [k for k in knobs if k.split("=")[0] in WORLD_KNOBS]
     cfg = compose_job([f"sparsifier={method}", f"workers={workers}", *TINY, *(f"sparsifier.{k}" for k in knobs if k not in ours),
                        *ours, NETWORK, f"max_steps={STEPS}", "epochs=1", "logger=local", "logger.log_every=1",
-                       "logger.progress=false", "warmup_steps=0", "eval_limit=64", f"output_root={out}"])
+                       "logger.progress=false", "warmup_steps=0", "eval_limit=64", f"output_root={out}", *overrides])
     sink = ListSink()
     with record_steps() as steps:
         train(cfg, hosted_world(cfg), sink, out)
     rows = [row for row in sink.rows if row["kind"] == keys.KIND_TRAIN]
-    assert [row["step"] for row in rows] == [s.step for s in steps] == list(range(STEPS))
+    assert [row["step"] for row in rows] == [s.step for s in steps] == list(range(cfg.max_steps))
     return rows, steps, cfg
 
 
@@ -155,17 +155,16 @@ def density_target(cfg, epoch: int = 0) -> float:
     return 1.0 if node.name == "dense" else node.density
 
 
-@pytest.mark.parametrize("workers", WORLDS)
-@pytest.mark.parametrize("spec", SPECS)
-def test_every_logged_metric_is_recomputed_from_the_step(runs, spec, workers):
-    rows, steps, cfg = runs[spec, workers]
-    kind = exchange_of(spec)
+def check_logged_metrics(rows: list[dict], steps: list[RecordedStep], cfg, spec: str) -> None:
+    """Every train row's metric-contract numbers, recomputed from its recorded step."""
+    kind, workers = exchange_of(spec), cfg.workers
     network = (cfg.network.latency_us, cfg.network.bandwidth_gbit)
-    numel = steps[0].accs[0].numel()
     dense_allreduce = [expected_collectives(steps[0], "dense", expected_exchange(steps[0], "dense"))[-1]]  # N floats, ring
+    assert steps[0].accs[0].numel() == sum(steps[0].parameter_sizes)
     for row, step in zip(rows, steps, strict=True):
         expected = expected_exchange(step, kind)
-        metrics = expected_exchange_metrics(step, spec, expected, *ring_bytes(step.collectives, workers), density_target(cfg))
+        metrics = expected_exchange_metrics(step, spec, expected, *ring_bytes(step.collectives, workers),
+                                            density_target(cfg, row["epoch"]))
         metrics[keys.EXCHANGE_MODEL] = modelled_ms(step.collectives, workers, *network)
         metrics[keys.DENSE_MODEL] = modelled_ms(dense_allreduce, workers, *network)
         for key, value in metrics.items():
@@ -175,7 +174,21 @@ def test_every_logged_metric_is_recomputed_from_the_step(runs, spec, workers):
         assert row[keys.RESIDUAL] == pytest.approx(sum(residual_norms) / workers, rel=1e-5, abs=1e-9)
         assert row[keys.REL_RESIDUAL] == pytest.approx(sum(r / a for r, a in zip(residual_norms, acc_norms)) / workers, rel=1e-5, abs=1e-9)
         assert row[keys.LOSS] == pytest.approx(sum(step.losses) / workers, rel=1e-12)
-    assert numel == sum(steps[0].parameter_sizes)
+
+
+@pytest.mark.parametrize("workers", WORLDS)
+@pytest.mark.parametrize("spec", SPECS)
+def test_every_logged_metric_is_recomputed_from_the_step(runs, spec, workers):
+    check_logged_metrics(*runs[spec, workers], spec)
+
+
+def test_dgc_is_measured_against_the_target_of_its_warm_up_stage(tmp_path):
+    """DGC's warm-up (docs/algorithms.md): the target density of epoch e is warmup_densities[e]
+    (never below d). Three epochs of two steps: each row's target and error are its stage's."""
+    rows, steps, cfg = run("dgc", tmp_path, overrides=["dataset.num_train=64", "epochs=3", "max_steps=6"])
+    assert [row["epoch"] for row in rows] == [0, 0, 1, 1, 2, 2]
+    assert len({row[keys.DENSITY_TARGET] for row in rows}) == 3
+    check_logged_metrics(rows, steps, cfg, "dgc")
 
 
 class FakeClock:
