@@ -1,5 +1,5 @@
-"""Shared test set-up: W&B never reaches the network, caches stay out of $HOME, and helpers to
-run the real command line."""
+"""Shared test set-up: W&B never reaches the network, caches stay out of $HOME, helpers to run
+the real command line, and a sink that keeps the training loop's rows in memory."""
 from __future__ import annotations
 
 import os
@@ -13,6 +13,17 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 # Small tasks that need no download, for runs the tests launch.
 TINY_RUN = ["dataset=digits", "logger=local", "logger.log_every=1", "logger.progress=false", "warmup_steps=0"]
+
+
+class ListSink:
+    """The training loop's sink (experiments/rank/sinks.py) for `train()` run in a test's own
+    process: every logged row, with its step."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+
+    def log(self, record: dict, step: int) -> None:
+        self.rows.append({**record, "step": step})
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -36,13 +36,17 @@ TINY = ["dataset=synthetic", "dataset.num_train=512", "dataset.num_test=64", "mo
 WORLD_KNOBS = ("reduction",)
 
 
+def spec_overrides(spec: str) -> list[str]:
+    """The overrides of a spec, a sparsifier option with knobs (`topk:exchange=sparse_allgather`):
+    the option, its knobs under `sparsifier.`, and the world's (WORLD_KNOBS) as they are."""
+    method, *knobs = spec.split(":")
+    return [f"sparsifier={method}", *(k if k.split("=")[0] in WORLD_KNOBS else f"sparsifier.{k}" for k in knobs)]
+
+
 def run_method(spec: str, workers: int, steps: int, extra: list[str], world, record_tensors: bool = False) -> dict:
     """`spec` is a sparsifier option, optionally with knobs: `topk:exchange=sparse_allgather`;
     `reduction=ring` among them sets the world's reduction mode for this method only."""
-    method, *knobs = spec.split(":")
-    ours = [k for k in knobs if k.split("=")[0] in WORLD_KNOBS]
-    sparsifier_knobs = [f"sparsifier.{k}" for k in knobs if k not in ours]
-    cfg = compose_job([f"sparsifier={method}", f"workers={workers}", *TINY, *extra, *sparsifier_knobs, *ours])
+    cfg = compose_job([f"workers={workers}", *TINY, *extra, *spec_overrides(spec)])  # the spec's knobs win
     default_reduction, world.comm.reduction = world.comm.reduction, cfg.reduction
     try:
         return _run(cfg, steps, world, record_tensors)

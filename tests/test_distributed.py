@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from experiments.launcher.compose import CONF_DIR, compose_job
 from sparsifiers.base import SelectionScope
 from tests.conftest import REPO, run_world
-from tests.harness import result_name
+from tests.harness import result_name, spec_overrides
 from tests.specs import EVERY_METHOD
 from tests.step_recorder import merge_processes
 from tests.test_full_step import check_semantics, check_traffic
@@ -145,8 +145,7 @@ def test_every_step_follows_the_exchange_semantics_in_real_processes(worlds, spe
     steps = world_steps(worlds, spec, *layout)
     assert len(steps) == STEPS
     check_semantics(steps, spec)
-    method, *knobs = spec.split(":")
-    check_traffic(steps, spec, compose_job([f"sparsifier={method}", *(f"sparsifier.{k}" for k in knobs)]).sparsifier.density)
+    check_traffic(steps, spec, compose_job(spec_overrides(spec)).sparsifier.density)
 
 
 @pytest.mark.parametrize("spec", METHODS)

@@ -24,11 +24,12 @@ from experiments.core.network import NetworkModel
 from experiments.core.world import init_world
 from experiments.launcher.compose import compose_job
 from experiments.rank.train import train
+from tests.conftest import ListSink
 from tests.exchange_reference import (
     deft_common_coordinates, deft_units, exchange_of, expected_collectives, expected_exchange,
     expected_exchange_metrics, modelled_ms, plan_length, ring_bytes,
 )
-from tests.harness import TINY
+from tests.harness import TINY, spec_overrides
 from tests.specs import EVERY_METHOD
 from tests.step_recorder import RecordedStep, record_steps
 
@@ -37,21 +38,12 @@ WORLDS = (2, 3, 4)  # an odd world too: ring and binomial-tree formulas at a W t
 # Error feedback off, and the deterministic reduction (its sums are all-gathers) for both kinds
 # of value sum: the exchange's and DEFT's averaged norms.
 SPECS = [*EVERY_METHOD, "topk:error_feedback=false", "dense:reduction=rank_order", "deft:norms=global:reduction=rank_order"]
-WORLD_KNOBS = ("reduction",)  # `spec` knobs that are the run's, not the sparsifier's
 NETWORK = "network=10gbe"  # so that the modelled times are logged too
-
-
-class ListSink:
-    def __init__(self) -> None:
-        self.rows: list[dict] = []
-
-    def log(self, record: dict, step: int) -> None:
-        self.rows.append({**record, "step": step})
 
 
 def hosted_world(cfg):
     """The world the rank process builds from `cfg` (experiments/rank/worker.py), every rank here."""
-    network = NetworkModel(cfg.network.name, cfg.network.latency_us, cfg.network.bandwidth_gbit)
+    network = NetworkModel.from_config(cfg.network)
     with pytest.MonkeyPatch.context() as patch:
         for variable in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
             patch.delenv(variable, raising=False)  # one process hosting every rank
@@ -63,11 +55,9 @@ def reduction_of(spec: str) -> str:
 
 
 def run(spec: str, out: Path, workers: int = WORKERS, overrides: tuple[str, ...] | list[str] = ()) -> tuple[list[dict], list[RecordedStep], object]:
-    method, *knobs = spec.split(":")
-    ours = [k for k in knobs if k.split("=")[0] in WORLD_KNOBS]
-    cfg = compose_job([f"sparsifier={method}", f"workers={workers}", *TINY, *(f"sparsifier.{k}" for k in knobs if k not in ours),
-                       *ours, NETWORK, f"max_steps={STEPS}", "epochs=1", "logger=local", "logger.log_every=1",
-                       "logger.progress=false", "warmup_steps=0", "eval_limit=64", f"output_root={out}", *overrides])
+    cfg = compose_job([*spec_overrides(spec), f"workers={workers}", *TINY, NETWORK, f"max_steps={STEPS}", "epochs=1",
+                       "logger=local", "logger.log_every=1", "logger.progress=false", "warmup_steps=0", "eval_limit=64",
+                       f"output_root={out}", *overrides])
     sink = ListSink()
     with record_steps() as steps:
         train(cfg, hosted_world(cfg), sink, out)

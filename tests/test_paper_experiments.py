@@ -42,10 +42,15 @@ def write_cifar10(root: Path, per_batch: int = 4) -> Path:
     return root
 
 
+def swept(cfg) -> dict[str, list[str]]:
+    """key -> values of a composed experiment's own sweep (hydra.sweeper.params)."""
+    return {key: str(values).split(",") for key, values in (cfg.hydra.sweeper.get("params") or {}).items()}
+
+
 def sweep_size(experiment: str, fixed: tuple[str, ...] = ()) -> int:
-    """Jobs of the experiment's sweep (hydra.sweeper.params), keys in `fixed` set once."""
-    params = compose_job([f"experiment={experiment}"]).hydra.sweeper.get("params") or {}
-    return int(np.prod([len(str(values).split(",")) for key, values in params.items() if key not in fixed]))
+    """Jobs of the experiment's sweep, keys in `fixed` set once."""
+    sweep = swept(compose_job([f"experiment={experiment}"]))
+    return int(np.prod([len(values) for key, values in sweep.items() if key not in fixed]))
 
 
 def test_every_paper_experiment_has_its_figure():
@@ -109,10 +114,11 @@ SMOKE_SUBSET = {
 }
 
 
-def swept(experiment: str) -> dict[str, list[str]]:
-    """key -> values of the experiment's own sweep, without workers."""
-    params = compose_job([f"experiment={experiment}"]).hydra.sweeper.get("params") or {}
-    return {key: str(values).split(",") for key, values in params.items() if key != "workers"}
+def smoke_sweep(experiment: str, cfg) -> dict[str, list[str]]:
+    """key -> values the smoke run below sweeps besides workers=2: the experiment's own sweep,
+    with SMOKE_SUBSET's lists in place of its own."""
+    subset = {key: values.split(",") for key, values in SMOKE_SUBSET.get(experiment, {}).items()}
+    return {**{key: values for key, values in swept(cfg).items() if key != "workers"}, **subset}
 
 
 def test_the_smoke_runs_cover_every_method_of_every_sweep():
@@ -123,9 +129,8 @@ def test_the_smoke_runs_cover_every_method_of_every_sweep():
     wanted, covered = set(), set()
     for experiment in PAPER:
         cfg = compose_job([f"experiment={experiment}", "scale=smoke"])
-        sweep = {key: str(values).split(",") for key, values in (cfg.hydra.sweeper.get("params") or {}).items() if key != "workers"}
-        runs = {**sweep, **{key: values.split(",") for key, values in SMOKE_SUBSET.get(experiment, {}).items()}}
-        assert all(set(runs[key]) <= set(sweep[key]) for key in sweep), experiment
+        sweep, runs = swept(cfg), smoke_sweep(experiment, cfg)
+        assert all(set(runs[key]) <= set(sweep[key]) for key in runs), experiment
         wanted |= {(cfg.model.name, method) for method in sweep.get("sparsifier", [cfg.sparsifier.name])}
         covered |= {(cfg.model.name, method) for method in runs.get("sparsifier", [cfg.sparsifier.name])}
     assert wanted == covered and len(wanted) >= 10
@@ -146,7 +151,7 @@ def test_smoke_experiment_runs_and_draws_its_figure(experiment, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     (sweep,) = (out / "sweeps").iterdir()
     runs = sorted(p for p in sweep.iterdir() if (p / run_files.STATUS).exists())
-    jobs = {**swept(experiment), **{k: v.split(",") for k, v in SMOKE_SUBSET.get(experiment, {}).items()}}
+    jobs = smoke_sweep(experiment, compose_job([f"experiment={experiment}"]))
     assert len(runs) == int(np.prod([len(values) for values in jobs.values()]))
     for run in runs:
         assert run_files.read_json(run / run_files.STATUS)["status"] == "done"

@@ -11,14 +11,7 @@ from experiments import metric_keys as keys
 from experiments.core.world import init_world
 from experiments.launcher.compose import compose_job
 from experiments.rank.train import train
-
-
-class ListSink:
-    def __init__(self) -> None:
-        self.rows: list[dict] = []
-
-    def log(self, record: dict, step: int) -> None:
-        self.rows.append({**record, "step": step})
+from tests.conftest import ListSink
 
 
 def test_every_step_meters_its_own_traffic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -32,6 +32,11 @@ class NetworkModel:
                 f"network.bandwidth_gbit must be > 0, got {self.bandwidth_gbit}: set e.g. network.bandwidth_gbit=10"
             )
 
+    @classmethod
+    def from_config(cls, node) -> "NetworkModel":
+        """From a run's `network` node (conf/network/); raises ConfigError on a bad value."""
+        return cls(node.name, node.latency_us, node.bandwidth_gbit)
+
     @property
     def alpha_s(self) -> float:
         return self.latency_us * 1e-6

@@ -252,7 +252,7 @@ def _check_sparsifier_builds(cfg: DictConfig) -> None:
 def _check_network(cfg: DictConfig) -> None:
     from experiments.core.network import NetworkModel
 
-    NetworkModel(cfg.network.name, cfg.network.latency_us, cfg.network.bandwidth_gbit)  # raises ConfigError
+    NetworkModel.from_config(cfg.network)  # raises ConfigError
 
 
 def _check_wandb(cfg: DictConfig) -> None:

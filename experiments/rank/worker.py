@@ -90,7 +90,7 @@ def main(run_dir: str) -> None:
     torch.set_num_threads(runtime.threads_per_process)
     failed = True
     try:
-        network = NetworkModel(cfg.network.name, cfg.network.latency_us, cfg.network.bandwidth_gbit)
+        network = NetworkModel.from_config(cfg.network)
         world = init_world(
             cfg.workers, runtime.device, runtime.backend, cfg.launcher.timeout_s, network, cfg.reduction
         )
