@@ -82,7 +82,10 @@ class LanguageModelTask:
 
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module, device: torch.device, limit: int | None = None) -> dict[str, float]:
-        """Perplexity on the validation stream (its first `limit` tokens if given)."""
+        """Perplexity on the validation stream (its first `limit` tokens if given, never fewer
+        than 2 * eval_batch_size: with fewer, a column would hold no target). Both numbers are
+        per token, over every window. A stream too short for one row of targets is no
+        evaluation: NaN, which the run reports as missing (not a loss of 0, perplexity 1)."""
         stream = self.data.valid if limit is None else self.data.valid[: max(limit, 2 * self.data.eval_batch_size)]
         grid = batchify(stream, self.data.eval_batch_size)
         hidden = model.init_hidden(grid.shape[1], device)
@@ -91,5 +94,7 @@ class LanguageModelTask:
             logits, hidden = model(inputs.to(device), hidden)
             loss_sum += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.to(device).reshape(-1), reduction="sum"))
             tokens += targets.numel()
-        mean = loss_sum / max(tokens, 1)
+        if not tokens:
+            return {keys.PERPLEXITY: float("nan"), keys.EVAL_LOSS: float("nan")}
+        mean = loss_sum / tokens
         return {keys.PERPLEXITY: math.exp(min(mean, 700.0)), keys.EVAL_LOSS: mean}
