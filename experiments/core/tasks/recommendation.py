@@ -6,7 +6,7 @@ items that user never interacted with; examples are shuffled and cut into batche
 binary cross-entropy on the logits. Draws come from a generator seeded by (seed, rank, epoch).
 Evaluation: HR@K and NDCG@K, the held-out positive of each test user ranked among its sampled
 negatives; a negative scored exactly like the positive counts as ranked above it (pessimistic,
-so that a constant model scores 0, not 1).
+so that a constant model scores 0, not 1), and so does any comparison with a NaN score.
 """
 from __future__ import annotations
 
@@ -100,7 +100,9 @@ class RecommendationTask:
             items = candidates[start : start + chunk]
             users = test_users[start : start + chunk, None].expand_as(items)
             scores = model(users.reshape(-1).to(device), items.reshape(-1).to(device)).view(items.shape).cpu()
-            rank = (scores[:, 1:] >= scores[:, :1]).sum(dim=1)  # negatives at or above the positive
+            # Negatives at or above the positive: all but those strictly below it, so that a NaN
+            # score (comparing false with everything) ranks pessimistically too, never first.
+            rank = (~(scores[:, 1:] < scores[:, :1])).sum(dim=1)
             hit = rank < top_k
             hits += int(hit.sum())
             gains += float((1.0 / torch.log2(rank[hit].double() + 2.0)).sum())
