@@ -11,6 +11,9 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from experiments import metric_keys as keys
+from experiments.core.metrics import MetricContext, exchange_metrics
+from experiments.core.traffic import dense_allreduce_bytes
 from experiments.rank.build import build_optimizer, build_sparsifier
 from experiments.launcher.compose import compose_job
 from experiments.errors import ConfigError
@@ -156,6 +159,39 @@ def test_warmup_schedule(warmup: bool) -> None:
         k = math.floor(density * layout.numel)
         assert 0.8 * k <= sparsifier.select(acc, epoch).numel() <= 1.3 * k
     assert sparsifier.k == math.floor(0.001 * layout.numel)  # the base target does not move
+
+
+@pytest.mark.parametrize(
+    "stages, densities, ks",
+    [
+        # The default stages with target 0.05 on N = 2000: 1.5625% (k 31) and 0.4% (k 8) are
+        # sparser than the target, so those epochs run at 0.05, k = floor(0.05 * 2000) = 100.
+        (None, [0.25, 0.0625, 0.05, 0.05, 0.05, 0.05], [500, 125, 100, 100, 100, 100]),
+        # A custom schedule: the floor is per stage, so a denser stage after a sparse one keeps
+        # its own density (0.01 -> 0.05, then 0.2 stays 0.2).
+        ([0.5, 0.01, 0.2], [0.5, 0.05, 0.2, 0.05], [1000, 100, 400, 100]),
+    ],
+)
+def test_a_warmup_stage_below_the_target_runs_at_the_target(stages, densities, ks) -> None:
+    """One step per epoch, 2 ranks: each epoch's density, k, the selection sizes, and what the
+    runner logs for the step (density/target and the density error against that k)."""
+    sizes, world_size, target = [1500, 500], 2, 0.05
+    knobs = {} if stages is None else {"warmup_densities": stages}
+    world = make_world(sizes, world_size, target, momentum=0.9, **knobs)
+    method = world.sparsifiers[0]
+    context = MetricContext(2000, 100, target, method.scope, world_size, dense_allreduce_bytes(2000, world_size),
+                            exchange=method.exchange)
+    for epoch, (density, k) in enumerate(zip(densities, ks)):
+        for sparsifier in world.sparsifiers:
+            sparsifier.start_epoch(epoch, 1)
+            assert (sparsifier.current_density, sparsifier.current_k) == (density, k)
+        got = world.step(gradients(sizes, world_size, epoch), epoch)
+        assert method.metrics()[keys.DGC_DENSITY] == density
+        assert all(0.8 * k <= count <= 1.3 * k for count in got.counts), (epoch, got.counts)
+        logged = exchange_metrics(got.result, world.comm.meter, context, method.current_k, method.current_density)
+        assert logged[keys.DENSITY_TARGET] == density
+        assert logged[keys.DENSITY_ERROR] == got.aggregated / k - 1.0
+    assert method.k == 100  # the configured target does not move
 
 
 def test_warmup_in_the_real_step() -> None:
