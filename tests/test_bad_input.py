@@ -51,6 +51,8 @@ def _truncated_fashion_mnist(root: Path) -> Path:
 # (id, args, environment, expected pattern); `{tmp}` is the test's own folder.
 CLI_CASES = [
     ("negative lr", ["optimizer.lr=-1"], {}, r"optimizer\.lr must be >= 0, got -1"),
+    ("infinite lr", ["optimizer.lr=inf"], {}, r"optimizer\.lr must be a finite number, got inf"),
+    ("infinite bandwidth", ["network.bandwidth_gbit=inf"], {}, r"network\.bandwidth_gbit must be a finite number, got inf"),
     ("non-numeric density", ["sparsifier.density=abc"], {}, r"sparsifier\.density must be a number, got 'abc'"),
     ("no batch", ["dataset=synthetic", "dataset.num_train=64", "batch_size=32"], {},
      r"batch_size=32 leaves each of workers=4 without a batch.*16 examples.*raise dataset\.num_train"),
@@ -101,6 +103,16 @@ def test_bad_input_through_the_command_line(args, env, pattern, tmp_path):
 
 
 PREFLIGHT_CASES = [
+    # not finite: one rule for every number (NaN and inf pass comparisons written the wrong way)
+    ("optimizer.lr=inf", [], r"^optimizer\.lr must be a finite number, got inf: set optimizer\.lr to a finite value$"),
+    ("optimizer.lr=nan", [], r"^optimizer\.lr must be a finite number, got nan"),
+    ("sparsifier.density=nan", [], r"^sparsifier\.density must be a finite number, got nan"),
+    ("network.bandwidth_gbit=inf", [], r"^network\.bandwidth_gbit must be a finite number, got inf"),
+    ("optimizer.momentum=-inf", [], r"^optimizer\.momentum must be a finite number, got -inf"),
+    ("schedule.milestones=[10,inf]", ["schedule=step"], r"^schedule\.milestones\[1\] must be a finite number, got inf"),
+    ("schedule.decay_factor=nan", ["schedule=step"], r"^schedule\.decay_factor must be a finite number"),
+    ("network.latency_us=nan", [], r"^network\.latency_us must be a finite number"),
+    ("sparsifier.clip_norm=inf", ["sparsifier=dgc"], r"^sparsifier\.clip_norm must be a finite number"),
     # optimizer
     ("optimizer.lr=abc", [], r"optimizer\.lr must be a number, got 'abc'"),
     ("optimizer.momentum=-0.5", [], r"optimizer\.momentum must be in \[0, 1\), got -0.5"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections.abc
 import inspect
+import math
 import types
 import typing
 from dataclasses import dataclass
@@ -165,8 +166,19 @@ def _describe(annotation: Any, default: Any) -> str:
     return names.get(annotation, getattr(annotation, "__name__", str(annotation)))
 
 
+def check_finite(key: str, value: Any) -> None:
+    """The one rule for NaN and infinity: no knob of sparsebench means them (an `inf` learning
+    rate turns every parameter into NaN in the first update, and the run would fail later,
+    blaming something else). Lists are checked entry by entry."""
+    for number in value if isinstance(value, (list, tuple)) else [value]:
+        if isinstance(number, float) and not math.isfinite(number):
+            raise ConfigError(f"{key} must be a finite number, got {number}: set {key} to a finite value")
+
+
 def check_knob(group: str, key: str, value: Any, annotation: Any, default: Any) -> None:
-    """Raises ConfigError naming `group.key` when its value has the wrong type or range."""
+    """Raises ConfigError naming `group.key` when its value is not finite, or has the wrong type
+    or range."""
+    check_finite(f"{group}.{key}", value)
     if annotation is inspect.Parameter.empty and default is not inspect.Parameter.empty and default is not None:
         annotation = float if type(default) is int and isinstance(value, float) else type(default)
     if _checkable(annotation) and not _matches(value, annotation):

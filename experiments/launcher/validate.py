@@ -15,7 +15,7 @@ from experiments.rank.build import RUNTIME_ARGUMENTS, knobs, target_of
 from experiments.rank.checkpoint import check_config as check_checkpoint_config
 from experiments.core.collectives import REDUCTIONS
 from experiments.errors import ConfigError, require
-from experiments.launcher.knob_types import accepted_parameters, check_knob_types
+from experiments.launcher.knob_types import accepted_parameters, check_finite, check_knob_types
 from experiments.launcher.launcher_checks import check_launcher
 from experiments.runtime import WANDB_MODES, processes_of, wandb_mode, wandb_mode_origin
 from sparsifiers.kernels import BACKENDS, compiled_available
@@ -26,6 +26,7 @@ GROUPS = ("sparsifier", "model", "dataset", "optimizer", "schedule")
 
 def validate(cfg: DictConfig) -> None:
     """Raises ConfigError for the first bad value found."""
+    _check_every_number_is_finite(cfg)
     _check_sizes(cfg)
     check_checkpoint_config(cfg)
     check_launcher(cfg)
@@ -43,6 +44,30 @@ def validate(cfg: DictConfig) -> None:
     _check_resources(cfg)
     _check_every_worker_has_a_batch(cfg)
     _check_wandb(cfg)  # last: the only check that may wait (a few seconds) on the network
+
+
+def _check_every_number_is_finite(cfg: DictConfig) -> None:
+    """NaN and infinity pass every range check written as a comparison the wrong way round
+    (`not inf >= 0` is False, `nan > 0` is False), so they are refused first, everywhere: group
+    knobs, network numbers, schedule values, top-level keys."""
+
+    def walk(node, prefix: str) -> None:
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, value in items:
+            path = f"{prefix}.{key}" if isinstance(node, dict) else f"{prefix}[{key}]"
+            if isinstance(value, (dict, list)):
+                walk(value, path)
+            else:
+                check_finite(path, value)
+
+    for key in cfg:
+        if key == "hydra":  # Hydra's own node resolves only inside a job, and holds no knob
+            continue
+        value = cfg[key]
+        if OmegaConf.is_config(value):
+            walk(OmegaConf.to_container(value, resolve=True), key)
+        else:
+            check_finite(key, value)
 
 
 def _check_sizes(cfg: DictConfig) -> None:
