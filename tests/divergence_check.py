@@ -1,4 +1,6 @@
-"""Two gloo processes whose parameters differ: the cross-rank checksum must raise on both.
+"""Two gloo processes whose parameters differ: the cross-rank checksum must raise on both. NaN
+on both is non-finite parameters (NaN never equals NaN: no difference); NaN on one only is a
+real difference.
 
     torchrun --nproc-per-node=2 tests/divergence_check.py OUT
 """
@@ -11,6 +13,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from experiments.core.finite import NonFiniteValue  # noqa: E402
 from experiments.rank.train import ReplicasDiverged, _check_replicas_agree  # noqa: E402
 from experiments.rank.worker import exit_now  # noqa: E402
 from experiments.core.world import close_world, init_world  # noqa: E402
@@ -29,6 +32,21 @@ def main(out: Path) -> None:
             _check_replicas_agree(world, model, step=7)
         except ReplicasDiverged as error:
             (out / f"diverged.{world.process_index}").write_text(str(error))
+        with torch.no_grad():
+            model.bias[0] = float("nan")  # on both: the same update overflowed everywhere
+        try:
+            _check_replicas_agree(world, model, step=8)
+        except NonFiniteValue as error:
+            (out / f"non_finite.{world.process_index}").write_text(str(error))
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 3)
+        if world.process_index == 1:
+            with torch.no_grad():
+                model.weight[0, 0] = float("inf")  # on one only: the processes really differ
+        try:
+            _check_replicas_agree(world, model, step=9)
+        except ReplicasDiverged as error:
+            (out / f"one_non_finite.{world.process_index}").write_text(str(error))
     finally:
         close_world(wait_for_peers=True)
 

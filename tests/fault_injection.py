@@ -63,3 +63,23 @@ class KilledOnceTopK(TopK):
             self.marker.touch()
             os.kill(os.getpid(), signal.SIGKILL)
         return super().select(acc, step, plan)
+
+
+class NonFiniteUpdateSGD(torch.optim.SGD):
+    """SGD whose update at step `nan_step` leaves a NaN in the first parameter, on every rank
+    alike (as an overflowing learning rate would): the failure must name the update, never a
+    difference between processes. It counts its own steps."""
+
+    def __init__(self, params, lr: float, momentum: float = 0.0, weight_decay: float = 0.0,
+                 nan_step: int = 2) -> None:
+        super().__init__(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+        self.nan_step = nan_step
+        self._step = -1
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = super().step(closure)
+        self._step += 1
+        if self._step == self.nan_step:
+            self.param_groups[0]["params"][0].view(-1)[0] = float("nan")
+        return loss

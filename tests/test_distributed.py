@@ -162,7 +162,7 @@ def test_hosted_ranks_meter_the_traffic_real_processes_meter(worlds, spec, worke
     assert records(worlds[(workers, processes)], spec, processes)[0]["exchange"] == records(worlds[(workers, workers)], spec, workers)[0]["exchange"]
 
 
-def test_the_parameter_checksum_fails_loudly_when_replicas_diverge(tmp_path):
+def test_the_parameter_checksum_fails_loudly_when_replicas_diverge_and_names_non_finite_ones(tmp_path):
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--max-restarts=0",
                "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:0", str(REPO / "tests" / "divergence_check.py"), str(tmp_path)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
@@ -170,3 +170,7 @@ def test_the_parameter_checksum_fails_loudly_when_replicas_diverge(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     for process in (0, 1):
         assert "parameters differ across processes at step 7" in (tmp_path / f"diverged.{process}").read_text()
+        assert (tmp_path / f"non_finite.{process}").read_text().startswith(
+            "non-finite parameters at step 8 on every process: the aggregate was finite, so the update overflowed")
+        assert "parameters differ across processes at step 9: non-finite on process(es) [1] of 2 only" in (
+            tmp_path / f"one_non_finite.{process}").read_text()

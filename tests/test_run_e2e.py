@@ -134,6 +134,22 @@ def test_a_nan_gradient_fails_the_run_at_its_step_naming_the_rank(tmp_path, proc
     assert not (run_dir / run_files.SUMMARY).exists()
 
 
+def test_non_finite_parameters_after_an_update_fail_at_that_step_with_2_processes(tmp_path):
+    """NaN parameters on both processes used to be reported as "parameters differ across
+    processes" (the checksum compares NaN with NaN). The update overflowed: the run says so, at
+    the step it happened. (Hosted ranks: tests/test_skip_nonfinite.py.)"""
+    run_dir = tmp_path / "run"
+    result = run_cli([*TINY_RUN, "workers=2", "processes=2", "max_steps=20", "checksum_every=1",
+                      "optimizer._target_=tests.fault_injection.NonFiniteUpdateSGD", "+optimizer.nan_step=2",
+                      f"hydra.run.dir={run_dir}"], timeout=180)
+    assert result.returncode == 1
+    status = run_files.read_json(run_dir / run_files.STATUS)
+    assert status["status"] == "failed"
+    assert "non-finite parameters after the optimizer step at step 2" in status["error"], status["error"]
+    assert "lower optimizer.lr" in status["error"] and "differ" not in status["error"]
+    assert [r["step"] for r in read_metrics(run_dir / run_files.METRICS) if r["kind"] == "train"] == [0, 1]
+
+
 def test_a_diverging_learning_rate_fails_at_the_first_non_finite_value(tmp_path):
     """lr = 1e6 used to end "done" with loss nan. Here the gradient overflows before the loss
     does, and the run fails at that step."""

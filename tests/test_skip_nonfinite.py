@@ -14,7 +14,7 @@ import torch
 from experiments import run_dir as run_files
 from experiments.core import step as step_module
 from experiments.launcher.compose import compose_job
-from experiments.core.finite import NonFiniteValue
+from experiments.core.finite import PARAMETERS, NonFiniteValue
 from experiments.core.skip import SkipGuard, SkippedStep
 from experiments.core.step import train_step
 from experiments.rank.train import build_session
@@ -108,6 +108,47 @@ def test_a_non_finite_aggregate_skips_after_the_exchange_and_restores(monkeypatc
     after = state_of(session)
     for key in before:
         assert equal(before[key], after[key]), key
+
+
+def poison_the_next_update(monkeypatch, optimizer) -> None:
+    """The optimizer's next step leaves a NaN in the first parameter (an overflowing update)."""
+    real_step = optimizer.step
+
+    def overflowing_step(*args, **kwargs):
+        result = real_step(*args, **kwargs)
+        with torch.no_grad():
+            next(iter(optimizer.param_groups[0]["params"])).view(-1)[0] = math.nan
+        monkeypatch.setattr(optimizer, "step", real_step)  # once
+        return result
+
+    monkeypatch.setattr(optimizer, "step", overflowing_step)
+
+
+def test_non_finite_parameters_after_the_update_fail_naming_the_update(monkeypatch):
+    """Not "parameters differ across processes" (NaN never equals NaN): the update overflowed."""
+    world, session, iterators = hosted_session("topk")
+    step(world, session, iterators, 0, None)
+    poison_the_next_update(monkeypatch, session.optimizer)
+    with pytest.raises(NonFiniteValue, match=r"^non-finite parameters after the optimizer step at step 1 \(the same on every "
+                                             r"rank\): the aggregate was finite, so the update overflowed: lower optimizer\.lr"):
+        step(world, session, iterators, 1, None)
+
+
+def test_non_finite_parameters_with_skip_undo_the_update_too(monkeypatch):
+    """Parameters and the optimizer's momentum, as well as everything the other skips restore."""
+    world, session, iterators = hosted_session("topk")
+    guard = SkipGuard(max_in_a_row=10)
+    for number in range(2):
+        step(world, session, iterators, number, guard)
+    before = state_of(session)
+    assert before["optimizer"]["state"], "momentum buffers exist: their restoring is tested"
+    poison_the_next_update(monkeypatch, session.optimizer)
+    outcome = step(world, session, iterators, 2, guard)
+    assert outcome.skipped == SkippedStep(2, None, PARAMETERS)
+    after = state_of(session)
+    for key in before:
+        assert equal(before[key], after[key]), key
+    assert step(world, session, iterators, 3, guard).skipped is None  # and the run goes on
 
 
 def test_more_skipped_steps_in_a_row_than_allowed_fail_the_run():

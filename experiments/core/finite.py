@@ -2,7 +2,7 @@
 
 A diverged run (a learning rate far too large, an overflow in backward) would otherwise go on:
 NaN is never >= a threshold, so threshold methods leave it in the residual for good, top-k sends
-it, and the run can finish "done" with a NaN loss. Three checks, every step:
+it, and the run can finish "done" with a NaN loss. Four checks, every step:
 
     loss        the rank's loss (already a Python float: free)
     gradient    acc = precondition(grad) + residual, summed once (one read of N per rank, small
@@ -10,6 +10,11 @@ it, and the run can finish "done" with a NaN loss. Three checks, every step:
                 Only when it is does a second pass tell a non-finite gradient from a residual
                 that overflowed.
     aggregate   the exchange's result, summed once per process (identical on every rank)
+    parameters  after the optimizer step, each parameter summed in float64 (no overflow from
+                finite float32 values: only a NaN or inf makes it non-finite). The aggregate was
+                finite, so the update itself made them non-finite: a learning rate, weight
+                decay or momentum far too large. Without this check the first sign would be the
+                next step's loss, or the cross-process checksum comparing NaN with NaN.
 
 A sum can overflow to inf with every term finite only near float32's limit (1e38), where the
 run has diverged anyway; the message then says so.
@@ -26,7 +31,12 @@ HINT = "the run diverged: lower optimizer.lr (or check the data and the model)"
 GRADIENT = "gradient"
 ACCUMULATOR = "error-feedback accumulator (residual + gradient)"
 OVERFLOW = "accumulator sum (every element finite, their sum beyond float range)"
-KINDS = ("loss", GRADIENT, ACCUMULATOR, OVERFLOW, "aggregate")  # what can be non-finite
+PARAMETERS = "parameters after the optimizer step"
+UPDATE_HINT = (
+    "the aggregate was finite, so the update overflowed: lower optimizer.lr "
+    "(or optimizer.weight_decay, optimizer.momentum)"
+)
+KINDS = ("loss", GRADIENT, ACCUMULATOR, OVERFLOW, "aggregate", PARAMETERS)  # what can be non-finite
 
 
 class NonFiniteValue(RuntimeError):
@@ -59,3 +69,15 @@ def check_accumulator(acc: torch.Tensor, grad: torch.Tensor, step: int, rank: in
 def check_aggregate(aggregate: torch.Tensor, step: int, hint: str = HINT) -> None:
     if not math.isfinite(float(aggregate.sum())):
         raise NonFiniteValue(f"non-finite aggregate at step {step} (the same on every rank): {hint}", "aggregate")
+
+
+def parameters_are_finite(parameters) -> bool:
+    """Whether every element of every tensor is finite: one float64 sum per tensor, one sync."""
+    sums = [p.detach().sum(dtype=torch.float64) for p in parameters]
+    return not sums or math.isfinite(float(torch.stack(sums).sum()))
+
+
+def check_parameters(model: torch.nn.Module, step: int) -> None:
+    """After the optimizer step: the same parameters on every rank, so no rank is named."""
+    if not parameters_are_finite(model.parameters()):
+        raise NonFiniteValue(f"non-finite {PARAMETERS} at step {step} (the same on every rank): {UPDATE_HINT}", PARAMETERS)

@@ -11,8 +11,11 @@ The checks are finite.py's. What skipping adds:
   residual (and DGC's momentum) before the verdicts are known; float addition cannot be undone
   exactly. The guard therefore keeps, from the start of each step, a copy of every hosted
   rank's residual, sparsifier state, BatchNorm buffers and task state, and puts them back: error
-  feedback never absorbs the bad gradient. The optimizer does not step. The cost, in skip mode
-  only: one residual copy per hosted rank (memory and a copy of N per step) and the state copy.
+  feedback never absorbs the bad gradient. The optimizer does not step, except when the step
+  is found bad only after it (non-finite parameters after the update): for that case the guard
+  also keeps the parameters and the optimizer's state from just before the update. The cost, in
+  skip mode only: one residual copy per hosted rank and one parameter copy (memory and copies of
+  N per step), the optimizer state's copy and the sparsifier state's.
 - a limit: more than `max_skipped_steps` skipped steps in a row fail the run (it diverged).
 """
 from __future__ import annotations
@@ -61,6 +64,8 @@ class SkipGuard:
         self.total = 0
         self._saved: list[_Saved] = []
         self._model_buffers: list[torch.Tensor] = []
+        self._parameters: list[torch.Tensor] = []
+        self._optimizer: dict[str, Any] = {}
         self._verdicts: list[int] = []
 
     # -- one step ------------------------------------------------------------------------------
@@ -75,6 +80,22 @@ class SkipGuard:
             saved.task_state = copy.deepcopy(replica.task_state)
         self._model_buffers = [b.detach().clone() for b in model.buffers()]
         self._verdicts = [OK] * len(replicas)
+
+    def save_update(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """Before phase 6: what the optimizer step changes."""
+        if len(self._parameters) != len(list(model.parameters())):
+            self._parameters = [torch.empty_like(p) for p in model.parameters()]
+        with torch.no_grad():
+            for kept, parameter in zip(self._parameters, model.parameters()):
+                kept.copy_(parameter)
+        self._optimizer = copy.deepcopy(optimizer.state_dict())
+
+    def restore_update(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """Undoes the optimizer step: parameters and optimizer state as `save_update` kept them."""
+        with torch.no_grad():
+            for kept, parameter in zip(self._parameters, model.parameters(), strict=True):
+                parameter.copy_(kept)
+        optimizer.load_state_dict(self._optimizer)
 
     def found(self, index: int, error: NonFiniteValue) -> None:
         """Hosted rank number `index` (0-based here) had a non-finite value in phase 1."""

@@ -8,11 +8,14 @@
     4. exchange  collectives -> aggregate in the flat buffer (identical on all ranks)
     5. feedback  residual_r = acc_r with transmitted coordinates zeroed (error_feedback.py);
                  observe(counts)
-    6. update    optimizer.step() on the aggregate
+    6. update    optimizer.step() on the aggregate; non-finite parameters after it fail the
+                 step (finite.py): the update overflowed, not the exchange
 
 With a `SkipGuard` (on_nonfinite=skip, skip.py) a non-finite value skips the step on every rank
 instead: the ranks agree after phase 1, before anything is exchanged, and the guard puts back
-the state phase 1 changed; a non-finite aggregate skips it after phase 5 the same way.
+the state phase 1 changed; a non-finite aggregate skips it after phase 5 the same way, and
+non-finite parameters after phase 6 too (the guard also puts back the parameters and the
+optimizer's state).
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ import torch
 
 from experiments.core.error_feedback import accumulate, keep_residual
 from experiments.core.exchange import INDEX_DTYPE, ExchangeResult, exchange
-from experiments.core.finite import NonFiniteValue, check_accumulator, check_aggregate, check_loss
+from experiments.core.finite import PARAMETERS, NonFiniteValue, check_accumulator, check_aggregate, check_loss, check_parameters
 from experiments.core.phases import NO_CLOCK, PhaseClock
 from experiments.core.replica import Replica
 from experiments.core.skip import SkipGuard, SkippedStep
@@ -115,15 +118,27 @@ def train_step(
     )
 
     # 6. update: identical aggregate, identical optimizer state -> identical parameters.
+    def skipped_after_exchange(what: str) -> StepOutcome:
+        """The same on every rank (aggregate and parameters are): no agreement needed."""
+        guard.restore(replicas, model)
+        return StepOutcome(sparsified, losses, compute_ms, _elapsed_ms(world, step_start), SkippedStep(step, None, what))
+
     try:
         check_aggregate(flat, step)
     except NonFiniteValue:
         if guard is None:
             raise
-        guard.restore(replicas, model)  # the same on every rank: no agreement needed
-        skipped = SkippedStep(step, None, "aggregate")
-        return StepOutcome(sparsified, losses, compute_ms, _elapsed_ms(world, step_start), skipped)
+        return skipped_after_exchange("aggregate")
+    if guard is not None:
+        guard.save_update(model, optimizer)
     optimizer.step()
+    try:
+        check_parameters(model, step)
+    except NonFiniteValue:
+        if guard is None:
+            raise
+        guard.restore_update(model, optimizer)
+        return skipped_after_exchange(PARAMETERS)
     return StepOutcome(sparsified, losses, compute_ms, _elapsed_ms(world, step_start))
 
 

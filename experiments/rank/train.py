@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 from experiments import metric_keys as keys
 from experiments.rank.build import build_dataset, build_model, build_optimizer, build_schedule, build_sparsifier
 from experiments.rank.checkpoint import Checkpointer, Resumed, restore
+from experiments.core.finite import PARAMETERS, UPDATE_HINT, NonFiniteValue
 from experiments.core.flat_grad import bind_flat_grad, parameter_checksum, parameters_sha256
 from experiments.core.metrics import RANK_STATS, MetricContext, exchange_metrics, rank_metrics
 from experiments.rank.summary import SummaryAccumulator
@@ -224,10 +225,20 @@ def _gather_rank_stats(world: World, outcome) -> torch.Tensor:
 
 
 def _check_replicas_agree(world: World, model: torch.nn.Module, step: int) -> None:
-    """Fails loudly if processes hold different parameters (hosted ranks share them)."""
+    """Fails loudly if processes hold different parameters (hosted ranks share them). NaN never
+    equals NaN, so non-finite parameters are told apart first: they are a diverged update (or a
+    bad checkpoint), not a broken exchange."""
     if world.processes == 1:
         return
     checksums = world.comm.gather_stats(parameter_checksum(model).to(world.device).view(1, 2)).cpu()
+    non_finite = [process for process, row in enumerate(checksums) if not bool(torch.isfinite(row).all())]
+    if len(non_finite) == len(checksums):
+        raise NonFiniteValue(f"non-finite parameters at step {step} on every process: {UPDATE_HINT}", PARAMETERS)
+    if non_finite:  # the same update everywhere cannot do this: the processes really differ
+        raise ReplicasDiverged(
+            f"parameters differ across processes at step {step}: non-finite on process(es) {non_finite} "
+            f"of {len(checksums)} only: {checksums.tolist()}"
+        )
     if not torch.equal(checksums, checksums[:1].expand_as(checksums)):
         raise ReplicasDiverged(f"parameters differ across processes at step {step}: {checksums.tolist()}")
 
