@@ -14,6 +14,20 @@ from analysis.tasks import describe_task
 from experiments import run_dir as files
 from experiments.runtime import processes_of, recorded_world
 
+# What of env.json can change a run's numbers while its config stays the same: the machine's
+# kernels and math libraries (docs/reproducibility.md). `env.<name>` columns; the report shows
+# them as settings when runs differ in them (analysis.settings).
+PROVENANCE = {
+    "cpu_model": ("device", "cpu_model"),
+    "cpu_capability": ("device", "cpu_capability"),
+    "blas": ("device", "blas"),
+    "blas_version": ("device", "blas_version"),
+    "onednn": ("device", "onednn"),
+    "gpus": ("device", "gpus"),
+    "torch": ("versions", "torch"),
+}
+PROVENANCE_PREFIX = "env."
+
 # Summary entries that repeat the config or env; the config is the authority for them.
 _SUMMARY_SKIPPED = {"workers", "processes", "world", "sparsifier", "optimizer", "wandb_mode"}
 
@@ -73,10 +87,20 @@ def describe_run(
         **describe_task(summary),
     }
     row.update({f"cfg.{key}": value for key, value in flatten(config).items()})
+    row.update(provenance(env))
     for key, value in summary.items():
         if key not in _SUMMARY_SKIPPED and key not in row and isinstance(value, (int, float, str, type(None))):
             row[key] = value
     return row
+
+
+def provenance(env: dict[str, Any]) -> dict[str, Any]:
+    """The `env.*` columns of one run (None where env.json, or an older one, lacks the entry)."""
+    columns = {}
+    for name, (section, key) in PROVENANCE.items():
+        value = (env.get(section) or {}).get(key)
+        columns[PROVENANCE_PREFIX + name] = json.dumps(value) if isinstance(value, list) else value
+    return columns
 
 
 def read_run_info(run_dir: Path) -> dict[str, Any]:

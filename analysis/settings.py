@@ -7,12 +7,18 @@ columns of analysis.stats already tell sparsifiers, their knobs, the density, W,
 dataset apart (SHOWN_ELSEWHERE); every other key that differs (steps, epochs, max_steps, lr,
 model or dataset options, processes, ...) becomes a column of the summary, named without the
 `cfg.` prefix, so a reader sees why two rows of one method are two rows.
+
+The machine counts as a setting too: the `env.*` columns (analysis.runinfo.PROVENANCE: CPU
+model, torch's CPU capability, BLAS and oneDNN builds, GPUs, torch version) change a run's
+numbers with the config unchanged, so runs made on different machines are never averaged
+together, and the report names the machine key that tells them apart.
 """
 from __future__ import annotations
 
 import pandas as pd
 
 from analysis.labels import format_knob, varying_columns
+from analysis.runinfo import PROVENANCE_PREFIX
 
 CONFIG_PREFIX = "cfg."
 
@@ -41,11 +47,11 @@ def _matches(key: str, patterns: tuple[str, ...]) -> bool:
 
 
 def setting_columns(runs: pd.DataFrame) -> list[str]:
-    """The runs table's `cfg.*` columns that can tell comparable runs apart."""
+    """The runs table's `cfg.*` and `env.*` columns that can tell comparable runs apart."""
     return [
         column for column in runs.columns
-        if column.startswith(CONFIG_PREFIX)
-        and not _matches(column[len(CONFIG_PREFIX):], IGNORED + SHOWN_ELSEWHERE)
+        if column.startswith(PROVENANCE_PREFIX)
+        or (column.startswith(CONFIG_PREFIX) and not _matches(column[len(CONFIG_PREFIX):], IGNORED + SHOWN_ELSEWHERE))
     ]
 
 
@@ -60,8 +66,8 @@ def key_title(column: str) -> str:
 
 
 def varying_in(summary: pd.DataFrame) -> list[str]:
-    """The differing keys of a summary of analysis.stats.summarize (its `cfg.*` columns)."""
-    return [column for column in summary.columns if str(column).startswith(CONFIG_PREFIX)]
+    """The differing keys of a summary of analysis.stats.summarize (its `cfg.*` and `env.*` columns)."""
+    return [column for column in summary.columns if str(column).startswith((CONFIG_PREFIX, PROVENANCE_PREFIX))]
 
 
 def as_text(values: pd.Series) -> pd.Series:

@@ -32,7 +32,8 @@ def load_wandb(path: str, filters: dict[str, Any] | None = None, api: Any = None
     infos, train, evals = [], [], []
     for run in api.runs(path, filters=filters or {}):
         config = dict(run.config)
-        env = {"resolved": config.pop("resolved", {}) or {}, "job": {"group": run.group, "name": run.name}}
+        env = {"resolved": config.pop("resolved", {}) or {}, "device": config.pop("machine", {}) or {},
+               "versions": config.pop("versions", {}) or {}, "job": {"group": run.group, "name": run.name}}
         summary = {key: value for key, value in dict(run.summary).items() if not str(key).startswith("_")}
         run_id = "wandb:" + "/".join(run.path)
         info = describe_run(run_id, run.url, config, env, {"status": STATES.get(run.state, run.state)}, summary)

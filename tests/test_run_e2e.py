@@ -6,9 +6,11 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from experiments import run_dir as run_files
+from experiments.launcher.environment import cpu_model
 from experiments.run_dir import read_metrics
 from tests.conftest import TINY_RUN, run_cli
 
@@ -49,6 +51,9 @@ def test_short_run_fills_the_results_store_and_wandb_offline(tmp_path):
     env = run_files.read_json(run_dir / run_files.ENV)
     assert env["resolved"]["world"] == "distributed" and env["resolved"]["backend"] == "gloo"
     assert env["versions"]["torch"] and "commit" in env["git"] and env["host"]
+    # what makes float results differ across machines (docs/reproducibility.md)
+    assert env["device"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert env["device"]["cpu_model"] == cpu_model() and env["device"]["blas"]
 
     # metrics: every step logged, the whole contract present, values consistent with each other
     assert [r["step"] for r in train] == list(range(14))

@@ -1,6 +1,11 @@
 """env.json: what produced a run (versions, commit, host, device, threads), and the runtime
 settings resolved once in the parent (experiments/runtime.py) that every rank then reads.
 
+The device section names what makes float results differ between machines that run the same
+code and versions (docs/reproducibility.md): the CPU model, the instruction set torch's kernels
+dispatch to (`cpu_capability`: AVX2 and AVX512 kernels sum in different orders), and the BLAS
+and oneDNN builds behind matrix products and convolutions.
+
 No environment variable is copied wholesale: secrets such as WANDB_API_KEY never reach a file.
 """
 from __future__ import annotations
@@ -8,6 +13,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -38,10 +44,41 @@ def _versions() -> dict[str, str | None]:
     return versions
 
 
+def cpu_model() -> str | None:
+    """The CPU's marketing name ("AMD EPYC 7763 64-Core Processor"), from /proc/cpuinfo on Linux;
+    platform.processor() elsewhere (an empty string there becomes None)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("model name", "Model", "cpu model")):
+                return line.split(":", 1)[1].strip() or None
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def math_libraries(build: str) -> dict[str, str | None]:
+    """The BLAS and oneDNN that torch was built with, from `torch.__config__.show()`'s text."""
+    def find(pattern: str) -> str | None:
+        found = re.search(pattern, build)
+        return found.group(1).strip() if found else None
+
+    return {
+        "blas": find(r"BLAS_INFO=([^,\s]+)"),
+        "blas_version": find(r"Math Kernel Library Version ([\d.]+)") or find(r"OpenBLAS ([^\s]+)"),
+        "onednn": find(r"(?:MKL-DNN|oneDNN) (v[^\s]+)"),
+    }
+
+
 def _device_description() -> dict[str, Any]:
     import torch
 
-    description: dict[str, Any] = {"cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count()}
+    description: dict[str, Any] = {
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_model": cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # the kernels torch dispatches to
+        **math_libraries(torch.__config__.show()),
+        "cpu_count": os.cpu_count(),
+    }
     if torch.cuda.is_available():
         description["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
         description["cuda"] = torch.version.cuda

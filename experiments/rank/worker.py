@@ -46,7 +46,10 @@ def make_sink(cfg, world: World, store: RunStore, env: dict, runtime: Runtime):
                 name=job["name"],
                 group=job["group"],
                 run_id=job.get("wandb_id"),
-                config={**OmegaConf.to_container(cfg, resolve=True), "resolved": env["resolved"]},
+                # the machine too (env.json's device and versions; `device` is a config key
+                # already): runs from different CPUs are told apart in W&B as locally
+                config={**OmegaConf.to_container(cfg, resolve=True), "resolved": env["resolved"],
+                        "machine": env.get("device"), "versions": env.get("versions")},
                 tags=[cfg.sparsifier.name, f"W{cfg.workers}", runtime.world],
             )
         )

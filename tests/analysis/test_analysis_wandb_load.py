@@ -20,6 +20,7 @@ class FakeRun:
     config: dict = field(default_factory=lambda: {
         "sparsifier": {"name": "topk", "density": 0.01}, "model": {"name": "cnn"}, "dataset": {"name": "digits"},
         "workers": 4, "processes": 1, "seed": 0, "warmup_steps": 1, "resolved": {"world": "hosted", "processes": 1},
+        "device": "auto", "machine": {"cpu_model": "AMD EPYC", "cpu_capability": "AVX2"}, "versions": {"torch": "2.14.1"},
     })
     summary: dict = field(default_factory=lambda: {"eval/accuracy": 0.8, "_runtime": 3.0})
 
@@ -68,6 +69,10 @@ def test_wandb_runs_load_into_the_same_tables() -> None:
     assert runs.loc["a", "status"] == "done" and runs.loc["b", "status"] == "failed"
     assert runs.loc["a", "world"] == "hosted" and runs.loc["a", "group"] == "sweep-1"
     assert runs.loc["a", "eval/accuracy"] == 0.8
+    # the machine, as env.json records it locally (the worker puts it in the W&B config)
+    assert runs.loc["a", "env.cpu_capability"] == "AVX2" and runs.loc["a", "env.torch"] == "2.14.1"
+    assert runs.loc["a", "cfg.device"] == "auto"
+    assert not any(column.startswith(("cfg.machine", "cfg.versions")) for column in runs.columns)
     assert len(tables.steps) == 4 and len(tables.epochs) == 1
     assert tables.steps.loc[tables.steps["step"] == 3, "after_warmup"].all()
 

@@ -14,9 +14,11 @@ from experiments.store import RunStore
 
 
 def write_run(run_dir: Path, max_steps: int, seed: int, status: str = "done", skipped: bool = False,
-              lr: float = 0.1, settings: dict | None = None, last_eval: float | None = None) -> Path:
+              lr: float = 0.1, settings: dict | None = None, last_eval: float | None = None,
+              device: dict | None = None) -> Path:
     """A Top-k run of `max_steps` logged steps (one evaluation), as the runner lays it out.
-    `last_eval`: a second, later evaluation with this accuracy (NaN: written as null)."""
+    `last_eval`: a second, later evaluation with this accuracy (NaN: written as null).
+    `device`: env.json's device section (the machine that made the run)."""
     run_dir.mkdir(parents=True)
     config = {"sparsifier": {"name": "topk", "density": 0.01, "exchange": "union_allreduce"},
               "model": {"name": "mlp"}, "dataset": {"name": "digits"}, "optimizer": {"name": "sgd", "lr": lr},
@@ -30,7 +32,8 @@ def write_run(run_dir: Path, max_steps: int, seed: int, status: str = "done", sk
         node[leaf] = value
     run_files.write_yaml(run_dir / run_files.CONFIG, config)
     store = RunStore(run_dir)
-    store.write_json(run_files.ENV, {"resolved": {"world": "hosted", "processes": 1}, "job": {"group": "g"}})
+    store.write_json(run_files.ENV, {"resolved": {"world": "hosted", "processes": 1}, "job": {"group": "g"},
+                                     **({"device": device} if device else {})})
     writer = store.open_metrics()
     for step in range(max_steps):
         error = 0.5 + 0.1 * seed + step  # seeds and step counts give different numbers
@@ -126,6 +129,30 @@ def test_a_setting_that_changes_what_is_measured_is_a_row_of_its_own(tmp_path: P
         assert key in text.splitlines()[0]  # a column of the table, named
     else:
         assert list(summary["runs"]) == [3] and f"cfg.{key}" not in summary.columns
+
+
+AVX2 = {"cpu_model": "AMD EPYC 7B12", "cpu_capability": "AVX2", "blas": "mkl", "blas_version": "2024.2", "onednn": "v3.12.0"}
+
+
+@pytest.mark.parametrize("other, separate", [
+    ({**AVX2, "cpu_model": "AMD EPYC 9B14", "cpu_capability": "AVX512"}, ["env.cpu_capability", "env.cpu_model"]),
+    ({**AVX2, "blas_version": "2025.0"}, ["env.blas_version"]),
+    (AVX2, []),  # the same machine: the seeds average as before
+])
+def test_runs_made_on_different_machines_are_rows_of_their_own_naming_the_machine_key(
+        tmp_path: Path, other: dict, separate: list) -> None:
+    """Float results depend on the CPU's kernels and the math libraries (docs/reproducibility.md):
+    the report never averages two machines' runs together, and its table names what differs."""
+    for name, seed, device in (("a0", 0, AVX2), ("a1", 1, AVX2), ("b0", 0, other)):
+        write_run(tmp_path / "runs" / name, 3, seed, device=device)
+    text = write_report([tmp_path / "runs"], tmp_path / "report", cache=False)
+    summary = _summary(tmp_path / "report")
+    assert sorted(column for column in summary.columns if column.startswith("env.")) == separate
+    assert sorted(summary["runs"]) == ([1, 2] if separate else [3])
+    for column in separate:
+        assert column in text.splitlines()[0]
+    if separate:
+        assert set(summary[separate[0]].astype(str)) == {AVX2[separate[0][4:]], other[separate[0][4:]]}
 
 
 def test_a_non_finite_last_evaluation_is_flagged_not_replaced_by_an_earlier_one(tmp_path: Path) -> None:
