@@ -2,6 +2,8 @@
 (the released scripts' numbers where they state one), and output shapes on tiny inputs."""
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ CIFAR10 = {"input_shape": (3, 32, 32), "num_classes": 10}
 CIFAR100 = {"input_shape": (3, 32, 32), "num_classes": 100}
 MOVIELENS_20M = {"num_users": 138_493, "num_items": 26_744}
 WIKITEXT2_RELEASED_VOCAB = 28_869
+REPO = Path(__file__).resolve().parents[1]
 
 
 def build(option: str, inputs: dict[str, Any], *overrides: str) -> torch.nn.Module:
@@ -38,6 +41,7 @@ COUNTS = [
     ("senet18", CIFAR10, (), 11_260_354),
     ("senet18", CIFAR100, ("variant=pytorch_cifar100",), 11_436_256),
     ("vgg19", CIFAR10, (), 20_565_834),
+    ("vgg19", CIFAR100, (), 20_612_004),
     ("vgg19", CIFAR10, ("head=linear",), 20_040_522),
     ("vgg19", CIFAR10, ("head=mlp4096",), 38_958_922),
     ("inception_v4", CIFAR100, (), 41_296_516),
@@ -126,3 +130,58 @@ def test_ncf_maps_user_item_pairs_to_one_logit_each():
 def test_bad_knob_value_names_the_knob_and_the_choices(option, inputs, override, message):
     with pytest.raises(ValueError, match=message):
         build(option, inputs, override)
+
+
+# The inputs each dataset gives a model at paper scale (the releases' data, not the stand-ins).
+PAPER_INPUTS = {"cifar10": CIFAR10, "cifar100": CIFAR100, "movielens": MOVIELENS_20M,
+                "wikitext2": {"vocab_size": WIKITEXT2_RELEASED_VOCAB}}
+STATED_COUNT = re.compile(r"\((\d{1,3}(?:,\d{3})+) parameters")
+
+
+def _header(path: Path) -> str:
+    """The comment block that opens a config file (what --help and a reader see first)."""
+    lines = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("# "))
+    return " ".join(lines)
+
+
+def _model_overrides(cfg) -> tuple[str, ...]:
+    """The workload's model knobs that differ from the model option's own defaults."""
+    default = compose_job([f"model={cfg.model.name}"]).model
+    return tuple(f"{key}={value}" for key, value in cfg.model.items() if default.get(key) != value)
+
+
+WORKLOADS = sorted(path.stem for path in (REPO / "conf" / "workload").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_a_workloads_stated_parameter_count_is_its_models(workload):
+    """A description's "(N parameters" is the count of the model the workload builds, at the
+    paper's data, as COUNTS verifies by building it: ResNet-110's once said option B's count
+    while the workload builds option A. A count COUNTS lacks must be added there first."""
+    cfg = compose_job([f"workload={workload}"])
+    stated = [int(count.replace(",", "")) for count in STATED_COUNT.findall(_header(REPO / "conf" / "workload" / f"{workload}.yaml"))]
+    if not stated:
+        return
+    key = (cfg.model.name, PAPER_INPUTS[cfg.dataset.name], _model_overrides(cfg))
+    verified = {(option, inputs_key(inputs), overrides): count for option, inputs, overrides, count in COUNTS}
+    assert (key[0], inputs_key(key[1]), key[2]) in verified, f"add {key} to COUNTS (built and counted there)"
+    assert stated[0] == verified[(key[0], inputs_key(key[1]), key[2])], workload
+
+
+def inputs_key(inputs: dict[str, Any]) -> tuple:
+    return tuple(sorted(inputs.items()))
+
+
+def test_every_parameter_count_the_docs_state_is_a_verified_one():
+    """Every "N parameters" in the model and workload descriptions, the README and docs/ is a
+    count COUNTS builds and checks (or the LSTM's vocabulary-free part), so none can drift."""
+    verified = {count for *_, count in COUNTS} | {10_155_600}
+    places = [*(REPO / "conf").glob("*/*.yaml"), REPO / "README.md", *(REPO / "docs").glob("*.md")]
+    stated = re.compile(r"(\d{1,3}(?:,\d{3}){2,})(?= parameters| \(option|\)? *\| *(?:CIFAR|MovieLens|WikiText))")
+    for path in places:
+        for count in stated.findall(path.read_text()):
+            assert int(count.replace(",", "")) in verified, f"{path.relative_to(REPO)} states {count}"
