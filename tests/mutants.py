@@ -229,6 +229,19 @@ MUTANTS = (
            "MetricsFile(table.filter(pa.array(~is_eval)), table.filter(pa.array(is_eval)), cut, bad)",
            "MetricsFile(table, table.filter(pa.array(is_eval)), cut, bad)",
            ("tests/analysis/test_figure_data.py", "tests/analysis/test_figure_data_method_state.py")),
+    # -- non-finite values and provenance ----------------------------------------------------
+    Mutant("parameters_not_checked_after_the_update", "experiments/core/step.py",
+           "        check_parameters(model, step)\n", "        pass\n", ("tests/test_skip_nonfinite.py",)),
+    Mutant("skip_keeps_an_overflowed_update", "experiments/core/step.py",
+           "        guard.restore_update(model, optimizer)\n", "", ("tests/test_skip_nonfinite.py",)),
+    Mutant("replica_checksum_blames_nan_on_the_exchange", "experiments/rank/train.py",
+           "    if len(non_finite) == len(checksums):", "    if False:", ("tests/test_finite.py",)),
+    Mutant("infinity_passes_validation", "experiments/launcher/knob_types.py",
+           "if isinstance(number, float) and not math.isfinite(number):",
+           "if isinstance(number, float) and math.isnan(number):", ("tests/test_bad_input.py",)),
+    Mutant("machines_averaged_together", "analysis/settings.py",
+           "        if column.startswith(PROVENANCE_PREFIX)\n        or", "        if False\n        or",
+           ("tests/analysis/test_report_groups.py",)),
 )
 
 

@@ -44,3 +44,38 @@ def test_a_non_finite_aggregate_fails() -> None:
     aggregate[9] = math.nan
     with pytest.raises(NonFiniteValue, match="non-finite aggregate at step 5"):
         check_aggregate(aggregate, 5)
+
+
+class _TwoProcesses:
+    """A world of two processes whose other process reports `other` as its parameter checksum."""
+
+    processes, device = 2, torch.device("cpu")
+
+    def __init__(self, other: torch.Tensor) -> None:
+        self.comm = type("Comm", (), {"gather_stats": staticmethod(lambda local: torch.cat([local, other.view(1, 2)]))})
+
+
+@pytest.mark.parametrize("other, error, message", [
+    (None, None, None),  # the same parameters: silent
+    ("nan", "NonFiniteValue", r"^non-finite parameters at step 5 on every process: the aggregate was finite, so the update overflowed"),
+    ("shifted", "ReplicasDiverged", r"^parameters differ across processes at step 5: \[\["),
+    ("finite_here", "ReplicasDiverged", r"^parameters differ across processes at step 5: non-finite on process\(es\) \[1\] of 2 only"),
+])
+def test_the_replica_checksum_tells_non_finite_parameters_from_differing_ones(other, error, message) -> None:
+    """(Real gloo processes: tests/test_distributed.py.) NaN never equals NaN: non-finite
+    parameters on every process are the update's fault, not a broken exchange."""
+    from experiments.core.flat_grad import parameter_checksum
+    from experiments.rank.train import ReplicasDiverged, _check_replicas_agree
+
+    model = torch.nn.Linear(3, 2)
+    if other == "nan":
+        with torch.no_grad():
+            model.bias[0] = math.nan
+    mine = parameter_checksum(model)
+    theirs = {None: mine, "nan": mine, "shifted": mine + 1e-3, "finite_here": torch.tensor([math.inf, math.inf], dtype=torch.float64)}[other]
+    errors = {"NonFiniteValue": NonFiniteValue, "ReplicasDiverged": ReplicasDiverged}
+    if error is None:
+        _check_replicas_agree(_TwoProcesses(theirs), model, 5)
+        return
+    with pytest.raises(errors[error], match=message):
+        _check_replicas_agree(_TwoProcesses(theirs), model, 5)
