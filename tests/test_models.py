@@ -44,6 +44,9 @@ COUNTS = [
     ("vgg19", CIFAR100, (), 20_612_004),
     ("vgg19", CIFAR10, ("head=linear",), 20_040_522),
     ("vgg19", CIFAR10, ("head=mlp4096",), 38_958_922),
+    # ExDyna's released CIFAR-100 VGG-19 (workload=vgg19_cifar100): 20,035,392 features
+    # + 512*4096+4096 + 4096*4096+4096 + 4096*100+100 = 20,035,392 + 19,292,260.
+    ("vgg19", CIFAR100, ("head=released_cifar100",), 39_327_652),
     ("inception_v4", CIFAR100, (), 41_296_516),
     ("lstm", {"vocab_size": WIKITEXT2_RELEASED_VOCAB}, (), 28_949_319),
     ("ncf", MOVIELENS_20M, (), 31_832_577),
@@ -80,6 +83,8 @@ IMAGE_MODELS = [
     ("senet18", CIFAR100, ("variant=pytorch_cifar100",)),
     ("vgg19", CIFAR10, ()),
     ("vgg19", CIFAR100, ("head=linear",)),
+    ("vgg19", CIFAR10, ("head=mlp4096",)),
+    ("vgg19", CIFAR100, ("head=released_cifar100",)),
     ("inception_v4", CIFAR100, ()),
 ]
 
@@ -118,11 +123,56 @@ def test_ncf_maps_user_item_pairs_to_one_logit_each():
     assert logits.shape == (16,) and logits.dtype == torch.float32
 
 
+def _layer_types(module: torch.nn.Module) -> list[str]:
+    return [type(layer).__name__ for layer in module]
+
+
+def test_vgg19_features_are_configuration_e_with_batchnorm():
+    convs = [layer for layer in build("vgg19", CIFAR100).features if isinstance(layer, torch.nn.Conv2d)]
+    assert [(c.in_channels, c.out_channels, c.kernel_size, c.padding) for c in convs] == [
+        (i, o, (3, 3), (1, 1)) for i, o in zip((3, 64, 64, 128, 128, 256, 256, 256, 256, 512, 512, 512, 512, 512, 512, 512),
+                                              (64, 64, 128, 128, 256, 256, 256, 256, 512, 512, 512, 512, 512, 512, 512, 512))]
+    stack = ["Conv2d", "BatchNorm2d", "ReLU"]
+    pool = ["MaxPool2d"]
+    assert _layer_types(build("vgg19", CIFAR100).features) == (
+        stack * 2 + pool + stack * 2 + pool + stack * 4 + pool + stack * 4 + pool + stack * 4 + pool)
+
+
+@pytest.mark.parametrize(
+    "head,layers",
+    [
+        # ExDyna's released CIFAR-100 head: a dropout before each Linear, the first on the features.
+        ("released_cifar100", [("Dropout", None), ("Linear", (512, 4096)), ("ReLU", None),
+                               ("Dropout", None), ("Linear", (4096, 4096)), ("ReLU", None),
+                               ("Dropout", None), ("Linear", (4096, 100))]),
+        ("mlp4096", [("Linear", (512, 4096)), ("ReLU", None), ("Dropout", None),
+                     ("Linear", (4096, 4096)), ("ReLU", None), ("Dropout", None), ("Linear", (4096, 100))]),
+        ("mlp512", [("Dropout", None), ("Linear", (512, 512)), ("ReLU", None),
+                    ("Dropout", None), ("Linear", (512, 512)), ("ReLU", None), ("Linear", (512, 100))]),
+        ("linear", [("Linear", (512, 100))]),
+    ],
+)
+def test_vgg19_head_layers_in_order(head, layers):
+    classifier = build("vgg19", CIFAR100, f"head={head}").classifier
+    found = [(type(layer).__name__, (layer.in_features, layer.out_features) if isinstance(layer, torch.nn.Linear) else None)
+             for layer in classifier]
+    assert found == layers
+    assert all(layer.p == 0.5 for layer in classifier if isinstance(layer, torch.nn.Dropout))
+
+
+def test_vgg19_cifar100_workload_builds_the_released_head():
+    cfg = compose_job(["workload=vgg19_cifar100"])
+    assert cfg.model.head == "released_cifar100"
+    model = build_model_for(cfg, CIFAR100)
+    assert _layer_types(model.classifier) == ["Dropout", "Linear", "ReLU", "Dropout", "Linear", "ReLU", "Dropout", "Linear"]
+    assert parameter_count(model) == 39_327_652
+
+
 @pytest.mark.parametrize(
     "option,inputs,override,message",
     [
         ("senet18", CIFAR100, "variant=cifar100", "variant must be one of pytorch_cifar, pytorch_cifar100"),
-        ("vgg19", CIFAR10, "head=big", "head must be one of mlp512, linear, mlp4096"),
+        ("vgg19", CIFAR10, "head=big", "head must be one of mlp512, linear, mlp4096, released_cifar100"),
         ("resnet110", CIFAR10, "shortcut=C", "shortcut must be one of A, B"),
         ("ncf", MOVIELENS_20M, "mlp_layers=[255,64]", "mlp_layers must start with an even width"),
     ],
