@@ -1,0 +1,44 @@
+"""Judging: a claim's statistic on a study, then its criterion on each measured subject.
+
+The rule that turns subjects into one verdict: NOT_MEASURABLE when no subject could be measured
+(the reason says what the study lacks); otherwise DOES_NOT_HOLD when any measured subject fails
+the criterion, HOLDS when every one passes. Subjects that could not be measured beside measured
+ones are named in the verdict's reason, never silently dropped.
+"""
+from __future__ import annotations
+
+import os
+from typing import Iterable
+
+from analysis.claims.claim import Claim, Outcome, Verdict
+from analysis.claims.registry import CLAIMS
+from analysis.claims.study import Study
+from analysis.load import load_runs
+from analysis.tables import RunTables
+
+
+def judge(claim: Claim, study: Study) -> Verdict:
+    """One claim on one study."""
+    statistic = claim.measure(study)
+    held = {name: bool(claim.holds(numbers)) for name, numbers in statistic.subjects.items()}
+    gaps = "; ".join(statistic.gaps)
+    if not held:
+        return Verdict(claim, Outcome.NOT_MEASURABLE, {}, {}, gaps or "nothing in the study to measure")
+    outcome = Outcome.HOLDS if all(held.values()) else Outcome.DOES_NOT_HOLD
+    return Verdict(claim, outcome, statistic.subjects, held, f"not measured: {gaps}" if gaps else "")
+
+
+def judge_study(study: Study, claims: Iterable[Claim] = CLAIMS) -> list[Verdict]:
+    """Every claim on one study, in registry order."""
+    return [judge(claim, study) for claim in claims]
+
+
+def judge_tables(tables: RunTables, claims: Iterable[Claim] = CLAIMS) -> tuple[list[Verdict], Study]:
+    """Every claim on the runs of loaded tables (analysis.load.load_runs)."""
+    study = Study.of(tables)
+    return judge_study(study, claims), study
+
+
+def judge_paths(paths: Iterable[str | os.PathLike], cache: bool = True) -> tuple[list[Verdict], Study]:
+    """Every claim on the runs at or below `paths` (run, sweep or output directories)."""
+    return judge_tables(load_runs(list(paths), cache=cache))

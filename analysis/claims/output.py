@@ -1,0 +1,114 @@
+"""Verdicts as text: claims.md (one row per claim: claim, source, measured, criterion, verdict),
+claims.json (everything, numbers as numbers) and the terminal's table."""
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+from analysis import markdown
+from analysis.claims.claim import Outcome, Verdict
+from analysis.claims.study import Study
+
+MARKDOWN, JSON = "claims.md", "claims.json"
+DOCS = "docs/claims.md"
+
+
+def number(value: float) -> str:
+    """4 significant digits; inf as "inf" (a target never reached), NaN as "-"."""
+    if isinstance(value, float) and math.isnan(value):
+        return "-"
+    if isinstance(value, float) and math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return f"{value:.4g}"
+
+
+def measured_text(verdict: Verdict) -> str:
+    """"<subject>: name=value, ...; ..." with failing subjects marked; the unmeasured named."""
+    parts = []
+    for name, numbers in verdict.measured.items():
+        values = ", ".join(f"{key}={number(value)}" for key, value in numbers.items())
+        mark = "" if verdict.held.get(name, True) else " (fails)"
+        parts.append(f"{name}{mark}: {values}")
+    return "; ".join(parts) if parts else "-"
+
+
+def verdict_text(verdict: Verdict) -> str:
+    """The verdict, with its reason (NOT_MEASURABLE: why; otherwise what was left unmeasured)."""
+    return f"{verdict.outcome.value}: {verdict.reason}" if verdict.reason else verdict.outcome.value
+
+
+def counts(verdicts: Iterable[Verdict]) -> str:
+    """"12 HOLDS, 1 DOES_NOT_HOLD, 17 NOT_MEASURABLE"."""
+    seen = Counter(verdict.outcome for verdict in verdicts)
+    return ", ".join(f"{seen.get(outcome, 0)} {outcome.value}" for outcome in Outcome)
+
+
+def markdown_text(verdicts: list[Verdict], study: Study, paths: list[str]) -> str:
+    frame = pd.DataFrame([{
+        "claim": f"`{v.claim.id}`: {v.claim.wording}",
+        "source": v.claim.source,
+        "measured": measured_text(v),
+        "criterion": v.claim.criterion,
+        "verdict": verdict_text(v),
+    } for v in verdicts], columns=["claim", "source", "measured", "criterion", "verdict"])
+    lines = [
+        "# Claims",
+        "",
+        f"Study: {', '.join(f'`{p}`' for p in paths)}: {len(study.runs)} finished runs judged"
+        + (f" ({study.left_out} not finished, left out)" if study.left_out else "") + ".",
+        "",
+        f"Verdicts: {counts(verdicts)}. Each claim, its statistic and why its criterion: {DOCS}.",
+        "",
+        markdown.table(frame),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _json_number(value: float) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None  # null, never NaN
+
+
+def json_record(verdicts: list[Verdict], study: Study, paths: list[str]) -> dict:
+    return {
+        "paths": paths,
+        "runs_judged": len(study.runs),
+        "runs_left_out": study.left_out,
+        "claims": [{
+            "id": v.claim.id,
+            "wording": v.claim.wording,
+            "source": v.claim.source,
+            "needs": v.claim.needs,
+            "statistic": v.claim.statistic,
+            "criterion": v.claim.criterion,
+            "verdict": v.outcome.value,
+            "reason": v.reason,
+            "measured": {name: {key: _json_number(value) for key, value in numbers.items()} for name, numbers in v.measured.items()},
+            "held": v.held,
+        } for v in verdicts],
+    }
+
+
+def write(out: Path, verdicts: list[Verdict], study: Study, paths: list[str]) -> tuple[Path, Path]:
+    """Writes claims.md and claims.json into `out` (created); returns their paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    md, js = out / MARKDOWN, out / JSON
+    md.write_text(markdown_text(verdicts, study, paths))
+    js.write_text(json.dumps(json_record(verdicts, study, paths), indent=2, allow_nan=False) + "\n")
+    return md, js
+
+
+def terminal_text(verdicts: list[Verdict]) -> str:
+    """One line per claim: verdict, id, measured numbers (and the reason when not measurable)."""
+    width = max((len(v.claim.id) for v in verdicts), default=0)
+    lines = []
+    for v in verdicts:
+        detail = v.reason if v.outcome is Outcome.NOT_MEASURABLE else measured_text(v)
+        lines.append(f"{v.outcome.value:<15} {v.claim.id:<{width}}  {detail}")
+    lines.append(counts(verdicts))
+    return "\n".join(lines)

@@ -1,0 +1,29 @@
+"""The papers the claims come from, and how methods are named in claim wording.
+
+Sources cite the sentence of the paper's abstract that makes the claim (checked against the
+arXiv abstracts), and the repository's paper experiment that measures it (conf/experiment/paper/).
+Section numbers are not given: they were not checked against the papers' PDFs.
+"""
+from __future__ import annotations
+
+DEFT = "DEFT (Yoon & Oh, ICPP 2023, arXiv 2307.03500)"
+MICRO = "MiCRO (Yoon & Oh, HiPC 2023, arXiv 2310.00967)"
+EXDYNA = "ExDyna (Yoon & Oh, arXiv 2402.13781)"
+DGC = "DGC (Lin et al., ICLR 2018, arXiv 1712.01887)"
+SCALECOM = "ScaleCom (Chen et al., NeurIPS 2020)"
+
+# The method's own paper, for claims about one of the partition methods.
+PAPER_OF = {"deft": DEFT, "micro": MICRO, "exdyna": EXDYNA}
+
+# Sparsifier name -> how the claims write it.
+NAMES = {
+    "dense": "dense", "topk": "Top-k", "cltk": "CLT-k", "deft": "DEFT", "micro": "MiCRO",
+    "exdyna": "ExDyna", "threshold": "hard threshold", "sage": "SAGE", "dgc": "DGC",
+}
+
+PARTITION_METHODS = ("deft", "micro", "exdyna")
+
+
+def experiment(name: str) -> str:
+    """Where the repository measures it: `python run.py -m experiment=paper/<name>`."""
+    return f"experiment=paper/{name}"

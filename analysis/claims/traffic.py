@@ -1,0 +1,154 @@
+"""Traffic against W: the partition methods aggregate about k coordinates, and send about the
+same bytes per worker, whatever W.
+
+What "about k" means, from the union all-reduce's formulas (docs/metrics.md, Traffic): with
+|U| aggregated coordinates of v-byte values, 4-byte indices, load imbalance i and build-up 1
+(sum_r |S_r| = |U| - |C|), a worker sends per step
+
+    (W-1)/W * (2 v |U| + 4 (1 + i) (|U| - |C|)) + 8 (W-1)   bytes
+
+(the value all-reduce, the index all-gather padded to the largest selection, the counts). So:
+- the aggregated count |U| = `density/actual` * N = k (1 + `density/error`) does not depend on W
+  at all: the claim on counts;
+- the bytes grow by the factor (W-1)/W (from 1/2 at W = 2 towards 1) and with the padding i,
+  which is what ExDyna lowers. Bytes * W/(W-1) removes the first, which is arithmetic of the
+  ring, not of the method: the claim on bytes. Top-k's index all-gather sends (W-1) k indices
+  per worker and its |U| grows to W k, so its normalised bytes grow about linearly in W.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from analysis.claims.claim import Claim, Numbers, Statistic, finite
+from analysis.claims.numbers import at
+from analysis.claims.papers import DEFT, EXDYNA, MICRO, NAMES, experiment
+from analysis.claims.study import Study, method_groups, per_workers, subject
+from experiments import metric_keys as keys
+from experiments.headline import Reduction
+
+# Counts: |U| / k is W-independent by construction; what may still move with W is a threshold
+# controller's error, whose band in MiCRO's rule is rho in (1/1.1, 1.1] (1.1 / 0.909 = 1.21
+# between its edges). 1.25 admits that band and nothing like build-up (Top-k: about W_max / W_min).
+COUNT_RATIO = 1.25
+# Bytes * W/(W-1): per element (12 + 4 i) bytes for float32 values. The count band above (1.21)
+# times padding that grows from i = 0 to i = 0.5 ((12 + 2) / 12 = 1.17) gives 1.42; 1.5 allows
+# that and not Top-k's growth (its index all-gather alone grows as W).
+BYTES_RATIO = 1.5
+
+
+def _spread(values: list[float]) -> float:
+    """max / min of positive values (NaN when one is not positive or finite)."""
+    if not values or not all(finite(v) and v > 0 for v in values):
+        return float("nan")
+    return max(values) / min(values)
+
+
+def count_vs_workers(study: Study, sparsifier: str) -> Statistic:
+    """Per (method, context, density): |U| / k at each W (1 + mean `density/error` over logged
+    steps, mean over seeds) and its largest-to-smallest ratio."""
+    name = NAMES[sparsifier]
+    runs = study.runs_of(sparsifier)
+    if runs.empty:
+        return Statistic(gaps=(f"no finished {name} runs",))
+    errors = study.reduced(keys.DENSITY_ERROR, Reduction.MEAN)
+    subjects, gaps = {}, []
+    for (method, context, density), group in method_groups(runs):
+        label = subject(method, context, density)
+        per_w = per_workers(group, errors) + 1.0
+        if len(per_w) < 2:
+            seen = sorted(int(w) for w in group["workers"].unique())
+            gaps.append(f"{label}: no {name} runs logging {keys.DENSITY_ERROR} at two or more worker counts (W={seen})")
+            continue
+        subjects[label] = {"ratio": _spread(list(per_w)), **{at("|U|/k", w): float(v) for w, v in per_w.items()}}
+    return Statistic(subjects, tuple(gaps))
+
+
+def _k_of(group: pd.DataFrame) -> float:
+    """k of a group's runs (one model, one density): summary.json's k_target, else
+    floor(density * numel), else NaN."""
+    if "k_target" in group.columns:
+        values = pd.to_numeric(group["k_target"], errors="coerce").dropna()
+        if len(values):
+            return float(values.iloc[0])
+    if "numel" in group.columns:
+        numel = pd.to_numeric(group["numel"], errors="coerce").dropna()
+        if len(numel):
+            return float(math.floor(float(group["density"].iloc[0]) * numel.iloc[0]))
+    return float("nan")
+
+
+def bytes_vs_workers(study: Study, sparsifier: str) -> Statistic:
+    """Per (method, context, density): bytes a worker sends per step times W/(W-1), at each
+    W >= 2 (mean `traffic/sent_bytes_mean` over logged steps, mean over seeds), per k element
+    when k is known, and its largest-to-smallest ratio."""
+    name = NAMES[sparsifier]
+    runs = study.runs_of(sparsifier)
+    runs = runs[runs["workers"] >= 2] if not runs.empty else runs
+    if runs.empty:
+        return Statistic(gaps=(f"no finished {name} runs at W >= 2",))
+    sent = study.reduced(keys.SENT_MEAN, Reduction.MEAN)
+    subjects, gaps = {}, []
+    for (method, context, density), group in method_groups(runs):
+        label = subject(method, context, density)
+        per_w = per_workers(group, sent)
+        if len(per_w) < 2:
+            seen = sorted(int(w) for w in group["workers"].unique())
+            gaps.append(f"{label}: no {name} runs logging {keys.SENT_MEAN} at two or more worker counts >= 2 (W={seen})")
+            continue
+        normalised = per_w * per_w.index / (per_w.index - 1)
+        k = _k_of(group)
+        unit = "bytes/k" if finite(k) and k > 0 else "bytes"
+        shown = normalised / k if unit == "bytes/k" else normalised
+        subjects[label] = {"ratio": _spread(list(normalised)), **{at(f"{unit}*W/(W-1)", w): float(v) for w, v in shown.items()}}
+    return Statistic(subjects, tuple(gaps))
+
+
+def count_flat(numbers: Numbers) -> bool:
+    ratio = numbers["ratio"]
+    return finite(ratio) and ratio <= COUNT_RATIO
+
+
+def bytes_flat(numbers: Numbers) -> bool:
+    ratio = numbers["ratio"]
+    return finite(ratio) and ratio <= BYTES_RATIO
+
+
+_SOURCES = {
+    "deft": f"{DEFT}, abstract: 'even if the number of workers increases, the communication traffic can be maintained as per user requirement'",
+    "micro": f"{MICRO}, abstract: 'MiCRO estimates the accurate threshold to maintain the communication traffic as per user requirement'",
+    "exdyna": f"{EXDYNA}, abstract: build-up never occurs, and balanced partitions stop the traffic growth that workload imbalance causes",
+}
+
+
+def count_claim(sparsifier: str) -> Claim:
+    name = NAMES[sparsifier]
+    return Claim(
+        id=f"traffic.count.{sparsifier}",
+        wording=f"{name} aggregates about k coordinates whatever W: |U| does not grow with the number of workers.",
+        source=_SOURCES[sparsifier],
+        needs=f"{name} runs at two or more worker counts (same model, data and density) logging {keys.DENSITY_ERROR} ({experiment('buildup_density')})",
+        statistic=f"|U|/k = 1 + mean {keys.DENSITY_ERROR} over logged steps, mean over seeds, per W; ratio = largest / smallest over W",
+        criterion=f"ratio <= {COUNT_RATIO} for every method, context and density measured",
+        measure=lambda study: count_vs_workers(study, sparsifier),
+        holds=count_flat,
+    )
+
+
+def bytes_claim(sparsifier: str) -> Claim:
+    name = NAMES[sparsifier]
+    return Claim(
+        id=f"traffic.bytes.{sparsifier}",
+        wording=f"{name}'s traffic per worker stays about the same whatever W (beyond the ring's (W-1)/W factor).",
+        source=_SOURCES[sparsifier],
+        needs=f"{name} runs at two or more worker counts >= 2 (same model, data and density) logging {keys.SENT_MEAN} ({experiment('selection_time')})",
+        statistic=f"mean {keys.SENT_MEAN} over logged steps, mean over seeds, times W/(W-1), per W; ratio = largest / smallest over W",
+        criterion=f"ratio <= {BYTES_RATIO} for every method, context and density measured",
+        measure=lambda study: bytes_vs_workers(study, sparsifier),
+        holds=bytes_flat,
+    )
+
+
+CLAIMS = [count_claim("deft"), count_claim("micro"), count_claim("exdyna"),
+          bytes_claim("deft"), bytes_claim("micro"), bytes_claim("exdyna")]
