@@ -115,6 +115,9 @@ def _summary(run: SyntheticRun, metrics: str) -> dict:
     if run.legacy:
         return summary
     metric, higher_is_better, _, _ = TASKS[run.task]
+    # N and k as the runner records them (experiments/rank/train.py): DEFT's k_l formula needs k.
+    summary["numel"] = NUMEL
+    summary["k_target"] = max(1, int((1.0 if run.method == "dense" else run.density) * NUMEL))
     summary["task"] = {"kind": run.task, "metric": metric, "higher_is_better": higher_is_better}
     summary["dataset"] = {"name": run.names[1], "task": run.task, "source": run.source, "train": 1000, "test": 200}
     summary["schedule"] = {"name": "constant", "lr": 0.1}
