@@ -72,6 +72,9 @@ class Verdict:
     reason: str = ""
 
 
-def finite(value: float) -> bool:
-    """True for a number that is neither NaN nor infinite."""
-    return isinstance(value, (int, float)) and math.isfinite(value)
+def finite(value: object) -> bool:
+    """True for a number (numpy's too) that is neither NaN nor infinite; False for None or text."""
+    try:
+        return math.isfinite(value)  # type: ignore[arg-type]
+    except TypeError:
+        return False

@@ -69,7 +69,7 @@ def _k_of(run: pd.Series) -> float:
 
 def _unit_rows(study: Study, run_id: str) -> list[tuple[list, list, list]]:
     """(norms, k, common) of each logged step of a run that holds the per-unit lists."""
-    rows = study.steps[study.steps["run_id"] == run_id]
+    rows = study.train_rows(run_id)
     if keys.DEFT_UNIT_K not in rows.columns or keys.DEFT_UNIT_NORMS not in rows.columns:
         return []
     found = []
@@ -163,7 +163,7 @@ CLAIMS = [
               f"{keys.DEFT_UNIT_COMMON}) and k_target in summary.json ({experiment('deft_units')})",
         statistic="largest |k_l - max(1, floor(remaining_k * norm_l / remaining_norm))| over units visited by decreasing "
                   "norm, every logged step of every run (common units: only k_l above the floor counts)",
-        criterion=f"<= {K_TOLERANCE:g} (the released code's float32 rounding) for every method, context and density measured",
+        criterion=f"max |k_l - formula| <= {K_TOLERANCE:g} (the released code's float32 rounding) for every method, context and density measured",
         measure=allocation,
         holds=follows,
     ),
@@ -174,7 +174,7 @@ CLAIMS = [
         needs=f"DEFT runs logging {keys.DEFT_MAX_BIN_LOAD_RATIO} at steps rank 0 leads (step mod W = 0) or with "
               f"sparsifier.norms=global ({experiment('deft_units')})",
         statistic=f"largest {keys.DEFT_MAX_BIN_LOAD_RATIO} (busiest bin / max(largest unit cost, total cost / W)) over those steps, per W",
-        criterion="<= 2W/(W+1) at every W, context and density measured",
+        criterion="max ratio <= 2W/(W+1) at every W, context and density measured",
         measure=bin_ratios,
         holds=within_bound,
     ),

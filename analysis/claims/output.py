@@ -11,7 +11,7 @@ from typing import Iterable
 import pandas as pd
 
 from analysis import markdown
-from analysis.claims.claim import Outcome, Verdict
+from analysis.claims.claim import Outcome, Verdict, finite
 from analysis.claims.study import Study
 
 MARKDOWN, JSON = "claims.md", "claims.json"
@@ -71,7 +71,7 @@ def markdown_text(verdicts: list[Verdict], study: Study, paths: list[str]) -> st
 
 
 def _json_number(value: float) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None  # null, never NaN
+    return float(value) if finite(value) else None  # null, never NaN or Infinity
 
 
 def json_record(verdicts: list[Verdict], study: Study, paths: list[str]) -> dict:

@@ -1,8 +1,9 @@
 """The papers the claims come from, and how methods are named in claim wording.
 
-Sources cite the sentence of the paper's abstract that makes the claim (checked against the
-arXiv abstracts), and the repository's paper experiment that measures it (conf/experiment/paper/).
-Section numbers are not given: they were not checked against the papers' PDFs.
+Sources quote the sentence of the paper's abstract that makes the claim (quotes checked against
+the abstracts; a paraphrase says so), and claims name the repository's paper experiment that
+measures them (conf/experiment/paper/). Section numbers are not given: they were not checked
+against the papers' PDFs.
 """
 from __future__ import annotations
 

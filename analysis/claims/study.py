@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from analysis.claims.claim import finite
 from analysis.labels import format_knob
 from analysis.settings import as_text, differing_keys, key_title
 from analysis.tables import RunTables
@@ -40,6 +41,11 @@ CONTEXT_COLUMNS = ("world", "task_metric", "data_source")
 SETTLED_MIN_ROWS = 20
 SETTLED_FROM_STEP = 200
 
+# The runs-table columns the claims read (and every sparsifier knob, `cfg.sparsifier.*`).
+RUN_COLUMNS = ("run_id", "method", "sparsifier", "density", "workers", "context", "task_metric",
+               "higher_is_better", "k_target", "numel", "status", "seed")
+KNOB_PREFIX = "cfg.sparsifier."
+
 
 def _pooled(column: str) -> bool:
     return any(column.startswith(p) if p.endswith(".") else column == p for p in POOLED)
@@ -62,7 +68,7 @@ def context_labels(runs: pd.DataFrame) -> pd.Series:
 
 def subject(method: str, context: str, density: float, workers: int | None = None) -> str:
     """How a measured subject is named in verdicts: "micro | mlp/synthetic | d=0.01 | W=4"."""
-    parts = [str(method), str(context), f"d={density:g}"]
+    parts = [str(method), str(context), f"d={density:g}" if finite(density) else "d=?"]
     if workers is not None:
         parts.append(f"W={int(workers)}")
     return " | ".join(parts)
@@ -87,9 +93,16 @@ class Study:
         runs = tables.runs
         done = runs[runs["status"] == FINISHED].reset_index(drop=True) if "status" in runs.columns else runs.iloc[0:0]
         done = done.assign(context=context_labels(done))
+        # Only the columns claims read: every filter below copies the rows it keeps.
+        done = done[[c for c in done.columns if c in RUN_COLUMNS or c.startswith(KNOB_PREFIX)]]
+        # Text as plain Python objects: Arrow-backed columns make every row selection a take().
+        done = done.astype({c: object for c in done.columns if not pd.api.types.is_numeric_dtype(done[c])})
         ids = set(done["run_id"])
         steps = tables.steps[tables.steps["run_id"].isin(ids)] if "run_id" in tables.steps.columns else tables.steps
         epochs = tables.epochs[tables.epochs["run_id"].isin(ids)] if "run_id" in tables.epochs.columns else tables.epochs
+        epochs = epochs[[c for c in epochs.columns if c in ("run_id", "step", "epoch", keys.ELAPSED) or str(c).startswith(keys.EVAL_PREFIX)]]
+        if "step" in epochs.columns:
+            epochs = epochs.sort_values(["step", "epoch"], kind="stable")
         study = cls(runs=done, steps=steps.reset_index(drop=True), epochs=epochs.reset_index(drop=True),
                     left_out=len(runs) - len(done))
         study._order = _logged_order(study.steps)
@@ -100,22 +113,41 @@ class Study:
         """The finished runs of these sparsifiers (every method label of each)."""
         if self.runs.empty:
             return self.runs
-        return self.runs[self.runs["sparsifier"].isin(sparsifiers)]
+        cached = self._cache.get(("runs_of", sparsifiers))
+        if cached is None:
+            cached = self.runs[self.runs["sparsifier"].isin(sparsifiers)]
+            self._cache[("runs_of", sparsifiers)] = cached
+        return cached
 
     def has(self, key: str) -> bool:
         """True when some train row logs `key`."""
         return key in self.steps.columns and bool(self.steps[key].notna().any())
 
     # -- per-run numbers ----------------------------------------------------------------------
+    def column(self, key: str) -> np.ndarray | None:
+        """Train rows' `key` as floats (NaN where missing or not a number), None when no row
+        has the column; converted once per key."""
+        if key not in self.steps.columns:
+            return None
+        cached = self._cache.get(("column", key))
+        if cached is None:
+            cached = pd.to_numeric(self.steps[key], errors="coerce").to_numpy(dtype=float)
+            self._cache[("column", key)] = cached
+        return cached
+
+    def train_rows(self, run_id: str) -> pd.DataFrame:
+        """One run's logged train rows, in step order."""
+        rows = self._order.get(run_id)
+        return self.steps.iloc[rows] if rows is not None else self.steps.iloc[0:0]
+
     def values(self, run_id: str, key: str) -> tuple[np.ndarray, np.ndarray]:
         """(steps, values) of one run's logged rows that hold `key`, in step order."""
-        rows = self._order.get(run_id)
-        if rows is None or key not in self.steps.columns:
+        rows, column, steps = self._order.get(run_id), self.column(key), self.column("step")
+        if rows is None or column is None:
             return np.empty(0, dtype=float), np.empty(0, dtype=float)
-        values = pd.to_numeric(self.steps[key].iloc[rows], errors="coerce").to_numpy(dtype=float)
-        steps = self.steps["step"].iloc[rows].to_numpy(dtype=float)
+        values = column[rows]
         keep = np.isfinite(values)
-        return steps[keep], values[keep]
+        return steps[rows][keep], values[keep]
 
     def reduced(self, key: str, how: Reduction) -> pd.Series:
         """Per finished run, its logged values of `key` reduced as the report reduces them (NaN
@@ -126,12 +158,11 @@ class Study:
         late = self.steps["after_warmup"].to_numpy(dtype=bool) if "after_warmup" in self.steps.columns else None
         result = {}
         for run_id in self.runs["run_id"]:
-            rows = self._order.get(run_id)
-            if rows is None or key not in self.steps.columns:
+            rows, column = self._order.get(run_id), self.column(key)
+            if rows is None or column is None:
                 result[run_id] = float("nan")
                 continue
-            values = pd.to_numeric(self.steps[key].iloc[rows], errors="coerce").to_numpy(dtype=float)
-            result[run_id] = reduce_logged(how, values, None if late is None else late[rows])
+            result[run_id] = reduce_logged(how, column[rows], None if late is None else late[rows])
         series = pd.Series(result, dtype=float)
         self._cache[("reduced", key, how)] = series
         return series
@@ -146,11 +177,11 @@ class Study:
         late = self.steps["after_warmup"].to_numpy(dtype=bool) if "after_warmup" in self.steps.columns else None
         result = {}
         for run_id in self.runs["run_id"]:
-            rows = self._order.get(run_id)
-            if rows is None or late is None or key not in self.steps.columns:
+            rows, column = self._order.get(run_id), self.column(key)
+            if rows is None or late is None or column is None:
                 result[run_id] = float("nan")
                 continue
-            values = pd.to_numeric(self.steps[key].iloc[rows], errors="coerce").to_numpy(dtype=float)
+            values = column[rows]
             values = values[late[rows] & np.isfinite(values)]
             result[run_id] = float(np.median(values)) if values.size else float("nan")
         series = pd.Series(result, dtype=float)
@@ -161,6 +192,9 @@ class Study:
         """Per finished run: `value`, the mean of `key` over its settled rows (the later half of
         the logged rows that hold it), `rows` (how many), `from_step` (the first of them) and
         `ok` (the half is long and late enough: SETTLED_MIN_ROWS, SETTLED_FROM_STEP)."""
+        cached = self._cache.get(("settled", key))
+        if cached is not None:
+            return cached
         records = {}
         for run_id in self.runs["run_id"]:
             steps, values = self.values(run_id, key)
@@ -173,36 +207,67 @@ class Study:
                 "from_step": first,
                 "ok": count >= SETTLED_MIN_ROWS and first >= SETTLED_FROM_STEP,
             }
-        return pd.DataFrame.from_dict(records, orient="index", columns=["value", "rows", "from_step", "ok"])
+        frame = pd.DataFrame.from_dict(records, orient="index", columns=["value", "rows", "from_step", "ok"])
+        self._cache[("settled", key)] = frame
+        return frame
 
     def final_metric(self) -> pd.Series:
         """Per finished run, its task metric at its last evaluation (by step, then epoch), NaN
         when that one is missing or not finite: never an earlier evaluation's value."""
-        result = {}
-        for run in self.runs.itertuples(index=False):
-            curve = self.curve([run.run_id], run.task_metric)
-            result[run.run_id] = float(curve["metric"].iloc[-1]) if len(curve) else float("nan")
-        return pd.Series(result, dtype=float)
+        cached = self._cache.get(("final",))
+        if cached is not None:
+            return cached
+        result = pd.Series(np.nan, index=pd.Index(self.runs["run_id"]), dtype=float)
+        if not self.epochs.empty and "run_id" in self.epochs.columns:
+            last = self.epochs.sort_values(["step", "epoch"], kind="stable").drop_duplicates("run_id", keep="last")
+            metric_of = self.runs.set_index("run_id")["task_metric"]
+            for row in last.itertuples(index=False):
+                metric = metric_of.get(row.run_id)
+                position = last.columns.get_loc(metric) if metric in last.columns else None
+                value = pd.to_numeric(pd.Series([row[position]]), errors="coerce").iloc[0] if position is not None else np.nan
+                result[row.run_id] = float(value) if np.isfinite(value) else np.nan
+        self._cache[("final",)] = result
+        return result
 
     def curve(self, run_ids: list[str], metric: str) -> pd.DataFrame:
         """The evaluations of `run_ids` averaged per epoch: columns epoch, metric (the mean of
-        `metric`, NaN when a run's value there is not finite) and elapsed (mean
-        `time/elapsed_s`, NaN when not logged), in epoch order."""
-        rows = self.epochs[self.epochs["run_id"].isin(run_ids)] if "run_id" in self.epochs.columns else self.epochs.iloc[0:0]
-        if rows.empty or metric not in rows.columns:
-            return pd.DataFrame({"epoch": [], "metric": [], "elapsed": []})
-        rows = rows.sort_values(["step", "epoch"], kind="stable")
-        # The last evaluation of each epoch per run (a resumed run may repeat one).
-        rows = rows.drop_duplicates(["run_id", "epoch"], keep="last")
-        frame = pd.DataFrame({
-            "epoch": rows["epoch"].to_numpy(),
-            "metric": pd.to_numeric(rows[metric], errors="coerce").to_numpy(dtype=float),
-            "elapsed": pd.to_numeric(rows[keys.ELAPSED], errors="coerce").to_numpy(dtype=float) if keys.ELAPSED in rows.columns else np.nan,
-        })
-        frame.loc[~np.isfinite(frame["metric"]), "metric"] = np.nan
-        # mean with NaN kept: a seed whose evaluation is not finite makes the epoch's mean missing
-        return frame.groupby("epoch", sort=True).agg(metric=("metric", lambda v: v.mean(skipna=False)),
-                                                     elapsed=("elapsed", "mean")).reset_index()
+        `metric`; NaN when any run's value there is not finite: a diverged seed is not averaged
+        away) and elapsed (mean `time/elapsed_s` of the runs that log it, else NaN), in epoch
+        order."""
+        per_epoch: dict[int, list[tuple[float, float]]] = {}
+        for run_id in run_ids:
+            for epoch, pair in self._evaluations(run_id, metric).items():
+                per_epoch.setdefault(epoch, []).append(pair)
+        records = []
+        for epoch in sorted(per_epoch):
+            metrics = np.array([m for m, _ in per_epoch[epoch]])
+            elapsed = np.array([e for _, e in per_epoch[epoch]])
+            elapsed = elapsed[np.isfinite(elapsed)]
+            records.append((epoch, float(metrics.mean()) if np.isfinite(metrics).all() else np.nan,
+                            float(elapsed.mean()) if elapsed.size else np.nan))
+        return pd.DataFrame.from_records(records, columns=["epoch", "metric", "elapsed"])
+
+    def _evaluations(self, run_id: str, metric: str) -> dict[int, tuple[float, float]]:
+        """One run's epoch -> (`metric`, `time/elapsed_s`) of its last evaluation of that epoch (a
+        resumed run may repeat one); non-finite values as NaN."""
+        cache_key = ("evaluations", run_id, metric)
+        cached = self._cache.get(cache_key)
+        if cached is not None:
+            return cached
+        if "eval_rows" not in self._cache:
+            self._cache["eval_rows"] = self.epochs.groupby("run_id", observed=True, sort=False).indices \
+                if "run_id" in self.epochs.columns and len(self.epochs) else {}
+        rows = self._cache["eval_rows"].get(run_id)
+        result: dict[int, tuple[float, float]] = {}
+        if rows is not None and metric in self.epochs.columns:
+            part = self.epochs.iloc[rows]  # already in (step, epoch) order: later rows win
+            values = pd.to_numeric(part[metric], errors="coerce").to_numpy(dtype=float)
+            elapsed = pd.to_numeric(part[keys.ELAPSED], errors="coerce").to_numpy(dtype=float) \
+                if keys.ELAPSED in part.columns else np.full(len(part), np.nan)
+            for epoch, value, seconds in zip(part["epoch"].to_numpy(), values, elapsed):
+                result[int(epoch)] = (value if np.isfinite(value) else np.nan, seconds if np.isfinite(seconds) else np.nan)
+        self._cache[cache_key] = result
+        return result
 
 
 def _logged_order(steps: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -214,13 +279,23 @@ def _logged_order(steps: pd.DataFrame) -> dict[str, np.ndarray]:
     return {run: rows[np.argsort(step[rows], kind="stable")] for run, rows in groups.items()}
 
 
-def method_groups(runs: pd.DataFrame, by_workers: bool = False):
+def method_groups(runs: pd.DataFrame, by_workers: bool = False) -> list[tuple[tuple, pd.DataFrame]]:
     """(method, context, density[, workers]) -> that group's runs, in sorted order: the unit a
-    claim measures (a fit over W, or a comparison at one W)."""
+    claim measures (a fit over W, or a comparison at one W). Grouped in Python: pandas' groupby
+    costs more than the handful of runs a claim reads."""
     if runs.empty:
         return []
-    keys_ = ["method", "context", "density"] + (["workers"] if by_workers else [])
-    return list(runs.groupby(keys_, sort=True, dropna=False))
+    columns = ["method", "context", "density"] + (["workers"] if by_workers else [])
+    positions: dict[tuple, list[int]] = {}
+    for position, key in enumerate(zip(*(runs[column].tolist() for column in columns))):
+        key = tuple(None if isinstance(part, float) and part != part else part for part in key)  # NaN never equals itself
+        positions.setdefault(key, []).append(position)
+    return [(key, runs.iloc[rows]) for key, rows in sorted(positions.items(), key=lambda item: _sort_key(item[0]))]
+
+
+def _sort_key(key: tuple) -> tuple:
+    """Numbers in numeric order (W = 2 before 16), text after, a missing value last."""
+    return tuple((0, float(part), "") if finite(part) else (1, 0.0, str(part)) for part in key)
 
 
 def per_workers(runs: pd.DataFrame, values: pd.Series) -> pd.Series:

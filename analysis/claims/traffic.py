@@ -118,7 +118,8 @@ def bytes_flat(numbers: Numbers) -> bool:
 _SOURCES = {
     "deft": f"{DEFT}, abstract: 'even if the number of workers increases, the communication traffic can be maintained as per user requirement'",
     "micro": f"{MICRO}, abstract: 'MiCRO estimates the accurate threshold to maintain the communication traffic as per user requirement'",
-    "exdyna": f"{EXDYNA}, abstract: build-up never occurs, and balanced partitions stop the traffic growth that workload imbalance causes",
+    "exdyna": f"{EXDYNA}, abstract: 'gradient build-up never occurs', against 'communication traffic increases drastically "
+              "owing to workload imbalance of gradient selection between workers'",
 }
 
 
