@@ -13,6 +13,7 @@ starts. Ranks read the resolved config this process writes; they never run @hydr
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from datasets.cache import CACHE_VARIABLE
 from experiments.launcher.compose import check_top_level_keys, preflight
 from experiments.errors import ConfigError
 from experiments.launcher.help import PRIMARY_CONFIG, print_help, wants_help
@@ -32,6 +34,10 @@ from experiments.launcher.validate import validate
 
 register()
 FAILED_JOBS: list[str] = []
+# Decoded datasets are kept for the next process (datasets/cache.py): validation here and every
+# rank, which inherits the variable, load them instead of decoding. Inside the repository's
+# outputs/ (hidden: the analysis never searches it), never under $HOME; empty turns it off.
+os.environ.setdefault(CACHE_VARIABLE, str(Path(__file__).resolve().parent / "outputs" / ".cache"))
 
 
 def fail_config(error: ConfigError) -> None:

@@ -13,10 +13,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from datasets import files
+from datasets import base, cache, files
 from datasets.base import DatasetNotFound, DatasetSplits, standardize
 
+NAME = "fashion_mnist"
 DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
+# The code that decides the decoded bytes (datasets/cache.py keys its entries by it).
+CODE = (Path(__file__), Path(base.__file__))
 FILES = {
     "train_x": "train-images-idx3-ubyte",
     "train_y": "train-labels-idx1-ubyte",
@@ -64,8 +67,11 @@ def check_available(root: str | None = None, download: bool = False, system_dir:
     (the mirror reachable), and DatasetCorrupt naming a file that is truncated or not IDX."""
     directory = locate(root, system_dir)
     if directory is not None:
-        for key, stem in FILES.items():
-            _read_idx(_file_in(directory, stem), SHAPES[key])
+        sources = _sources(directory)
+        if cache.verified(NAME, sources):  # these exact bytes were parsed completely before
+            return
+        for key, path in zip(FILES, sources):
+            _read_idx(path, SHAPES[key])
         return
     where = ", ".join(str(d) for d in candidate_dirs(root, system_dir))
     if not download:
@@ -112,15 +118,27 @@ def load(root: str | None = None, download: bool = False, system_dir: str | None
         directory = locate(root, system_dir)
     if directory is None:
         raise DatasetNotFound(HOW_TO_GET.format(where=", ".join(str(d) for d in candidate_dirs(root, system_dir))))
-    arrays = {key: _read_idx(_file_in(directory, stem), SHAPES[key]) for key, stem in FILES.items()}
+    sources = _sources(directory)
+    arrays = cache.cached_arrays(NAME, sources, CODE, lambda: _decode(sources))
+    tensors = {key: torch.from_numpy(array) for key, array in arrays.items()}
+    return DatasetSplits(name=NAME, train_x=tensors["train_x"], train_y=tensors["train_y"], test_x=tensors["test_x"],
+                         test_y=tensors["test_y"], num_classes=10)
+
+
+def _sources(directory: Path) -> list[Path]:
+    """The four files in FILES order."""
+    return [_file_in(directory, stem) for stem in FILES.values()]
+
+
+def _decode(sources: list[Path]) -> dict[str, np.ndarray]:
+    """The splits as arrays: images scaled to [0, 1] and standardized, labels as int64."""
+    arrays = {key: _read_idx(path, SHAPES[key]) for key, path in zip(FILES, sources)}
     train_x = torch.from_numpy(arrays["train_x"].astype(np.float32) / 255.0).unsqueeze(1)
     test_x = torch.from_numpy(arrays["test_x"].astype(np.float32) / 255.0).unsqueeze(1)
     train_x, test_x = standardize(train_x, test_x)
-    return DatasetSplits(
-        name="fashion_mnist",
-        train_x=train_x,
-        train_y=torch.from_numpy(arrays["train_y"].astype(np.int64)),
-        test_x=test_x,
-        test_y=torch.from_numpy(arrays["test_y"].astype(np.int64)),
-        num_classes=10,
-    )
+    return {
+        "train_x": train_x.numpy(),
+        "train_y": arrays["train_y"].astype(np.int64),
+        "test_x": test_x.numpy(),
+        "test_y": arrays["test_y"].astype(np.int64),
+    }

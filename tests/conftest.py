@@ -34,6 +34,7 @@ def _quiet_environment(tmp_path_factory):
     os.environ["WANDB_DIR"] = str(cache / "wandb")
     os.environ["WANDB_CACHE_DIR"] = str(cache / "wandb")
     os.environ["WANDB_CONFIG_DIR"] = str(cache / "wandb")
+    os.environ["SPARSEBENCH_CACHE_DIR"] = str(cache / "sparsebench")  # decoded datasets (datasets/cache.py)
     torch.set_num_threads(1)
     yield
 
