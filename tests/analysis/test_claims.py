@@ -1,0 +1,246 @@
+"""analysis.claims: a synthetic study on which every claim holds, then, per claim, the same study
+with the one change that breaks that claim (tests/analysis/claims_study.py): it must come out
+DOES_NOT_HOLD, and every other claim must keep its verdict. Studies lacking what a claim needs
+give NOT_MEASURABLE with the reason, never an error; the command line writes claims.md and
+claims.json and exits 2 for a path without runs."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analysis.claims import BY_ID, CLAIMS, Outcome, Verdict, judge_paths, judge_tables
+from analysis.claims.__main__ import main as claims_main
+from analysis.claims.deft import lpt_bound, replay_deviation
+from analysis.synthetic import SyntheticRun, write_run, write_sweep
+from experiments import metric_keys as k
+from sparsifiers.deft_allocation import allocate, bin_loads, unit_k
+from tests.analysis.claims_study import BREAKS, METHODS, on, study_tables, write_study
+
+REPO = Path(__file__).resolve().parents[2]
+SCALING = ["selection.deft", "selection.micro", "selection.exdyna", "selection.topk", "selection.cltk",
+           "buildup.topk", "traffic.count.deft", "traffic.count.micro", "traffic.count.exdyna",
+           "traffic.bytes.deft", "traffic.bytes.micro", "traffic.bytes.exdyna"]
+SETTLED = ["density.micro", "density.exdyna", "density.threshold", "density.sage", "balance.exdyna"]
+AGAINST_DENSE = ["convergence.dense.deft", "convergence.dense.micro", "convergence.dense.exdyna", "dgc.dense"]
+SOONER = ["convergence.sooner.deft", "convergence.sooner.micro", "convergence.sooner.exdyna"]
+
+
+def judged(path: Path) -> dict[str, Verdict]:
+    verdicts, _ = judge_paths([path], cache=False)
+    return {verdict.claim.id: verdict for verdict in verdicts}
+
+
+def outcomes(verdicts: dict[str, Verdict]) -> dict[str, Outcome]:
+    return {claim_id: verdict.outcome for claim_id, verdict in verdicts.items()}
+
+
+@pytest.fixture(scope="module")
+def all_hold(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Verdict]]:
+    root = write_study(tmp_path_factory.mktemp("all_hold"))
+    return root, judged(root)
+
+
+def test_every_claim_holds_on_the_all_hold_study(all_hold):
+    _, verdicts = all_hold
+    assert list(verdicts) == [claim.id for claim in CLAIMS]
+    assert {claim_id: v.outcome for claim_id, v in verdicts.items() if v.outcome is not Outcome.HOLDS} == {}
+    for verdict in verdicts.values():  # measured numbers always come with the verdict
+        assert verdict.measured and all(verdict.held.values()) and verdict.reason == ""
+
+
+def test_every_claim_has_a_break():
+    assert set(BREAKS) == set(BY_ID)
+
+
+def test_breaks_in_memory_judge_as_the_written_study(all_hold, tmp_path):
+    """study_tables (the breaks below) gives the numbers load_runs gives for the same runs."""
+    root, written = all_hold
+    unbroken, _ = judge_tables(study_tables(root, lambda method, workers, rows: None))
+    assert {v.claim.id: v.measured for v in unbroken} == {claim_id: v.measured for claim_id, v in written.items()}
+    broken = BREAKS["deft.bins_balanced"]
+    from_disk = judged(write_study(tmp_path, broken))["deft.bins_balanced"]
+    in_memory = {v.claim.id: v for v in judge_tables(study_tables(root, broken))[0]}["deft.bins_balanced"]
+    assert from_disk.outcome is in_memory.outcome is Outcome.DOES_NOT_HOLD
+    assert from_disk.measured == in_memory.measured
+
+
+@pytest.mark.parametrize("claim_id", list(BREAKS))
+def test_the_break_of_a_claim_fails_that_claim_and_no_other(claim_id, all_hold):
+    root, before = all_hold
+    verdicts, _ = judge_tables(study_tables(root, BREAKS[claim_id]))
+    after = {verdict.claim.id: verdict for verdict in verdicts}
+    assert after[claim_id].outcome is Outcome.DOES_NOT_HOLD, after[claim_id]
+    assert not all(after[claim_id].held.values())
+    changed = {other: (before[other].outcome, after[other].outcome) for other in BY_ID
+               if other != claim_id and after[other].outcome is not before[other].outcome}
+    assert changed == {}
+
+
+def test_one_worker_count_leaves_the_scaling_claims_unmeasurable(tmp_path):
+    verdicts = judged(write_study(tmp_path, workers=(4,)))
+    for claim_id in SCALING:
+        assert verdicts[claim_id].outcome is Outcome.NOT_MEASURABLE, claim_id
+        assert "two or more worker counts" in verdicts[claim_id].reason and "W=[4]" in verdicts[claim_id].reason
+        assert verdicts[claim_id].measured == {}
+    assert {c for c, o in outcomes(verdicts).items() if o is not Outcome.HOLDS} == set(SCALING)
+
+
+def test_short_runs_have_no_settled_steps(tmp_path):
+    verdicts = judged(write_study(tmp_path, rows=12))  # steps 0 to 132: the later half starts at step 72
+    for claim_id in SETTLED:
+        assert verdicts[claim_id].outcome is Outcome.NOT_MEASURABLE, claim_id
+    assert "no settled steps" in verdicts["density.micro"].reason
+    assert "holds 6 rows from step 72" in verdicts["density.micro"].reason
+    assert {c for c, o in outcomes(verdicts).items() if o is not Outcome.HOLDS} == set(SETTLED)
+
+
+def test_without_dense_runs_nothing_is_compared_with_dense(tmp_path):
+    verdicts = judged(write_study(tmp_path, methods=tuple(m for m in METHODS if m != "dense")))
+    for claim_id in AGAINST_DENSE:
+        assert verdicts[claim_id].outcome is Outcome.NOT_MEASURABLE
+        assert "no dense run at the same W" in verdicts[claim_id].reason
+    assert {c for c, o in outcomes(verdicts).items() if o is not Outcome.HOLDS} == set(AGAINST_DENSE)
+
+
+def test_dgc_without_clipping_is_not_the_claimed_recipe(tmp_path):
+    root = write_study(tmp_path)
+    for config in root.glob("*_dgc_*/config.yaml"):
+        config.write_text(config.read_text().replace("clip_norm: 5.0", "clip_norm: null"))
+    verdict = judged(root)["dgc.dense"]
+    assert verdict.outcome is Outcome.NOT_MEASURABLE and "warm-up and clipping" in verdict.reason
+
+
+def test_deft_without_per_unit_lists(tmp_path):
+    def drop_lists(workers, rows):
+        for row in rows:
+            for key in (k.DEFT_UNIT_K, k.DEFT_UNIT_NORMS, k.DEFT_UNIT_COMMON, k.DEFT_BIN_LOADS):
+                row.pop(key, None)
+    verdicts = judged(write_study(tmp_path, on("deft", drop_lists)))
+    assert verdicts["deft.k_follows_norms"].outcome is Outcome.NOT_MEASURABLE
+    assert "log_units_every" in verdicts["deft.k_follows_norms"].reason
+    assert verdicts["deft.bins_balanced"].outcome is Outcome.HOLDS
+
+
+def test_evaluations_without_elapsed_time(tmp_path):
+    def drop_elapsed(method, workers, rows):
+        for row in rows:
+            if row[k.ROW_KIND] == k.KIND_EVAL:
+                row.pop(k.ELAPSED)
+    verdicts = judged(write_study(tmp_path, drop_elapsed))
+    for claim_id in SOONER:
+        assert verdicts[claim_id].outcome is Outcome.NOT_MEASURABLE and k.ELAPSED in verdicts[claim_id].reason
+    assert {c for c, o in outcomes(verdicts).items() if o is not Outcome.HOLDS} == set(SOONER)
+
+
+def test_contexts_are_judged_apart(tmp_path):
+    """Two models in one study: each claim measures each context on its own, and a break in one
+    context fails the claim with that context's subject named."""
+    write_study(tmp_path / "mlp")
+    write_study(tmp_path / "cnn", BREAKS["density.micro"], model="cnn")
+    verdicts = judged(tmp_path)
+    assert sorted(verdicts["selection.deft"].measured) == ["deft | cnn/synthetic | d=0.01", "deft | mlp/synthetic | d=0.01"]
+    density = verdicts["density.micro"]
+    assert density.outcome is Outcome.DOES_NOT_HOLD
+    assert {s for s, held in density.held.items() if not held} == {f"micro | cnn/synthetic | d=0.01 | W={w}" for w in (2, 4)}
+    assert {c for c, o in outcomes(verdicts).items() if o is not Outcome.HOLDS} == {"density.micro"}
+
+
+def test_a_study_with_nothing_to_judge(tmp_path):
+    """Dense runs, a failed run and a running one: every claim NOT_MEASURABLE with a reason."""
+    write_study(tmp_path / "dense", methods=("dense",))
+    write_run(tmp_path / "failed", SyntheticRun(method="micro", workers=2, status="failed"))
+    write_run(tmp_path / "running", SyntheticRun(method="deft", workers=4, status="running", cut=True))
+    verdicts, study = judge_paths([tmp_path], cache=False)
+    assert study.left_out == 2 and len(study.runs) == 2
+    for verdict in verdicts:
+        assert verdict.outcome is Outcome.NOT_MEASURABLE and verdict.reason, verdict.claim.id
+    reasons = {verdict.claim.id: verdict.reason for verdict in verdicts}
+    assert reasons["selection.micro"] == "no finished MiCRO runs"  # the failed one is left out
+    assert reasons["buildup.deft"] == "no finished DEFT runs at W >= 2"  # the running one too
+    assert reasons["dgc.dense"] == "no finished DGC runs"
+
+
+def test_a_plausible_random_study_is_judged_without_error(tmp_path):
+    """The generic synthetic runs (analysis.synthetic: every method, noisy numbers, DEFT lists
+    that do not follow the formula) give a verdict for every claim."""
+    write_sweep(tmp_path, ["dense", "topk", "cltk", "deft", "micro", "exdyna", "threshold", "sage", "dgc", "gaussiank", "randomk"],
+                [1, 2, 4], steps=30, epochs=3)
+    verdicts, _ = judge_paths([tmp_path], cache=False)
+    assert [v.claim.id for v in verdicts] == [claim.id for claim in CLAIMS]
+    assert all(isinstance(v.outcome, Outcome) for v in verdicts)
+
+
+def test_every_criterion_refuses_missing_numbers(all_hold):
+    _, verdicts = all_hold
+    for claim_id, verdict in verdicts.items():
+        for numbers in verdict.measured.values():
+            assert not BY_ID[claim_id].holds({key: math.nan for key in numbers}), claim_id
+
+
+def test_the_k_formula_replay_agrees_with_the_allocation_code():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        units = int(rng.integers(2, 40))
+        sizes = [int(s) for s in rng.integers(1, 5_000, units)]
+        norms = [float(n) for n in np.exp(rng.normal(0, rng.uniform(0.1, 3), units))]
+        k_target = int(rng.integers(1, sum(sizes)))
+        ks = unit_k(norms, sizes, k_target)
+        common = [1.0 if count == size else 0.0 for count, size in zip(ks, sizes)]
+        assert replay_deviation(norms, ks, common, k_target) == 0
+    assert replay_deviation([1.0, 1.0], [10.0, 0.0], [0.0, 0.0], 10) == 5  # 10 and 0 instead of 5 and 5
+
+
+def test_the_bin_bound_is_what_largest_first_packing_guarantees():
+    """Against max(largest cost, total / W), as DEFT logs it: never above 2W/(W+1), and W+1 equal
+    units reach it."""
+    rng = np.random.default_rng(1)
+    for _ in range(500):
+        workers = int(rng.integers(1, 17))
+        costs = [float(c) for c in np.exp(rng.normal(0, 1.5, int(rng.integers(1, 40))))]
+        loads = bin_loads(allocate(costs, [], workers), costs)
+        assert max(loads) / max(max(costs), sum(costs) / workers) <= lpt_bound(workers) + 1e-12
+    for workers in (2, 4, 8):
+        loads = bin_loads(allocate([1.0] * (workers + 1), [], workers), [1.0] * (workers + 1))
+        assert max(loads) / ((workers + 1) / workers) == pytest.approx(lpt_bound(workers))
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    return subprocess.run([sys.executable, "-m", "analysis.claims", *args, "--no-cache"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_command_line_writes_claims_md_and_json(all_hold, tmp_path):
+    root, _ = all_hold
+    result = run_cli(str(root), "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    assert "30 HOLDS, 0 DOES_NOT_HOLD, 0 NOT_MEASURABLE" in result.stdout
+    lines = (tmp_path / "out" / "claims.md").read_text().splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("| claim |"))
+    assert lines[header] == "| claim | source | measured | criterion | verdict |"
+    rows = [line for line in lines[header + 2:] if line.startswith("| ")]
+    assert [row.split("`")[1] for row in rows] == [claim.id for claim in CLAIMS]
+    assert all(row.endswith("| HOLDS |") for row in rows)
+    micro = next(row for row in rows if row.startswith("| `density.micro`"))
+    assert "micro \\| mlp/synthetic \\| d=0.01 \\| W=2: settled=" in micro and "\\|settled error\\| <= 0.1" in micro
+    record = json.loads((tmp_path / "out" / "claims.json").read_text())
+    assert [c["id"] for c in record["claims"]] == [claim.id for claim in CLAIMS]
+    assert record["claims"][0]["measured"]["deft | mlp/synthetic | d=0.01"]["slope"] == pytest.approx(-1.0)
+
+
+def test_the_command_line_exits_2_for_a_path_without_runs(tmp_path, all_hold, capsys):
+    """In-process (main returns the status): one line on stderr, nothing written."""
+    root, _ = all_hold
+    (tmp_path / "empty").mkdir()
+    assert claims_main([str(root), str(tmp_path / "empty")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"error: {tmp_path / 'empty'} holds no runs"]
+    assert not (root / "claims").exists()
+    assert claims_main([str(tmp_path / "nowhere")]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
