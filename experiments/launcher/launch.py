@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from experiments.launcher.agent import REPORT_VARIABLE
 from experiments.launcher.blame import explain, merge_reports, rank_failures
 from experiments.console import line_start
+from experiments.launcher import kernel_cache
 from experiments.launcher.environment import REPO_ROOT, collect_environment
 from experiments.errors import ConfigError
 from experiments.launcher.launcher_checks import rendezvous_error
@@ -149,6 +150,7 @@ def run_to_end(cfg: DictConfig, store: RunStore, environment: dict[str, Any], ex
     run_dir = store.dir
     runtime, tag = Runtime.from_dict(environment["resolved"], cfg.logger.wandb_mode), environment["node"]
     per_process = runtime.ranks_per_process  # ranks each process hosts (for blame's names)
+    kernel_cache.prepare(cfg.kernels, runtime.device)  # compiled once here, not by every rank (first run only)
     started = time.time()
     command = rank_command(cfg, runtime, run_dir)
     returncode, stopped_by, pid = run_job(command, node_environment(runtime, run_dir, tag), str(REPO_ROOT))
