@@ -134,5 +134,16 @@ def main(argv: list[str]) -> int:
     return code
 
 
+def exit_now(code: int) -> None:
+    """Ends torchrun without interpreter finalization. Its job is over: the ranks are gone, the
+    rendezvous closed (after torchrun's exit barrier) and the report written. Tearing down the
+    modules of torch it imported took 0.6 s on an idle machine and about 1 s during a sweep
+    (its garbage collection walks every object), and run.py, waiting on this process, printed
+    the run's summary only after it."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_now(main(sys.argv[1:]))
