@@ -131,7 +131,8 @@ class Sparsifier(ABC):
     def averaged_inputs(self, acc: torch.Tensor, step: int) -> torch.Tensor | None:
         """A small 1-D float tensor this rank contributes before the plan; the world averages it
         over ranks (one metered allreduce) and hands the mean to `receive_average` on every rank.
-        None (the default): nothing to average. DEFT's `norms=global` averages unit norms here."""
+        None (the default): nothing to average. DEFT's `norms=global` averages unit norms here,
+        MiCRO's and ExDyna's `threshold_start=calibrated` the first step's k-th largest |acc|."""
         return None
 
     def receive_average(self, mean: torch.Tensor, step: int) -> None:

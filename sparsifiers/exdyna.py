@@ -19,7 +19,10 @@ vector into blocks and moves partition boundaries block by block toward equal co
        there; if none, the single index partition start + (t mod partition size). `comparison`:
        released (lambda rounded to the nearest float32, as the released code compares) or exact
        (threshold_control.py).
-    4. Threshold: MiCRO's rule (threshold_control.py; `threshold_rule` official or symmetric).
+    4. Threshold: MiCRO's rule (threshold_control.py; `threshold_rule` official or symmetric),
+       from 1 / (2 sqrt(k)); `threshold_start: calibrated` (not the released code) starts instead
+       at the mean over ranks of each rank's k-th largest |acc| at t = 0, through the averaged
+       inputs (threshold_start.py: why that estimate makes |U| ~ k over the step-0 partitions too).
     5. Exchange: union_allreduce. Load imbalance W * max count / sum of counts - 1 (the padding
        the index allgather pays) is logged by the shared metrics as selection/load_imbalance.
 
@@ -39,13 +42,8 @@ from experiments import metric_keys as keys
 from experiments.errors import ConfigError
 from sparsifiers.base import ExchangeKind, Feedback, SelectionScope, Sparsifier
 from sparsifiers.layout import Layout, even_splits
-from sparsifiers.threshold_control import (
-    ThresholdScan,
-    check_comparison,
-    check_threshold_rule,
-    initial_threshold,
-    next_threshold,
-)
+from sparsifiers.threshold_control import ThresholdScan, check_comparison, check_threshold_rule, next_threshold
+from sparsifiers.threshold_start import ThresholdStart
 
 SURPLUS = 1.05  # a partition above SURPLUS x mean gives a block to a neighbour below mean / SURPLUS
 
@@ -70,11 +68,14 @@ class ExDyna(Sparsifier):
         block_align: int = 32,
         threshold_rule: str = "official",
         comparison: str = "released",
+        threshold_start: str = "released",
         **knobs,
     ) -> None:
         super().__init__(layout, world_size, rank, density=density, **knobs)
         self.threshold_rule = check_threshold_rule(threshold_rule)
         self.comparison = check_comparison(comparison)
+        self._start = ThresholdStart(threshold_start, self.k)
+        self.threshold_start = threshold_start
         if not isinstance(blocks, int) or blocks < world_size:
             raise ConfigError(
                 f"sparsifier.blocks (B) must be >= workers (W = {world_size}), got {blocks}: raise sparsifier.blocks"
@@ -93,8 +94,8 @@ class ExDyna(Sparsifier):
         self.block_size = per_block - per_block % self.block_align
         self.remainder = self.numel - self.block_size * blocks
         self.partition_blocks = [end - start for start, end in even_splits(blocks, world_size)]
-        # 4. Threshold at t = 0.
-        self.threshold = initial_threshold(self.k)  # what the next select uses
+        # 4. Threshold at t = 0 (what the next select uses): NaN until a calibrated start is known.
+        self.threshold = math.nan if self._start.pending else self._start.initial
         self._moved = 0  # blocks that crossed a boundary in the last allocation
         # What the last select used, for metrics: threshold, block boundaries, elements, moves.
         self._used = {"threshold": math.nan, "boundaries": self.boundaries(), "scanned": 0, "moved": 0}
@@ -116,8 +117,18 @@ class ExDyna(Sparsifier):
         """True if the partition keeps at least B / (4 W) blocks after giving one away."""
         return 4 * self.world_size * (self.partition_blocks[partition] - 1) >= self.blocks
 
+    # -- threshold_start=calibrated: the world averages the first step's k-th largest |acc| ----
+    def averaged_inputs(self, acc: torch.Tensor, step: int) -> torch.Tensor | None:
+        return self._start.contribution(acc)
+
+    def receive_average(self, mean: torch.Tensor, step: int) -> None:
+        self.threshold = self._start.calibrate(mean)
+
     # -- selection -----------------------------------------------------------------------------
     def select(self, acc: torch.Tensor, step: int, plan: torch.Tensor | None = None) -> torch.Tensor:
+        if self._start.pending:
+            raise RuntimeError("sparsifier.threshold_start=calibrated: the world did not average the first step's "
+                               "k-th largest |acc| before select (averaged_inputs/receive_average were not called)")
         # 3. Assignment: a permutation of the partitions at every step.
         start, end = self.element_range((step + self.rank) % self.world_size)
         # One comparison pass over the partition.
@@ -177,7 +188,7 @@ class ExDyna(Sparsifier):
             **super().describe(),
             "threshold_rule": self.threshold_rule,
             "comparison": self.comparison,
-            "initial_threshold": initial_threshold(self.k),
+            **self._start.describe(),
             "blocks": self.blocks,
             "block_size": self.block_size,
             "block_align": self.block_align,
@@ -191,15 +202,19 @@ class ExDyna(Sparsifier):
             "partition_blocks": list(self.partition_blocks),
             "moved": self._moved,
             "used": {**self._used, "boundaries": list(self._used["boundaries"])},
+            **self._start.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if set(state) != {"threshold", "partition_blocks", "moved", "used"}:
-            raise ValueError(f"exdyna state needs threshold, partition_blocks, moved, used; got {sorted(state)}")
+        start_keys = set(self._start.state_dict())
+        needed = {"threshold", "partition_blocks", "moved", "used"} | start_keys
+        if set(state) != needed:
+            raise ValueError(f"exdyna state needs {', '.join(sorted(needed))}; got {sorted(state)}")
         blocks = [int(b) for b in state["partition_blocks"]]
         if len(blocks) != self.world_size or sum(blocks) != self.blocks:
             raise ValueError(f"exdyna state holds {len(blocks)} partitions of {sum(blocks)} blocks, "
                              f"expected {self.world_size} of {self.blocks}")
+        self._start.load_state_dict({key: state[key] for key in start_keys})
         self.threshold = float(state["threshold"])
         self.partition_blocks = blocks
         self._moved = int(state["moved"])

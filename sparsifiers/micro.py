@@ -8,6 +8,9 @@ step's aggregated count, keeps the actual density near d.
     2. Assignment (every step): rank r takes partition (t + r) mod W.
     3. Threshold: lambda = 1 / (2 sqrt(k)) at t = 0; after every step lambda is scaled by MiCRO's
        rule on rho = |U| / k (threshold_control.py; `threshold_rule` official or symmetric).
+       `threshold_start: calibrated` (not the released code) starts instead at the mean over
+       ranks of each rank's k-th largest |acc| at t = 0, through the averaged inputs
+       (threshold_start.py: why that estimate makes |U| ~ k, and its cost).
     4. Selection: |acc| >= lambda inside the rank's partition; if none, the single index
        partition start + (t mod partition size). `comparison`: released (lambda rounded to the
        nearest float32, as the released code compares) or exact (threshold_control.py).
@@ -30,13 +33,8 @@ from experiments import metric_keys as keys
 from experiments.errors import ConfigError
 from sparsifiers.base import ExchangeKind, Feedback, SelectionScope, Sparsifier
 from sparsifiers.layout import Layout, even_splits
-from sparsifiers.threshold_control import (
-    ThresholdScan,
-    check_comparison,
-    check_threshold_rule,
-    initial_threshold,
-    next_threshold,
-)
+from sparsifiers.threshold_control import ThresholdScan, check_comparison, check_threshold_rule, next_threshold
+from sparsifiers.threshold_start import ThresholdStart
 
 
 class Micro(Sparsifier):
@@ -55,19 +53,22 @@ class Micro(Sparsifier):
         density: float,
         threshold_rule: str = "official",
         comparison: str = "released",
+        threshold_start: str = "released",
         **knobs,
     ) -> None:
         super().__init__(layout, world_size, rank, density=density, **knobs)
         self.threshold_rule = check_threshold_rule(threshold_rule)
         self.comparison = check_comparison(comparison)
+        self._start = ThresholdStart(threshold_start, self.k)
+        self.threshold_start = threshold_start
         if self.numel < world_size:
             raise ConfigError(
                 f"micro needs a gradient element per worker: N = {self.numel} < workers = {world_size}; lower workers"
             )
         # 1. Partitions (once).
         self.partitions = even_splits(self.numel, world_size)
-        # 3. Threshold at t = 0.
-        self.threshold = initial_threshold(self.k)  # what the next select uses
+        # 3. Threshold at t = 0 (what the next select uses): NaN until a calibrated start is known.
+        self.threshold = math.nan if self._start.pending else self._start.initial
         self._used_threshold = math.nan  # what the last select used (metrics)
         self._scanned = 0
         self._scan = ThresholdScan(comparison=self.comparison)
@@ -76,7 +77,17 @@ class Micro(Sparsifier):
         """2. Assignment: the (start, end) this rank scans at `step`; a permutation over ranks."""
         return self.partitions[(step + self.rank) % self.world_size]
 
+    # -- threshold_start=calibrated: the world averages the first step's k-th largest |acc| ----
+    def averaged_inputs(self, acc: torch.Tensor, step: int) -> torch.Tensor | None:
+        return self._start.contribution(acc)
+
+    def receive_average(self, mean: torch.Tensor, step: int) -> None:
+        self.threshold = self._start.calibrate(mean)
+
     def select(self, acc: torch.Tensor, step: int, plan: torch.Tensor | None = None) -> torch.Tensor:
+        if self._start.pending:
+            raise RuntimeError("sparsifier.threshold_start=calibrated: the world did not average the first step's "
+                               "k-th largest |acc| before select (averaged_inputs/receive_average were not called)")
         start, end = self.partition_of(step)
         # 4. Selection: one comparison pass over this rank's N / W elements.
         selected = self._scan.select(acc[start:end], self.threshold, start)
@@ -100,15 +111,19 @@ class Micro(Sparsifier):
             **described,
             "threshold_rule": self.threshold_rule,
             "comparison": self.comparison,
-            "initial_threshold": initial_threshold(self.k),
+            **self._start.describe(),
         }
 
     def state_dict(self) -> dict[str, Any]:
-        return {"threshold": self.threshold, "used_threshold": self._used_threshold, "scanned": self._scanned}
+        return {"threshold": self.threshold, "used_threshold": self._used_threshold, "scanned": self._scanned,
+                **self._start.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if set(state) != {"threshold", "used_threshold", "scanned"}:
-            raise ValueError(f"micro state needs threshold, used_threshold, scanned; got {sorted(state)}")
+        start_keys = set(self._start.state_dict())
+        needed = {"threshold", "used_threshold", "scanned"} | start_keys
+        if set(state) != needed:
+            raise ValueError(f"micro state needs {', '.join(sorted(needed))}; got {sorted(state)}")
+        self._start.load_state_dict({key: state[key] for key in start_keys})
         self.threshold = float(state["threshold"])
         self._used_threshold = float(state["used_threshold"])
         self._scanned = int(state["scanned"])

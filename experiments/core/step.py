@@ -158,7 +158,8 @@ def sparsify_and_exchange(
     ranks = world.local_ranks
 
     # 2. plan: served by the world before anyone selects. First what every rank contributes to an
-    # average (DEFT's global norms): one small allreduce, then the leader's plan, broadcast.
+    # average (DEFT's global norms, a calibrated threshold start): one small allreduce, then the
+    # leader's plan, broadcast.
     inputs = [sparsifier.averaged_inputs(acc, step) for sparsifier, acc in zip(sparsifiers, accs)]
     if inputs[0] is not None:
         mean = world.comm.sum_over_ranks(inputs).div_(world.world_size)
