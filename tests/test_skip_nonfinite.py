@@ -48,9 +48,10 @@ def equal(a, b) -> bool:
     return a == b
 
 
-def hosted_session(sparsifier: str):
-    """The CNN (BatchNorm: every hosted rank has its own buffers) on digits, 4 ranks in one process."""
-    cfg = compose_job([*TINY_RUN, f"sparsifier={sparsifier}", "model=cnn", f"workers={WORKERS}", "batch_size=8",
+def hosted_session(sparsifier: str, *knobs: str):
+    """The CNN (BatchNorm: every hosted rank has its own buffers) on digits, 4 ranks in one process;
+    `knobs`: overrides of the sparsifier's (`sparsifier.threshold_start=calibrated`)."""
+    cfg = compose_job([*TINY_RUN, f"sparsifier={sparsifier}", *knobs, "model=cnn", f"workers={WORKERS}", "batch_size=8",
                        "on_nonfinite=skip"])
     world = init_world(WORKERS, "cpu", "gloo", 60)
     session = build_session(cfg, world)
