@@ -122,16 +122,17 @@ def deft_common_coordinates(step: RecordedStep, sizes: list[int]) -> torch.Tenso
 
 
 def expected_collectives(step: RecordedStep, kind: str, expected: ExpectedExchange, averaged: int = 0,
-                         plan: int = 0, reduction: str = "ring") -> list[Collective]:
-    """In the order issued: DEFT's averaged norms (`averaged` floats), the leader's plan (size
+                         plan: int = 0, reduction: str = "ring", averaged_bytes: int = VALUE_BYTES) -> list[Collective]:
+    """In the order issued: the averaged inputs (`averaged` elements of `averaged_bytes` each:
+    DEFT's float32 norms, a calibrated threshold start's float64), the leader's plan (size
     header, then the `plan` int32 elements), then the exchange (counts header, indices padded
     to the largest count, values). `rank_order` sums by an all-gather of every rank's values."""
-    def summed(elements: int) -> Collective:
-        return Collective("all_reduce" if reduction == "ring" else "all_gather", elements, VALUE_BYTES)
+    def summed(elements: int, element_bytes: int = VALUE_BYTES) -> Collective:
+        return Collective("all_reduce" if reduction == "ring" else "all_gather", elements, element_bytes)
 
     issued = []
     if averaged:
-        issued.append(summed(averaged))
+        issued.append(summed(averaged, averaged_bytes))
     if step.leader is not None:
         issued += [Collective("broadcast", 1, HEADER_BYTES, step.leader),
                    Collective("broadcast", plan, INDEX_BYTES, step.leader)]

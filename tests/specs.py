@@ -5,7 +5,9 @@ from __future__ import annotations
 from experiments.launcher.compose import CONF_DIR
 
 # DEFT at density 0.3 has common units (k_l = size) on the harness's model: added by every rank
-# unexchanged (released, the default) or sent by the leader.
+# unexchanged (released, the default) or sent by the leader. MiCRO's calibrated threshold start
+# adds an all-reduce of one float64 at step 0.
 EVERY_METHOD = sorted(p.stem for p in (CONF_DIR / "sparsifier").glob("*.yaml")) + [
     "topk:exchange=sparse_allgather", "deft:norms=global", "deft:density=0.3", "deft:density=0.3:common_units=leader",
+    "micro:threshold_start=calibrated",
 ]

@@ -3,7 +3,7 @@ hosted ranks, every step recorded (tests/step_recorder.py) and recomputed from t
 (tests/exchange_reference.py): acc is the carried residual plus the gradient; the aggregate is the
 mean over ranks of acc on the exchanged set and zero elsewhere; each residual is acc with what was
 transmitted zeroed; DEFT's common units are the coordinates its plan names; the collectives are
-the ones the exchange kind must issue (padding, size headers, the plan's and the averaged norms'
+the ones the exchange kind must issue (padding, size headers, the plan's and the averaged inputs'
 sizes by hand), and the bytes and modelled time their formulas; every logged number of the metric
 contract (traffic, density and its error against the step's target, build-up, overlap, k, load
 imbalance, residual norms, loss) is what the recorded selections, counts and tensors say; and on
@@ -35,9 +35,10 @@ from tests.step_recorder import RecordedStep, record_steps
 
 WORKERS, STEPS = 4, 4
 WORLDS = (2, 3, 4)  # an odd world too: ring and binomial-tree formulas at a W that is no power of 2
-# Error feedback off, and the deterministic reduction (its sums are all-gathers) for both kinds
-# of value sum: the exchange's and DEFT's averaged norms.
-SPECS = [*EVERY_METHOD, "topk:error_feedback=false", "dense:reduction=rank_order", "deft:norms=global:reduction=rank_order"]
+# Error feedback off, and the deterministic reduction (its sums are all-gathers) for every kind
+# of value sum: the exchange's, DEFT's averaged norms and a calibrated threshold start's float64.
+SPECS = [*EVERY_METHOD, "topk:error_feedback=false", "dense:reduction=rank_order", "deft:norms=global:reduction=rank_order",
+         "micro:threshold_start=calibrated:reduction=rank_order"]
 NETWORK = "network=10gbe"  # so that the modelled times are logged too
 
 
@@ -101,9 +102,15 @@ def check_semantics(steps: list[RecordedStep], spec: str) -> None:
             assert torch.count_nonzero(acc[zeroed]) > 0  # something was really sent
 
 
-def averaged_count(spec: str, sizes: list[int], workers: int) -> int:
-    """DEFT's norms=global all-reduces one norm per unit; nothing else averages inputs."""
-    return len(deft_units(sizes, workers)) if "norms=global" in spec else 0
+def averaged_inputs(spec: str, step: int, sizes: list[int], workers: int) -> tuple[int, int]:
+    """What a step averages over ranks before the plan, (elements, bytes each): DEFT's
+    norms=global one float32 norm per unit at every step; a calibrated threshold start
+    (MiCRO, ExDyna) one float64, its k-th largest |acc|, at step 0 only; otherwise nothing."""
+    if "norms=global" in spec:
+        return len(deft_units(sizes, workers)), 4
+    if "threshold_start=calibrated" in spec and step == 0:
+        return 1, 8
+    return 0, 4
 
 
 def check_traffic(steps: list[RecordedStep], spec: str, density: float) -> None:
@@ -113,8 +120,9 @@ def check_traffic(steps: list[RecordedStep], spec: str, density: float) -> None:
     for step in steps:
         sizes = step.parameter_sizes
         plan = plan_length(spec, step, sizes, density) if step.leader is not None else 0
-        issued = expected_collectives(step, kind, expected_exchange(step, kind), averaged_count(spec, sizes, step.world_size),
-                                      plan, reduction_of(spec))
+        averaged, averaged_bytes = averaged_inputs(spec, step.step, sizes, step.world_size)
+        issued = expected_collectives(step, kind, expected_exchange(step, kind), averaged, plan, reduction_of(spec),
+                                      averaged_bytes)
         assert step.collectives == issued, (spec, step.step)
         sent, recv = ring_bytes(issued, step.world_size)
         assert step.sent.tolist() == pytest.approx(sent.tolist(), rel=1e-12)
