@@ -34,6 +34,7 @@ from experiments.run_dir import ENV
 from experiments.store import RunStore  # noqa: E402
 from experiments.rank.worker import exit_now, train_run  # noqa: E402
 from experiments.core.world import close_world, init_world  # noqa: E402
+from tests.harness import spec_overrides  # noqa: E402
 
 TINY = ["dataset=digits", "model=mlp", "model.hidden=32", "batch_size=32", "logger=local", "logger.log_every=1",
         "logger.progress=false", "warmup_steps=0", "epochs=2", "checkpoint.every_steps=5", "checkpoint.keep=2"]
@@ -73,8 +74,10 @@ def prepared(cfg, run_dir: Path, world) -> tuple[RunStore, dict]:
 
 
 def run_method(case: str, workers: int, processes: int, stops: list[int], out: Path, world) -> None:
-    method, *task = case.split("+")
-    cfg = compose_job([f"sparsifier={method}", f"workers={workers}", f"processes={processes}", *TINY,
+    """`case`: a sparsifier spec (`micro`, or with knobs: `micro:threshold_start=calibrated`),
+    optionally `+<task>`."""
+    spec, *task = case.split("+")
+    cfg = compose_job([*spec_overrides(spec), f"workers={workers}", f"processes={processes}", *TINY,
                        *(TASKS[task[0]] if task else [])])
     out = out / case
     with open_dict(cfg):
@@ -101,7 +104,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
     parser.add_argument("--workers", type=int, required=True)
-    parser.add_argument("--methods", required=True, help="comma-separated conf/sparsifier/ options, or <option>+lstm")
+    parser.add_argument("--methods", required=True,
+                        help="comma-separated conf/sparsifier/ options, with knobs (micro:threshold_start=calibrated), or <option>+lstm")
     parser.add_argument("--stops", default="13,18", help="steps before which the interrupted run stops")
     args = parser.parse_args()
     torch.set_num_threads(1)

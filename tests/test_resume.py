@@ -58,8 +58,10 @@ def run_harness(out: Path, workers: int, processes: int, stops: tuple[int, ...],
 # (workers, processes, stops, cases). Checkpoints come every 5 steps and at epoch ends; an epoch
 # is 11 steps at W = 4 and 22 at W = 2 (digits, batch 32), so at W = 4 the first stop resumes
 # at an epoch boundary and the second mid-epoch; at W = 2 the other way round. Hosted, the LSTM
-# (hidden state, dropout) resumes too.
-LAYOUTS = {"hosted-w4": (4, 1, (13, 18), [*METHODS, "topk+lstm"]), "distributed-w2": (2, 2, (24, 33), METHODS)}
+# (hidden state, dropout) resumes too, and MiCRO's calibrated threshold start (resumed past step 0,
+# it must not calibrate again).
+LAYOUTS = {"hosted-w4": (4, 1, (13, 18), [*METHODS, "topk+lstm", "micro:threshold_start=calibrated"]),
+           "distributed-w2": (2, 2, (24, 33), METHODS)}
 EVERY = 5  # resume_harness.TINY's checkpoint.every_steps
 
 
