@@ -162,6 +162,18 @@ MUTANTS = (
     # -- sparsifiers ---------------------------------------------------------------------------
     Mutant("micro_threshold_rule_inverted", "sparsifiers/threshold_control.py",
            "    if rho > 1.1:\n        return 1.005", "    if rho > 1.1:\n        return 0.995", ("tests/test_micro.py",)),
+    # A calibrated threshold start (sparsifiers/threshold_start.py): the (k+1)-th largest, calibrated
+    # again at every step, and lambda_0 left out of the checkpoint (a resumed run calibrates again).
+    Mutant("threshold_start_kth_off_by_one", "sparsifiers/threshold_start.py",
+           "torch.topk(acc.abs(), k, sorted=False)", "torch.topk(acc.abs(), k + 1, sorted=False)",
+           ("tests/test_threshold_start.py",)),
+    Mutant("threshold_start_recalibrates_every_step", "sparsifiers/threshold_start.py",
+           "return kth_largest_magnitude(acc, self.k) if self.pending else None",
+           "return kth_largest_magnitude(acc, self.k) if self.start == \"calibrated\" else None",
+           ("tests/test_threshold_start.py",)),
+    Mutant("threshold_start_not_checkpointed", "sparsifiers/threshold_start.py",
+           "return {\"initial_threshold\": self.initial} if self.start == \"calibrated\" else {}", "return {}",
+           ("tests/test_threshold_start.py",)),
     Mutant("exdyna_minimum_ignored", "sparsifiers/exdyna.py",
            "        return 4 * self.world_size * (self.partition_blocks[partition] - 1) >= self.blocks",
            "        return self.partition_blocks[partition] - 1 >= 0", ("tests/test_exdyna.py",)),
