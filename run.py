@@ -13,6 +13,7 @@ starts. Ranks read the resolved config this process writes; they never run @hydr
 """
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from pathlib import Path
@@ -79,7 +80,16 @@ def resume_and_exit(directory: str) -> None:
         fail_config(error)
     except Stopped as stop:
         sys.exit(128 + int(stop.signal))
+    exit_without_collecting()
     sys.exit(0 if summary["status"] == "done" else 1)
+
+
+def exit_without_collecting() -> None:
+    """Called once everything is written and printed. The interpreter's last garbage collections
+    at exit walk every object torch, pandas and matplotlib created: 1.1-1.4 s at the end of a
+    command on an idle machine, about 4 s after a sweep's report. Frozen, those objects are left
+    to the operating system; the atexit handlers (Hydra's log files, W&B's teardown) still run."""
+    gc.freeze()
 
 
 if __name__ == "__main__":
@@ -94,6 +104,7 @@ if __name__ == "__main__":
     except ConfigError as error:
         fail_config(error)
     run()
+    exit_without_collecting()
     if FAILED_JOBS:
         print(f"{len(FAILED_JOBS)} run(s) failed: {', '.join(FAILED_JOBS)}", file=sys.stderr)
         sys.exit(1)
