@@ -52,6 +52,7 @@ data:
 # beside auto, plus 64 ranks hosted in one process. MODE=load: loading 1,000 runs of 1,000 steps
 # for the analysis, cached and cold. MODE=memory: peak memory of hosted ranks beside the estimate.
 # MODE=ddp: a torchvision ResNet-18 in real DDP, DDP's own all-reduce beside the sparsebench hook.
+# MODE=startup: where a quickstart run's wall time goes besides training (run.py, 3 repeats).
 MODE ?= select
 bench: $(STAMP)
 ifeq ($(MODE),step)
@@ -64,8 +65,10 @@ else ifeq ($(MODE),memory)
 	$(PY) -m experiments.benchmarks.hosted_memory $(ARGS)
 else ifeq ($(MODE),ddp)
 	$(PY) -m experiments.benchmarks.ddp_hook $(ARGS)
+else ifeq ($(MODE),startup)
+	$(PY) -m experiments.benchmarks.startup $(ARGS)
 else
-	$(error MODE must be select, step, load, memory or ddp, got $(MODE))
+	$(error MODE must be select, step, load, memory, ddp or startup, got $(MODE))
 endif
 
 # The DDP example (README "Use a sparsifier in your own DDP script"): NPROC gloo (or NCCL)
