@@ -1,0 +1,19 @@
+"""Where the tools' own caches go when nothing else says: inside the repository, never $HOME.
+
+matplotlib writes a font cache on first use, in ~/.config/matplotlib unless MPLCONFIGDIR says
+otherwise. `make` sets it (Makefile), the launcher sets it per run for the ranks (launch.py),
+and the tests use temporary directories; this covers run.py's own sweep report and the analysis
+run by hand (`python -m analysis.report ...`, a notebook). A value already set is kept.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+MATPLOTLIB_CACHE = REPO_ROOT / "outputs" / ".cache" / "matplotlib"
+
+
+def keep_caches_out_of_home() -> None:
+    """Points matplotlib's cache into outputs/.cache/ unless MPLCONFIGDIR is set already."""
+    os.environ.setdefault("MPLCONFIGDIR", str(MATPLOTLIB_CACHE))
