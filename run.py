@@ -25,7 +25,7 @@ from omegaconf import DictConfig
 
 from datasets.cache import CACHE_VARIABLE
 from experiments.launcher.compose import check_top_level_keys, preflight
-from experiments.caches import keep_caches_out_of_home
+from experiments.caches import REPO_CACHE, keep_caches_out_of_home
 from experiments.errors import ConfigError
 from experiments.launcher.help import PRIMARY_CONFIG, print_help, wants_help
 from experiments.launcher.launch import launch
@@ -39,7 +39,7 @@ FAILED_JOBS: list[str] = []
 # Decoded datasets are kept for the next process (datasets/cache.py): validation here and every
 # rank, which inherits the variable, load them instead of decoding. Inside the repository's
 # outputs/ (hidden: the analysis never searches it), never under $HOME; empty turns it off.
-os.environ.setdefault(CACHE_VARIABLE, str(Path(__file__).resolve().parent / "outputs" / ".cache"))
+os.environ.setdefault(CACHE_VARIABLE, str(REPO_CACHE))
 keep_caches_out_of_home()  # the sweep's report draws with matplotlib in this process
 
 

@@ -10,8 +10,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from experiments.run_dir import CACHE_DIR
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-MATPLOTLIB_CACHE = REPO_ROOT / "outputs" / ".cache" / "matplotlib"
+# outputs/.cache/: hidden, so the analysis never searches it for runs; ignored by git.
+REPO_CACHE = REPO_ROOT / "outputs" / CACHE_DIR
+MATPLOTLIB_CACHE = REPO_CACHE / "matplotlib"
 
 
 def keep_caches_out_of_home() -> None:

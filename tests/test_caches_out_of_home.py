@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from experiments.caches import MATPLOTLIB_CACHE
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -19,5 +21,5 @@ def test_the_analysis_keeps_matplotlibs_cache_out_of_home(tmp_path):
             "plt.plot([1, 2]); plt.savefig(os.devnull, format='png'); print(matplotlib.get_cachedir())")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert Path(result.stdout.strip()) == REPO / "outputs" / ".cache" / "matplotlib"
+    assert Path(result.stdout.strip()) == MATPLOTLIB_CACHE and MATPLOTLIB_CACHE.is_relative_to(REPO / "outputs")
     assert not any(home.rglob("*")), sorted(home.rglob("*"))
