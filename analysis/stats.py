@@ -38,7 +38,7 @@ def run_stats(tables: RunTables) -> pd.DataFrame:
     runs = tables.runs
     stats = runs[RUN_KEYS + setting_columns(runs)].copy().set_index("run_id")
     steps = tables.steps
-    order = _logged_order(steps)
+    order = logged_order(steps)
     late = steps["after_warmup"].to_numpy(dtype=bool) if "after_warmup" in steps.columns else None
     for name, spec in STATS.items():
         if not c.has_data(steps, spec.logged_key):
@@ -54,7 +54,7 @@ def run_stats(tables: RunTables) -> pd.DataFrame:
     return stats.reset_index()
 
 
-def _logged_order(steps: pd.DataFrame) -> dict[str, np.ndarray]:
+def logged_order(steps: pd.DataFrame) -> dict[str, np.ndarray]:
     """Per run, the positions of its train rows in step order (the order they were logged)."""
     if steps.empty or "run_id" not in steps.columns:
         return {}

@@ -19,6 +19,7 @@ import pandas as pd
 from analysis.claims.claim import finite
 from analysis.labels import format_knob
 from analysis.settings import as_text, differing_keys, key_title
+from analysis.stats import logged_order
 from analysis.tables import RunTables
 from experiments import metric_keys as keys
 from experiments.headline import Reduction, reduce_logged
@@ -105,7 +106,7 @@ class Study:
             epochs = epochs.sort_values(["step", "epoch"], kind="stable")
         study = cls(runs=done, steps=steps.reset_index(drop=True), epochs=epochs.reset_index(drop=True),
                     left_out=len(runs) - len(done))
-        study._order = _logged_order(study.steps)
+        study._order = logged_order(study.steps)
         return study
 
     # -- which runs ---------------------------------------------------------------------------
@@ -268,15 +269,6 @@ class Study:
                 result[int(epoch)] = (value if np.isfinite(value) else np.nan, seconds if np.isfinite(seconds) else np.nan)
         self._cache[cache_key] = result
         return result
-
-
-def _logged_order(steps: pd.DataFrame) -> dict[str, np.ndarray]:
-    """Per run, the positions of its train rows in step order."""
-    if steps.empty or "run_id" not in steps.columns:
-        return {}
-    step = steps["step"].to_numpy()
-    groups = steps.groupby("run_id", observed=True, sort=False).indices
-    return {run: rows[np.argsort(step[rows], kind="stable")] for run, rows in groups.items()}
 
 
 def method_groups(runs: pd.DataFrame, by_workers: bool = False) -> list[tuple[tuple, pd.DataFrame]]:
