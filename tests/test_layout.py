@@ -88,7 +88,7 @@ def test_every_experiments_module_is_in_a_role_or_listed_as_neutral():
 
 
 # The neutral modules: facts every role needs (docs/architecture.md, "Three roles").
-NEUTRAL = ("console", "errors", "headline", "metric_keys", "run_dir", "runtime", "store")
+NEUTRAL = ("caches", "console", "errors", "headline", "metric_keys", "run_dir", "runtime", "store")
 
 
 @pytest.mark.parametrize("path", source_files(), ids=lambda p: str(p.relative_to(ROOT)))
