@@ -153,40 +153,36 @@ class Study:
     def reduced(self, key: str, how: Reduction) -> pd.Series:
         """Per finished run, its logged values of `key` reduced as the report reduces them (NaN
         when it logged none): timings are medians after warm-up, counts means, and so on."""
-        cached = self._cache.get(("reduced", key, how))
-        if cached is not None:
-            return cached
-        late = self.steps["after_warmup"].to_numpy(dtype=bool) if "after_warmup" in self.steps.columns else None
-        result = {}
-        for run_id in self.runs["run_id"]:
-            rows, column = self._order.get(run_id), self.column(key)
-            if rows is None or column is None:
-                result[run_id] = float("nan")
-                continue
-            result[run_id] = reduce_logged(how, column[rows], None if late is None else late[rows])
-        series = pd.Series(result, dtype=float)
-        self._cache[("reduced", key, how)] = series
-        return series
+        return self._per_run(("reduced", key, how), key,
+                             lambda values, late: reduce_logged(how, values, late), needs_warmup=False)
 
     def timed(self, key: str) -> pd.Series:
         """Per finished run, the median of timing `key` over its logged steps at or after
         warmup_steps; NaN when none of those logs it (unlike the report, a run that never got
         past its warm-up gives no number: warm-up steps time compilation and caches)."""
-        cached = self._cache.get(("timed", key))
+        def median_after_warmup(values: np.ndarray, late: np.ndarray) -> float:
+            values = values[late & np.isfinite(values)]
+            return float(np.median(values)) if values.size else float("nan")
+
+        return self._per_run(("timed", key), key, median_after_warmup, needs_warmup=True)
+
+    def _per_run(self, cache_key: tuple, key: str, reduce, needs_warmup: bool) -> pd.Series:
+        """One number per finished run: `reduce(its logged values of key in step order, their
+        after-warm-up mask)` (the mask is None when the steps table has none and the reduction
+        does not need it); NaN for a run that logged none. Cached per `cache_key`."""
+        cached = self._cache.get(cache_key)
         if cached is not None:
             return cached
         late = self.steps["after_warmup"].to_numpy(dtype=bool) if "after_warmup" in self.steps.columns else None
-        result = {}
+        column, result = self.column(key), {}
         for run_id in self.runs["run_id"]:
-            rows, column = self._order.get(run_id), self.column(key)
-            if rows is None or late is None or column is None:
+            rows = self._order.get(run_id)
+            if rows is None or column is None or (needs_warmup and late is None):
                 result[run_id] = float("nan")
                 continue
-            values = column[rows]
-            values = values[late[rows] & np.isfinite(values)]
-            result[run_id] = float(np.median(values)) if values.size else float("nan")
+            result[run_id] = reduce(column[rows], None if late is None else late[rows])
         series = pd.Series(result, dtype=float)
-        self._cache[("timed", key)] = series
+        self._cache[cache_key] = series
         return series
 
     def settled(self, key: str) -> pd.DataFrame:
