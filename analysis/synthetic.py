@@ -55,6 +55,7 @@ class SyntheticRun:
     dataset: str | None = None
     knobs: tuple[tuple[str, object], ...] = ()  # extra sparsifier config, e.g. (("momentum", 0.0),)
     legacy: bool = False  # summary.json without task, dataset and schedule (runs before tasks)
+    tag: str = ""  # the run's `tag` (an experiment's, e.g. "paper/selection_time")
 
     @property
     def metric(self) -> str:
@@ -87,6 +88,7 @@ def write_run(run_dir: Path, run: SyntheticRun, metrics: str | None = None) -> P
         "model": {"name": model}, "dataset": {"name": dataset}, "optimizer": {"name": "sgd", "lr": 0.1},
         "logger": {"name": "local", "log_every": 1},
         "workers": run.workers, "processes": processes, "epochs": run.epochs, "seed": run.seed, "warmup_steps": 5,
+        "tag": run.tag,
     }
     if not run.legacy:
         config["schedule"] = {"name": "constant"}

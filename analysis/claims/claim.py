@@ -50,6 +50,7 @@ class Claim:
     criterion: str
     measure: Callable[["Study"], Statistic]
     holds: Callable[[Numbers], bool]
+    studies: tuple[str, ...] = ()
 
 
 class Outcome(str, enum.Enum):
@@ -70,6 +71,7 @@ class Verdict:
     measured: dict[str, dict[str, float]]
     held: dict[str, bool]
     reason: str = ""
+    scope: str = ""  # which runs were judged, when the claim's own studies narrowed them
 
 
 def finite(value: object) -> bool:

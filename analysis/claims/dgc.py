@@ -63,4 +63,5 @@ CLAIMS = [Claim(
     criterion=TOLERANCE_TEXT + ", at every W, context and density measured",
     measure=dgc_gaps,
     holds=reaches,
+    studies=("dgc_ablation", "convergence"),  # the ablation, or DGC beside dense in a convergence sweep
 )]

@@ -18,14 +18,15 @@ from analysis.tables import RunTables
 
 
 def judge(claim: Claim, study: Study) -> Verdict:
-    """One claim on one study."""
+    """One claim on one study (on the runs of its own experiments, when the study has them)."""
+    study, scope = study.scoped(claim.studies)
     statistic = claim.measure(study)
     held = {name: bool(claim.holds(numbers)) for name, numbers in statistic.subjects.items()}
     gaps = "; ".join(statistic.gaps)
     if not held:
-        return Verdict(claim, Outcome.NOT_MEASURABLE, {}, {}, gaps or "nothing in the study to measure")
+        return Verdict(claim, Outcome.NOT_MEASURABLE, {}, {}, gaps or "nothing in the study to measure", scope)
     outcome = Outcome.HOLDS if all(held.values()) else Outcome.DOES_NOT_HOLD
-    return Verdict(claim, outcome, statistic.subjects, held, f"not measured: {gaps}" if gaps else "")
+    return Verdict(claim, outcome, statistic.subjects, held, f"not measured: {gaps}" if gaps else "", scope)
 
 
 def judge_study(study: Study, claims: Iterable[Claim] = CLAIMS) -> list[Verdict]:

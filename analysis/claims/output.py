@@ -38,8 +38,10 @@ def measured_text(verdict: Verdict) -> str:
 
 
 def verdict_text(verdict: Verdict) -> str:
-    """The verdict, with its reason (NOT_MEASURABLE: why; otherwise what was left unmeasured)."""
-    return f"{verdict.outcome.value}: {verdict.reason}" if verdict.reason else verdict.outcome.value
+    """The verdict, with its reason (NOT_MEASURABLE: why; otherwise what was left unmeasured) and
+    which runs were judged when the claim's own experiments narrowed them."""
+    notes = "; ".join(filter(None, [verdict.reason, verdict.scope]))
+    return f"{verdict.outcome.value}: {notes}" if notes else verdict.outcome.value
 
 
 def counts(verdicts: Iterable[Verdict]) -> str:
@@ -88,6 +90,7 @@ def json_record(verdicts: list[Verdict], study: Study, paths: list[str]) -> dict
             "criterion": v.claim.criterion,
             "verdict": v.outcome.value,
             "reason": v.reason,
+            "scope": v.scope,
             "measured": {name: {key: _json_number(value) for key, value in numbers.items()} for name, numbers in v.measured.items()},
             "held": v.held,
         } for v in verdicts],

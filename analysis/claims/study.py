@@ -44,7 +44,7 @@ SETTLED_FROM_STEP = 200
 
 # The runs-table columns the claims read (and every sparsifier knob, `cfg.sparsifier.*`).
 RUN_COLUMNS = ("run_id", "method", "sparsifier", "density", "workers", "context", "task_metric",
-               "higher_is_better", "k_target", "numel", "status", "seed")
+               "higher_is_better", "k_target", "numel", "status", "seed", "cfg.tag")
 KNOB_PREFIX = "cfg.sparsifier."
 
 
@@ -110,6 +110,31 @@ class Study:
         return study
 
     # -- which runs ---------------------------------------------------------------------------
+    def scoped(self, experiments: tuple[str, ...]) -> tuple["Study", str]:
+        """The runs of the experiments made to measure a claim, and a note that says so: runs
+        whose tag is `<scale>/<experiment>` (paper/selection_time, laptop/selection_time) or the
+        bare name. When no run carries such a tag (a user's own sweep), the whole study and "".
+        Contexts stay those of the whole study, so a context reads the same in every verdict."""
+        if not experiments or self.runs.empty or "cfg.tag" not in self.runs.columns:
+            return self, ""
+        cached = self._cache.get(("scoped", experiments))
+        if cached is None:
+            names = self.runs["cfg.tag"].map(lambda tag: str(tag).rsplit("/", 1)[-1])
+            chosen = self.runs[names.isin(experiments)]
+            if chosen.empty:
+                cached = (self, "")
+            else:
+                ids = set(chosen["run_id"])
+                tags = ", ".join(sorted(set(map(str, chosen["cfg.tag"]))))
+                sub = Study(runs=chosen.reset_index(drop=True),
+                            steps=self.steps[self.steps["run_id"].isin(ids)].reset_index(drop=True),
+                            epochs=self.epochs[self.epochs["run_id"].isin(ids)].reset_index(drop=True),
+                            left_out=self.left_out)
+                sub._order = logged_order(sub.steps)
+                cached = (sub, f"judged on the {len(chosen)} runs tagged {tags}")
+            self._cache[("scoped", experiments)] = cached
+        return cached
+
     def runs_of(self, *sparsifiers: str) -> pd.DataFrame:
         """The finished runs of these sparsifiers (every method label of each)."""
         if self.runs.empty:

@@ -133,10 +133,10 @@ def _base_rows(method: str, workers: int) -> tuple[dict, ...]:
 
 
 def write_study(root: Path, breaks: Break | None = None, workers: tuple[int, ...] = WORKERS,
-                methods: tuple[str, ...] = METHODS, rows: int = ROWS, model: str | None = None) -> Path:
+                methods: tuple[str, ...] = METHODS, rows: int = ROWS, model: str | None = None, tag: str = "") -> Path:
     """The all-hold study under `root` (`breaks` applied to each run's rows first); `rows`
     keeps the first that many train rows and the evaluations among them; `model` names another
-    model (another context, judged apart)."""
+    model (another context, judged apart); `tag` is every run's tag."""
     for number, (method, count) in enumerate((m, w) for m in methods for w in workers):
         records = [_copy(row) for row in _base_rows(method, count)]
         if rows < ROWS:
@@ -144,7 +144,7 @@ def write_study(root: Path, breaks: Break | None = None, workers: tuple[int, ...
         if breaks is not None:
             breaks(method, count, records)
         run = SyntheticRun(method=method, workers=count, density=DENSITY, steps=rows, epochs=EPOCHS, model=model,
-                           knobs=DGC_KNOBS if method == "dgc" else ())
+                           knobs=DGC_KNOBS if method == "dgc" else (), tag=tag)
         write_run(root / f"{number}_{method}_w{count}", run, metrics=_text(method, count, rows, records))
     return root
 

@@ -21,7 +21,7 @@ from analysis.claims.deft import lpt_bound, replay_deviation
 from analysis.synthetic import SyntheticRun, write_run, write_sweep
 from experiments import metric_keys as k
 from sparsifiers.deft_allocation import allocate, bin_loads, unit_k
-from tests.analysis.claims_study import BREAKS, METHODS, on, study_tables, write_study
+from tests.analysis.claims_study import BREAKS, METHODS, on, set_train, study_tables, write_study
 
 REPO = Path(__file__).resolve().parents[2]
 SCALING = ["selection.deft", "selection.micro", "selection.exdyna", "selection.topk", "selection.cltk",
@@ -150,6 +150,27 @@ def test_contexts_are_judged_apart(tmp_path):
     assert density.outcome is Outcome.DOES_NOT_HOLD
     assert {s for s, held in density.held.items() if not held} == {f"micro | cnn/synthetic | d=0.01 | W={w}" for w in (2, 4)}
     assert {c for c, o in outcomes(verdicts).items() if o is not Outcome.HOLDS} == {"density.micro"}
+
+
+def test_a_claim_is_judged_on_the_runs_of_its_own_experiment(tmp_path):
+    """A study of two sweeps: one tagged laptop/selection_time in which every claim holds, one
+    tagged laptop/statistics on another model whose selection time does not fall with W. The
+    selection claims judge only the tagged sweep and say so; claims without an experiment of
+    their own (build-up) judge both; without the tag, the same runs fail the selection claim."""
+    tagged, untagged = tmp_path / "tagged", tmp_path / "untagged"
+    write_study(tagged / "timing", tag="laptop/selection_time")
+    flat = on("micro", set_train(k.SELECT_MAX, 8.0))
+    write_study(tagged / "statistics", flat, model="cnn", tag="laptop/statistics")
+    verdicts = judged(tagged)
+    micro = verdicts["selection.micro"]
+    assert micro.outcome is Outcome.HOLDS
+    assert list(micro.measured) == ["micro | mlp/synthetic | d=0.01"]
+    assert micro.scope == f"judged on the {len(METHODS) * 2} runs tagged laptop/selection_time"
+    assert verdicts["buildup.topk"].scope == "" and len(verdicts["buildup.topk"].measured) == 2  # both contexts
+    write_study(untagged / "timing")
+    write_study(untagged / "statistics", flat, model="cnn", tag="laptop/statistics")
+    untagged_micro = judged(untagged)["selection.micro"]
+    assert untagged_micro.outcome is Outcome.DOES_NOT_HOLD and untagged_micro.scope == ""
 
 
 def test_a_study_with_nothing_to_judge(tmp_path):
