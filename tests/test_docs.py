@@ -3,9 +3,11 @@
 A clone of the repository must be able to follow every link of README.md, CONTRIBUTING.md and
 docs/: each one is relative and lands on a file of the repository (and on a heading that exists,
 when it names one). Nothing points outside: no web address, no guidance docs kept beside the
-repository. And the docs cover what the code has: every sparsifier option has its section in
-docs/algorithms.md, every metric the step logs is defined in docs/metrics.md, and the worked
-example of docs/adding_a_sparsifier.md runs through the production step.
+repository. The README stays a front page (at most 300 lines, the two quickstart commands, the
+claims table's markers) that links every page, and docs/README.md indexes every page. And the
+docs cover what the code has: every sparsifier option has its section in docs/algorithms.md,
+every metric the step logs is defined in docs/metrics.md, and the worked example of
+docs/adding_a_sparsifier.md runs through the production step.
 """
 from __future__ import annotations
 
@@ -76,11 +78,47 @@ def relative(path: Path) -> str:
     return str(path.relative_to(REPO))
 
 
+PAGES = ("quickstart.md", "running.md", "results.md", "analysis.md", "paper_experiments.md", "sparsifiers.md",
+         "ddp_hook.md", "speed.md", "layout.md", "architecture.md", "metrics.md", "algorithms.md",
+         "reproducibility.md", "claims.md", "adding_a_sparsifier.md")
+README_MAX_LINES = 300  # a page a researcher reads in five minutes; the reference lives in docs/
+QUICKSTART = ["make run", "make test"]
+CLAIMS_TABLE = ("<!-- claims-table:start -->", "<!-- claims-table:end -->")  # where the measured table goes
+
+
 def test_the_docs_exist_and_the_readme_links_each_of_them():
     readme = links((REPO / "README.md").read_text())
-    for name in ("architecture.md", "metrics.md", "algorithms.md", "adding_a_sparsifier.md"):
+    for name in PAGES:
         assert (REPO / "docs" / name).is_file(), name
         assert any(target.split("#")[0] == f"docs/{name}" for target in readme), f"README links no docs/{name}"
+
+
+def test_the_docs_index_lists_every_page():
+    """A page nobody links is a page nobody finds: docs/README.md names each one."""
+    index = {target.split("#")[0] for target in links((REPO / "docs" / "README.md").read_text())}
+    pages = {path.name for path in (REPO / "docs").glob("*.md")} - {"README.md"}
+    assert not pages - index, f"docs/README.md does not list: {sorted(pages - index)}"
+
+
+def section(text: str, heading: str) -> str:
+    """The body of a '## heading' section, up to the next heading of that level or above."""
+    match = re.search(rf"^## {re.escape(heading)}\s*$(.*?)(?=^#{{1,2}} |\Z)", text, re.S | re.M)
+    assert match, f"no section '## {heading}'"
+    return match.group(1)
+
+
+def test_the_readme_is_a_front_page_with_the_two_quickstart_commands():
+    text = (REPO / "README.md").read_text()
+    lines = text.count("\n") + (not text.endswith("\n"))
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines, more than {README_MAX_LINES}: move reference to docs/"
+    blocks = re.findall(r"^```\w*\n(.*?)^```", section(text, "Quickstart"), re.S | re.M)
+    assert blocks, "the Quickstart has no command block"
+    commands = [line.split("#")[0].strip() for line in blocks[0].splitlines() if line.split("#")[0].strip()]
+    assert commands == QUICKSTART, f"the Quickstart's commands are {commands}, not {QUICKSTART}"
+    claims = section(text, "The papers' claims")
+    start, end = (claims.find(marker) for marker in CLAIMS_TABLE)
+    assert 0 <= start < end and all(text.count(marker) == 1 for marker in CLAIMS_TABLE), \
+        f"the papers' claims section needs {CLAIMS_TABLE[0]} then {CLAIMS_TABLE[1]}, once each"
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=relative)
