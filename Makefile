@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 FASHION_DIR := /usr/share/datasets/fashion-mnist
 
-# Keep every cache out of $HOME (W&B, matplotlib, Jupyter), see README "Where results go".
+# Keep every cache out of $HOME (W&B, matplotlib, Jupyter), see docs/results.md ("Caches").
 export MPLCONFIGDIR ?= $(CURDIR)/.venv/cache/matplotlib
 export JUPYTER_CONFIG_DIR ?= $(CURDIR)/.venv/cache/jupyter
 export JUPYTER_DATA_DIR ?= $(CURDIR)/.venv/cache/jupyter
@@ -46,7 +46,7 @@ data:
 		echo "Fashion-MNIST not found: run.py will say how to get it (or use: make run ARGS=dataset=digits)"; \
 	fi
 
-# Every benchmark, all in experiments/benchmarks/ (README "Speed"). MODE=select (default):
+# Every benchmark, all in experiments/benchmarks/ (docs/speed.md). MODE=select (default):
 # selection time of every sparsifier at W = 1, 4, 16, 64 on a ResNet-18-sized vector. MODE=step:
 # the whole sparsification step per phase in real gloo processes (W = 2, 4), kernels torch
 # beside auto, plus 64 ranks hosted in one process. MODE=load: loading 1,000 runs of 1,000 steps
@@ -71,7 +71,7 @@ else
 	$(error MODE must be select, step, load, memory, ddp or startup, got $(MODE))
 endif
 
-# The DDP example (README "Use a sparsifier in your own DDP script"): NPROC gloo (or NCCL)
+# The DDP example (docs/ddp_hook.md, "Use a sparsifier in your own DDP script"): NPROC gloo (or NCCL)
 # processes under torchrun; e.g. make example ARGS="--sparsifier micro --steps 50 --out runs/m".
 NPROC ?= 2
 example: $(STAMP)

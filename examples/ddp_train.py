@@ -6,7 +6,7 @@
 Everything but the lines marked `# sparsebench:` is plain PyTorch: a torchvision model (no
 pretrained weights, so no download), your own images (`--data-dir`, an ImageFolder) or
 torchvision's FakeData, DistributedSampler, SGD. The hook replaces DDP's gradient all-reduce by
-the sparsifier's exchange (README, "Use a sparsifier in your own DDP script"). Rank 0 writes one
+the sparsifier's exchange (docs/ddp_hook.md, "Use a sparsifier in your own DDP script"). Rank 0 writes one
 line per step to OUT/stats.jsonl (the loss and the hook's statistics); every rank saves
 OUT/checkpoint.rank<r>.pt at the end (model, optimizer, hook state, step), which `--resume`
 continues from, exactly. `--steps` counts all steps, the resumed ones included.

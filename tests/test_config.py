@@ -170,7 +170,7 @@ def test_slurm_and_multi_node_settings_compose():
 
 
 def test_slurm_across_several_nodes_composes_one_agent_per_node(monkeypatch):
-    """README's Slurm recipe: one task per node (submitit), each node's run.py starts one torchrun
+    """docs/running.md's Slurm recipe: one task per node (submitit), each node's run.py starts one torchrun
     agent; the rendezvous endpoint is the first node of the allocation, read on the node
     (SLURM_LAUNCH_NODE_IPADDR, where the batch script's srun ran), so every node resolves the
     same endpoint and the same rendezvous id."""

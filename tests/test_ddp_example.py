@@ -1,4 +1,4 @@
-"""The example of README "Use a sparsifier in your own DDP script" (examples/ddp_train.py), run as
+"""The example of docs/ddp_hook.md, "Use a sparsifier in your own DDP script" (examples/ddp_train.py), run as
 a user runs it: under torchrun, 2 gloo processes, a real torchvision ResNet-18 on FakeData.
 
 Three runs: 3 steps, then `--resume` of it to 6 steps with W&B offline, and a straight 6-step

@@ -1,4 +1,4 @@
-"""The DDP hook in a one-process gloo group inside the test process: what it refuses (README,
+"""The DDP hook in a one-process gloo group inside the test process: what it refuses (docs/ddp_hook.md,
 "Use a sparsifier in your own DDP script": one ConfigError naming the setting and the fix,
 before the hook is registered), a non-finite gradient failing the backward, and its state's
 round trip and checks. Equality with sparsebench's own step on real multi-process DDP is in

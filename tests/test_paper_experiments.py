@@ -142,7 +142,7 @@ def test_smoke_experiment_runs_and_draws_its_figure(experiment, tmp_path):
     """The smoke scale through the command line, cut to 2 workers, 2 steps per job, batches of 2
     (the ResNets' forward and backward are most of a job's time) and the sweep to SMOKE_SUBSET,
     so that the whole suite stays in its budget. The full smoke sweeps (W up to 16) are what the
-    README's figures come from."""
+    figures of docs/paper_experiments.md come from."""
     out = tmp_path / "out"
     subset = [f"{key}={values}" for key, values in SMOKE_SUBSET.get(experiment, {}).items()]
     args = ["-m", f"experiment={experiment}", "scale=smoke", "workers=2", *subset, "max_steps=2", "batch_size=2", "eval_limit=16",

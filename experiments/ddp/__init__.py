@@ -1,4 +1,4 @@
-"""Any sparsebench sparsifier inside your own DistributedDataParallel script (README, "Use a
+"""Any sparsebench sparsifier inside your own DistributedDataParallel script (docs/ddp_hook.md, "Use a
 sparsifier in your own DDP script"):
 
     from experiments.ddp import register_sparsifier

@@ -188,14 +188,14 @@ def help_text(cfg: DictConfig, conf_dir: Path, width: int | None = None) -> str:
         "",
         "Sweeps (-m): the product of comma-separated values, one run directory per job, one report:",
         "  python run.py -m sparsifier=topk,deft,micro workers=2,4",
-        "  python run.py -m experiment=quickstart        (the README's comparison; experiments sweep with -m)",
+        "  python run.py -m experiment=quickstart        (make run's comparison, docs/quickstart.md; experiments sweep with -m)",
         "  python run.py -m experiment=paper/selection_time scale=smoke",
         "",
         "Resume: python run.py resume=outputs/runs/<run>  continues from the run's newest checkpoint",
         "  with its own config.yaml (no other argument).",
         "",
         "Bad input stops before anything starts: one line naming the key and the fix, exit code 2.",
-        "More: README.md and docs/ (architecture, metrics, algorithms, adding a sparsifier);",
+        "More: README.md and docs/ (docs/README.md lists every page);",
         "Hydra's own help: python run.py --hydra-help.",
     ]
     return "\n".join(lines) + "\n"
