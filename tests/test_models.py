@@ -14,6 +14,7 @@ from experiments.launcher.compose import compose_job
 
 CIFAR10 = {"input_shape": (3, 32, 32), "num_classes": 10}
 CIFAR100 = {"input_shape": (3, 32, 32), "num_classes": 100}
+FASHION_MNIST = {"input_shape": (1, 28, 28), "num_classes": 10}
 MOVIELENS_20M = {"num_users": 138_493, "num_items": 26_744}
 WIKITEXT2_RELEASED_VOCAB = 28_869
 REPO = Path(__file__).resolve().parents[1]
@@ -50,6 +51,7 @@ COUNTS = [
     ("inception_v4", CIFAR100, (), 41_296_516),
     ("lstm", {"vocab_size": WIKITEXT2_RELEASED_VOCAB}, (), 28_949_319),
     ("ncf", MOVIELENS_20M, (), 31_832_577),
+    ("mlp", FASHION_MNIST, (), 269_322),  # the laptop workload: 784*256+256 + 256*256+256 + 256*10+10
 ]
 
 
@@ -183,7 +185,7 @@ def test_bad_knob_value_names_the_knob_and_the_choices(option, inputs, override,
 
 
 # The inputs each dataset gives a model at paper scale (the releases' data, not the stand-ins).
-PAPER_INPUTS = {"cifar10": CIFAR10, "cifar100": CIFAR100, "movielens": MOVIELENS_20M,
+PAPER_INPUTS = {"fashion_mnist": FASHION_MNIST, "cifar10": CIFAR10, "cifar100": CIFAR100, "movielens": MOVIELENS_20M,
                 "wikitext2": {"vocab_size": WIKITEXT2_RELEASED_VOCAB}}
 STATED_COUNT = re.compile(r"\((\d{1,3}(?:,\d{3})+) parameters")
 
