@@ -10,7 +10,7 @@ export MPLCONFIGDIR ?= $(CURDIR)/.venv/cache/matplotlib
 export JUPYTER_CONFIG_DIR ?= $(CURDIR)/.venv/cache/jupyter
 export JUPYTER_DATA_DIR ?= $(CURDIR)/.venv/cache/jupyter
 
-.PHONY: run test test-fast mutants data bench example lock clean
+.PHONY: run test test-fast reproduce mutants data bench example lock clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ run: $(STAMP) data
 
 test: $(STAMP)
 	WANDB_MODE=disabled $(PY) -m pytest $(ARGS)
+
+# The papers' claims judged at laptop scale: the laptop studies, then claims.md with a verdict per
+# claim (docs/reproduce.md). About 25 minutes on 2 cores; ARGS="--out DIR" chooses where.
+reproduce: $(STAMP) data
+	$(PY) -m experiments.reproduce $(ARGS)
 
 test-fast: $(STAMP)
 	WANDB_MODE=disabled $(PY) -m pytest -m "not slow" $(ARGS)

@@ -14,21 +14,23 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ROLES = ("core", "rank", "launcher", "benchmarks", "ddp")
+ROLES = ("core", "rank", "launcher", "benchmarks", "ddp", "reproduce")
 # importer -> roles of experiments/ it must not import
 FORBIDDEN = {
-    "core": {"rank", "launcher", "benchmarks", "ddp", "analysis"},
-    "rank": {"launcher", "benchmarks", "ddp", "analysis"},  # a rank writes runs; reading them is the analysis'
-    "launcher": {"benchmarks", "ddp"},
+    "core": {"rank", "launcher", "benchmarks", "ddp", "reproduce", "analysis"},
+    "rank": {"launcher", "benchmarks", "ddp", "reproduce", "analysis"},  # a rank writes runs; reading them is the analysis'
+    "launcher": {"benchmarks", "ddp", "reproduce"},
     # the hook in a user's own DDP script: it checks a sparsifier node as the launcher does, builds
     # it as a rank does and drives the core; nothing of sparsebench's own runs depends on it
-    "ddp": {"benchmarks", "analysis"},
+    "ddp": {"benchmarks", "analysis", "reproduce"},
+    # `make reproduce` drives the runs, the analysis and the claims; nothing imports it
+    "reproduce": {"benchmarks", "ddp"},
     # neutral modules are below everything, the sparsifiers and the analysis included
-    "neutral": {"core", "rank", "launcher", "benchmarks", "ddp", "sparsifiers", "models", "datasets", "analysis"},
-    "sparsifiers": {"core", "rank", "launcher", "benchmarks", "ddp", "analysis"},
-    "models": {"core", "rank", "launcher", "benchmarks", "ddp", "analysis"},
-    "datasets": {"core", "rank", "launcher", "benchmarks", "ddp", "analysis"},
-    "analysis": {"core", "rank", "launcher", "benchmarks", "ddp"},
+    "neutral": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "sparsifiers", "models", "datasets", "analysis"},
+    "sparsifiers": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "analysis"},
+    "models": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "analysis"},
+    "datasets": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "analysis"},
+    "analysis": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce"},
 }
 
 

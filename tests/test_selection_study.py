@@ -18,7 +18,6 @@ from analysis.claims.numbers import by_workers
 from analysis.claims.selection import select_slopes
 from analysis.claims.study import Study
 from analysis.load import load_runs
-from analysis.tables import RunTables
 from experiments import metric_keys as keys
 from experiments.reproduce import selection
 from sparsifiers.kernels import compiled_available
@@ -79,20 +78,9 @@ def test_it_writes_finished_runs_with_the_composed_config(study):
     assert all("torch" in line and "auto" in line for line in per_pair)
 
 
-def evaluated(tables: RunTables) -> RunTables:
-    """`tables` as Study.of can read them. The study trains nothing, so it evaluates nothing, and
-    analysis/claims/study.py sorts the (empty) evaluations by (step, epoch), a column that only
-    evaluation rows bring: KeyError 'epoch' on a study without any (in `make reproduce` the
-    other studies' runs bring it). Until that is fixed there, the empty table gets the column."""
-    if "epoch" in tables.epochs.columns:
-        return tables
-    assert tables.epochs.empty
-    return RunTables(runs=tables.runs, steps=tables.steps, epochs=tables.epochs.assign(epoch=pd.Series(dtype=float)))
-
-
 def test_the_selection_claims_are_measurable_in_both_kernel_contexts(study):
     out, measured, paths, lines, tables = study
-    claims_study = Study.of(evaluated(tables))
+    claims_study = Study.of(tables)  # a study without evaluations: the selection study trains nothing
     assert claims_study.left_out == 0
     for method in selection.METHODS:
         statistic = select_slopes(claims_study, method)
@@ -102,7 +90,7 @@ def test_the_selection_claims_are_measurable_in_both_kernel_contexts(study):
         for numbers in statistic.subjects.values():
             assert math.isfinite(numbers["slope"])
             assert [w for w, ms in by_workers(numbers, "ms") if ms > 0] == list(QUICK["workers"])
-    verdicts, _ = judge_tables(evaluated(tables))
+    verdicts, _ = judge_tables(tables)
     judged = {verdict.claim.id: verdict for verdict in verdicts}
     for method in selection.METHODS:
         verdict = judged[f"selection.{method}"]

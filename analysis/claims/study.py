@@ -102,8 +102,9 @@ class Study:
         steps = tables.steps[tables.steps["run_id"].isin(ids)] if "run_id" in tables.steps.columns else tables.steps
         epochs = tables.epochs[tables.epochs["run_id"].isin(ids)] if "run_id" in tables.epochs.columns else tables.epochs
         epochs = epochs[[c for c in epochs.columns if c in ("run_id", "step", "epoch", keys.ELAPSED) or str(c).startswith(keys.EVAL_PREFIX)]]
-        if "step" in epochs.columns:
-            epochs = epochs.sort_values(["step", "epoch"], kind="stable")
+        order = [column for column in ("step", "epoch") if column in epochs.columns]
+        if order:  # a study may hold no evaluation at all (the selection study trains nothing)
+            epochs = epochs.sort_values(order, kind="stable")
         study = cls(runs=done, steps=steps.reset_index(drop=True), epochs=epochs.reset_index(drop=True),
                     left_out=len(runs) - len(done))
         study._order = logged_order(study.steps)

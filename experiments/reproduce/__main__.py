@@ -1,0 +1,135 @@
+"""`make reproduce` (= `python -m experiments.reproduce`): the laptop studies, then a verdict on
+every claim of the papers.
+
+    python -m experiments.reproduce [--out DIR] [--quick] [--skip-runs]
+
+1. runs the laptop sweeps of experiments/reproduce/studies.py, each a `python run.py -m ...` a
+   user could type, one progress line per finished run (every run's own output goes to
+   `<out>/<folder>/run.log`);
+2. runs the selection-cost study at ResNet-18 size (experiments/reproduce/selection.py);
+3. judges every claim on all of it (`python -m analysis.claims <out>` does the same), writes
+   `<out>/claims.md` (one row per claim, then the figures it links) and `claims.json`, and prints
+   the table.
+
+The default output is `outputs/reproduce/<time>/`. `--quick` is the test suite's cut-down run (a
+few steps of two sweeps on the bundled digits, a small selection study): every stage, no claim
+settled. `--skip-runs` judges and draws what `--out` already holds. A sweep that fails stops
+here with its log's last lines and exit code 1; the claims are judged on what finished.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from analysis.claims import judge_paths
+from analysis.claims.output import terminal_text, write
+from analysis.report import write_report
+from experiments.caches import keep_caches_out_of_home
+from experiments.launcher.environment import REPO_ROOT
+from experiments.reproduce import selection
+from experiments.reproduce.studies import QUICK_SWEEPS, SWEEPS, Sweep
+
+SELECTION_FOLDER = "selection"
+LAUNCHING = re.compile(r"Launching (\d+) jobs")
+SUMMARY = re.compile(r"^summary \((.*)\)\s*$")
+
+
+def minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
+
+
+def run_sweep(sweep: Sweep, out: Path, number: int, total: int) -> None:
+    """One `python run.py -m` into `<out>/<sweep.folder>`, a progress line per finished run."""
+    folder = out / sweep.folder
+    folder.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, str(REPO_ROOT / "run.py"), "-m", *sweep.args, f"hydra.sweep.dir={folder}"]
+    print(f"[{number}/{total}] {sweep.name} ({sweep.serves}): python run.py -m {' '.join(sweep.args)}", flush=True)
+    started, jobs, done = time.monotonic(), "?", 0
+    with open(folder / "run.log", "a") as log:
+        process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert process.stdout is not None
+        try:
+            for line in process.stdout:
+                log.write(line)
+                log.flush()
+                launching, summary = LAUNCHING.search(line), SUMMARY.match(line.strip())
+                if launching:
+                    jobs = launching.group(1)
+                elif summary:
+                    done += 1
+                    print(f"    run {done}/{jobs} done: {summary.group(1)} ({minutes(time.monotonic() - started)})", flush=True)
+        finally:
+            if process.poll() is None:  # stopped ourselves (Ctrl-C, SIGTERM): run.py stops its job and the sweep
+                process.send_signal(signal.SIGTERM)
+                for line in process.stdout:  # run.py reports the stopped run through this pipe: keep reading
+                    log.write(line)
+        code = process.wait()
+    if code != 0:
+        tail = (folder / "run.log").read_text().splitlines()[-15:]
+        print("\n".join(tail), file=sys.stderr)
+        raise SystemExit(f"{sweep.name} failed (exit {code}): its log is {folder / 'run.log'}")
+
+
+def figure_links(out: Path) -> str:
+    """claims.md's figures: every figure each study's report drew, linked relative to out/."""
+    lines = ["", "## Figures", ""]
+    for report in sorted(out.glob("*/report")):
+        figures = sorted(report.glob("*.png"))
+        if figures:
+            lines.append(f"From `{report.parent.name}` ([report]({report.relative_to(out) / 'report.md'})):")
+            lines.append("")
+            lines.extend(f"![{figure.stem}]({figure.relative_to(out)})" for figure in figures)
+            lines.append("")
+    return "\n".join(lines)
+
+
+def judge(out: Path) -> int:
+    """Reports per study folder, then claims.md, claims.json and the terminal table."""
+    for folder in sorted(p for p in out.iterdir() if p.is_dir() and p.name != "claims"):
+        if any(folder.rglob("status.json")):
+            write_report([folder], folder / "report", cache=False)
+    verdicts, study = judge_paths([out], cache=False)
+    markdown, _ = write(out, verdicts, study, [str(out)])
+    with open(markdown, "a") as text:
+        text.write(figure_links(out))
+    print(terminal_text(verdicts))
+    print(f"claims: {markdown}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="make reproduce", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=None, help="output directory (default outputs/reproduce/<time>)")
+    parser.add_argument("--quick", action="store_true", help="the test suite's cut-down run")
+    parser.add_argument("--skip-runs", action="store_true", help="judge what --out already holds")
+    options = parser.parse_args(argv)
+    keep_caches_out_of_home()
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # runs run_sweep's clean-up
+    os.environ.setdefault("WANDB_MODE", "offline")  # never online: there may be no network
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    out = (options.out or REPO_ROOT / "outputs" / "reproduce" / stamp).resolve()
+    started = time.monotonic()
+    if not options.skip_runs:
+        sweeps = QUICK_SWEEPS if options.quick else SWEEPS
+        total = len(sweeps) + 1
+        for number, sweep in enumerate(sweeps, 1):
+            run_sweep(sweep, out, number, total)
+        print(f"[{total}/{total}] selection cost at ResNet-18 size (kernels torch and auto)", flush=True)
+        study = selection.QUICK if options.quick else selection.FULL
+        selection.run_selection_study(out / SELECTION_FOLDER, **study)
+    elif not out.is_dir():
+        raise SystemExit(f"--skip-runs: {out} does not exist")
+    code = judge(out)
+    print(f"make reproduce: {minutes(time.monotonic() - started)}, results in {out}")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
