@@ -51,7 +51,8 @@ def test_quick_reproduce_judges_every_claim(quick):
     # 16 steps never settle: said, not judged.
     assert verdicts["density.micro"]["verdict"] == "NOT_MEASURABLE" and "settled" in verdicts["density.micro"]["reason"]
     # The scoped claims judge their own studies' runs, and say so.
-    for claim_id, tag in (("selection.micro", "laptop/selection_time"), ("convergence.dense.micro", "laptop/convergence")):
+    for claim_id, tag in (("selection.micro", "laptop/selection_replay"), ("convergence.dense.micro", "laptop/convergence"),
+                         ("buildup.micro", "laptop/statistics")):
         assert verdicts[claim_id]["verdict"] != "NOT_MEASURABLE", verdicts[claim_id]["reason"]
         assert verdicts[claim_id]["scope"].endswith(f"tagged {tag}")
     # Progress: a line per sweep and per finished run, and the table at the end.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.claims.claim import Claim, Numbers, Statistic, finite
-from analysis.claims.papers import EXDYNA, experiment
+from analysis.claims.papers import EXDYNA, LAPTOP_STATISTICS, experiment
 from analysis.claims.study import SETTLED_FROM_STEP, SETTLED_MIN_ROWS, Study, method_groups
 from experiments import metric_keys as keys
 
@@ -69,4 +69,5 @@ CLAIMS = [Claim(
     criterion="ExDyna's < MiCRO's at every W, context and density where both are measured",
     measure=imbalance_pairs,
     holds=exdyna_lower,
+    studies=("load_imbalance", LAPTOP_STATISTICS),
 )]

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.claims.claim import Claim, Numbers, Statistic, finite
-from analysis.claims.papers import DEFT, experiment
+from analysis.claims.papers import DEFT, LAPTOP_STATISTICS, experiment
 from analysis.claims.study import Study, method_groups, subject
 from experiments import metric_keys as keys
 
@@ -36,6 +36,8 @@ from experiments import metric_keys as keys
 # ResNet-18, docs/algorithms.md): one slot either way is rounding, not a different allocation.
 K_TOLERANCE = 1.0
 NORMS_KNOB = "cfg.sparsifier.norms"
+
+STUDIES = ("deft_units", LAPTOP_STATISTICS)  # DEFT runs logging their per-unit lists
 
 
 def replay_deviation(norms: Sequence[float], unit_k: Sequence[float], common: Sequence[float], k: int) -> float:
@@ -166,6 +168,7 @@ CLAIMS = [
         criterion=f"max |k_l - formula| <= {K_TOLERANCE:g} (the released code's float32 rounding) for every method, context and density measured",
         measure=allocation,
         holds=follows,
+        studies=STUDIES,
     ),
     Claim(
         id="deft.bins_balanced",
@@ -177,5 +180,6 @@ CLAIMS = [
         criterion="max ratio <= 2W/(W+1) at every W, context and density measured",
         measure=bin_ratios,
         holds=within_bound,
+        studies=STUDIES,
     ),
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.claims.claim import Claim, Numbers, Statistic, finite
-from analysis.claims.papers import EXDYNA, MICRO, NAMES, experiment
+from analysis.claims.papers import EXDYNA, MICRO, NAMES, LAPTOP_STATISTICS, experiment
 from analysis.claims.study import SETTLED_FROM_STEP, SETTLED_MIN_ROWS, Study, method_groups, subject
 from experiments import metric_keys as keys
 
@@ -23,6 +23,8 @@ BAND = 0.1
 
 SETTLED_RULE = (f"the later half of a run's logged rows holding {keys.DENSITY_ERROR}, counted when it holds "
                 f">= {SETTLED_MIN_ROWS} rows from step >= {SETTLED_FROM_STEP}")
+
+STUDIES = ("density_vs_step", "compression_error", LAPTOP_STATISTICS)  # training runs long enough to settle
 
 
 def settled_error(study: Study, sparsifier: str, key: str = keys.DENSITY_ERROR) -> Statistic:
@@ -84,6 +86,7 @@ def control_claim(sparsifier: str) -> Claim:
         criterion=f"|settled error| <= {BAND} for every method, context, density and W measured",
         measure=lambda study: settled_error(study, sparsifier),
         holds=controlled,
+        studies=STUDIES,
     )
 
 
@@ -99,6 +102,7 @@ def drift_claim(sparsifier: str) -> Claim:
         criterion=f"|settled error| > {BAND} (outside the band MiCRO's rule holds) for every method, context, density and W measured",
         measure=lambda study: settled_error(study, sparsifier),
         holds=drifts,
+        studies=STUDIES,
     )
 
 

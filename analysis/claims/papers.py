@@ -25,6 +25,11 @@ NAMES = {
 PARTITION_METHODS = ("deft", "micro", "exdyna")
 
 
+# The laptop study of the per-step claims (conf/experiment/laptop/statistics.yaml): claims judged on
+# every step of training runs name it beside the paper experiments that measure them (Claim.studies).
+LAPTOP_STATISTICS = "statistics"
+
+
 def experiment(name: str) -> str:
     """Where the repository measures it: `python run.py -m experiment=paper/<name>`."""
     return f"experiment=paper/{name}"

@@ -26,7 +26,7 @@ FALLS = (-1.3, -0.5)
 FLAT_ABOVE = -0.2
 # Timings compare only within the study built for them: a convergence sweep's small model would
 # give a fit dominated by fixed per-call costs (Claim.studies).
-STUDIES = ("selection_time",)
+STUDIES = ("selection_time", "selection_replay")  # the paper sweep, or make reproduce's replay
 
 
 def select_slopes(study: Study, sparsifier: str) -> Statistic:

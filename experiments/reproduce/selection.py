@@ -107,7 +107,7 @@ METHODS = ("topk", "cltk", "deft", "micro", "exdyna")
 WORKERS = (2, 4, 8, 16)
 DENSITY = 0.001  # the papers'
 MODEL, DATASET = "resnet18", "fashion_mnist"
-TAG = "laptop/selection_time"
+TAG = "laptop/selection_replay"  # a replay, not training: only the selection-cost claims judge it (Claim.studies)
 # One core per rank, as the step benchmark times it (experiments/benchmarks/step.py). Also a
 # necessity on a shared machine: with 2 intra-op threads on 2 busy cores, torch's OpenMP
 # barriers stalled ~50 ms per call (a 270k-element top-k: 48 ms with 2 threads, 5 ms with 1).

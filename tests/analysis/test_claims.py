@@ -153,24 +153,30 @@ def test_contexts_are_judged_apart(tmp_path):
 
 
 def test_a_claim_is_judged_on_the_runs_of_its_own_experiment(tmp_path):
-    """A study of two sweeps: one tagged laptop/selection_time in which every claim holds, one
-    tagged laptop/statistics on another model whose selection time does not fall with W. The
-    selection claims judge only the tagged sweep and say so; claims without an experiment of
-    their own (build-up) judge both; without the tag, the same runs fail the selection claim."""
+    """A study of two sweeps: a replay tagged laptop/selection_replay in which every claim holds,
+    and a statistics sweep tagged laptop/statistics on another model whose selection time does not
+    fall with W. The selection claims judge only the replay, the per-step claims only the
+    statistics sweep, and each verdict says which runs it judged; without tags, every claim judges
+    every run and the flat selection time fails the selection claim."""
     tagged, untagged = tmp_path / "tagged", tmp_path / "untagged"
-    write_study(tagged / "timing", tag="laptop/selection_time")
+    write_study(tagged / "timing", tag="laptop/selection_replay")
     flat = on("micro", set_train(k.SELECT_MAX, 8.0))
     write_study(tagged / "statistics", flat, model="cnn", tag="laptop/statistics")
     verdicts = judged(tagged)
+    runs = len(METHODS) * 2
     micro = verdicts["selection.micro"]
     assert micro.outcome is Outcome.HOLDS
     assert list(micro.measured) == ["micro | mlp/synthetic | d=0.01"]
-    assert micro.scope == f"judged on the {len(METHODS) * 2} runs tagged laptop/selection_time"
-    assert verdicts["buildup.topk"].scope == "" and len(verdicts["buildup.topk"].measured) == 2  # both contexts
+    assert micro.scope == f"judged on the {runs} runs tagged laptop/selection_replay"
+    topk = verdicts["buildup.topk"]
+    assert list(topk.measured) == ["topk | cnn/synthetic | d=0.01"]
+    assert topk.scope == f"judged on the {runs} runs tagged laptop/statistics"
+    assert verdicts["convergence.dense.micro"].scope == ""  # no convergence sweep: every run
     write_study(untagged / "timing")
-    write_study(untagged / "statistics", flat, model="cnn", tag="laptop/statistics")
-    untagged_micro = judged(untagged)["selection.micro"]
-    assert untagged_micro.outcome is Outcome.DOES_NOT_HOLD and untagged_micro.scope == ""
+    write_study(untagged / "statistics", flat, model="cnn")
+    untagged_verdicts = judged(untagged)
+    assert untagged_verdicts["selection.micro"].outcome is Outcome.DOES_NOT_HOLD and untagged_verdicts["selection.micro"].scope == ""
+    assert len(untagged_verdicts["buildup.topk"].measured) == 2  # both contexts
 
 
 def test_a_study_with_nothing_to_judge(tmp_path):
