@@ -69,14 +69,25 @@ def _k_of(run: pd.Series) -> float:
     return float(math.floor(float(run["density"]) * numel)) if finite(numel) else float("nan")
 
 
-def _unit_rows(study: Study, run_id: str) -> list[tuple[list, list, list]]:
-    """(norms, k, common) of each logged step of a run that holds the per-unit lists."""
-    rows = study.train_rows(run_id)
+def _leads(run: pd.Series, step: int) -> bool:
+    """Whether rank 0's logged lists are all its own at `step`: it led the plan (step mod W = 0),
+    or every rank planned from the same averaged norms (`sparsifier.norms=global`)."""
+    return str(run.get(NORMS_KNOB, "local")) == "global" or int(step) % int(run["workers"]) == 0
+
+
+def _unit_rows(study: Study, run: pd.Series) -> list[tuple[list, list, list]]:
+    """(norms, k, common) of each logged step of a run that holds the per-unit lists, at the
+    steps at which rank 0 led the plan (_leads). Rank 0 logs its own norms and k_l but the plan's
+    common units, which are the leader's: with local norms another leader may cap a different
+    unit at its size, so at other steps the common flags do not belong to the k_l beside them."""
+    rows = study.train_rows(run["run_id"])
     if keys.DEFT_UNIT_K not in rows.columns or keys.DEFT_UNIT_NORMS not in rows.columns:
         return []
     found = []
     common_column = rows[keys.DEFT_UNIT_COMMON] if keys.DEFT_UNIT_COMMON in rows.columns else pd.Series(None, index=rows.index)
-    for norms, ks, common in zip(rows[keys.DEFT_UNIT_NORMS], rows[keys.DEFT_UNIT_K], common_column):
+    for step, norms, ks, common in zip(rows["step"], rows[keys.DEFT_UNIT_NORMS], rows[keys.DEFT_UNIT_K], common_column):
+        if not _leads(run, step):
+            continue
         if _is_list(norms) and _is_list(ks) and len(norms) == len(ks):
             common = list(common) if _is_list(common) and len(common) == len(ks) else [0.0] * len(ks)
             found.append((list(norms), list(ks), common))
@@ -98,7 +109,7 @@ def allocation(study: Study) -> Statistic:
         label = subject(method, context, density)
         worst, steps, units, no_k = 0.0, 0, 0, 0
         for _, run in group.iterrows():
-            logged = _unit_rows(study, run["run_id"])
+            logged = _unit_rows(study, run)
             k = _k_of(run)
             if logged and not finite(k):
                 no_k += 1
@@ -109,7 +120,8 @@ def allocation(study: Study) -> Statistic:
                 units = max(units, len(ks))
         if steps == 0:
             why = "k unknown (no k_target or numel in summary.json)" if no_k else \
-                f"no logged per-unit lists ({keys.DEFT_UNIT_K}, {keys.DEFT_UNIT_NORMS}: sparsifier.log_units_every=0?)"
+                (f"no logged per-unit lists ({keys.DEFT_UNIT_K}, {keys.DEFT_UNIT_NORMS}: sparsifier.log_units_every=0?) "
+                 "at a step rank 0 led (step mod W = 0) or with sparsifier.norms=global")
             gaps.append(f"{label}: {why}")
             continue
         subjects[label] = {"max |k_l - formula|": worst, "logged steps": float(steps), "units": float(units)}
@@ -139,9 +151,7 @@ def bin_ratios(study: Study) -> Statistic:
         values = []
         for _, run in group.iterrows():
             steps, ratios = study.values(run["run_id"], keys.DEFT_MAX_BIN_LOAD_RATIO)
-            is_global = str(run.get(NORMS_KNOB, "local")) == "global"
-            leads = np.ones_like(steps, dtype=bool) if is_global else (steps % int(workers) == 0)
-            values.extend(ratios[leads])
+            values.extend(ratio for step, ratio in zip(steps, ratios) if _leads(run, step))
         if not values:
             gaps.append(f"{label}: no logged {keys.DEFT_MAX_BIN_LOAD_RATIO} at a step rank 0 led (step mod W = 0) "
                         "or with sparsifier.norms=global")
@@ -164,7 +174,8 @@ CLAIMS = [
         needs=f"DEFT runs with sparsifier.log_units_every > 0 (logging {keys.DEFT_UNIT_K}, {keys.DEFT_UNIT_NORMS}, "
               f"{keys.DEFT_UNIT_COMMON}) and k_target in summary.json ({experiment('deft_units')})",
         statistic="largest |k_l - max(1, floor(remaining_k * norm_l / remaining_norm))| over units visited by decreasing "
-                  "norm, every logged step of every run (common units: only k_l above the floor counts)",
+                  "norm, every logged step at which rank 0 led the plan (or with sparsifier.norms=global) of every run "
+                  "(common units: only k_l above the floor counts)",
         criterion=f"max |k_l - formula| <= {K_TOLERANCE:g} (the released code's float32 rounding) for every method, context and density measured",
         measure=allocation,
         holds=follows,

@@ -128,6 +128,19 @@ def test_deft_without_per_unit_lists(tmp_path):
     assert verdicts["deft.bins_balanced"].outcome is Outcome.HOLDS
 
 
+@pytest.mark.parametrize("step,outcome", [(12, Outcome.DOES_NOT_HOLD), (13, Outcome.HOLDS)])
+def test_deft_k_is_checked_only_where_rank_0_led_the_plan(tmp_path, step, outcome):
+    """Rank 0 logs its own k_l beside the plan's common units, which are another leader's at a
+    step rank 0 did not lead (step mod W != 0): a k_l 3 above the formula fails the claim at a
+    step rank 0 led (12 at W = 4), and is not evidence at one it did not (13)."""
+    def off_by_three(workers, rows):
+        row = next(row for row in rows if row.get(k.ROW_STEP) == 12 and row.get(k.ROW_KIND) == k.KIND_TRAIN)
+        row[k.ROW_STEP] = step
+        row[k.DEFT_UNIT_K] = [value + (3.0 if unit == 1 else 0.0) for unit, value in enumerate(row[k.DEFT_UNIT_K])]
+    verdicts = judged(write_study(tmp_path, on("deft", off_by_three, only_workers=4)))
+    assert verdicts["deft.k_follows_norms"].outcome is outcome
+
+
 def test_evaluations_without_elapsed_time(tmp_path):
     def drop_elapsed(method, workers, rows):
         for row in rows:
