@@ -26,6 +26,10 @@ CONVERGENCE = "experiment=laptop/convergence"
 SWEEPS = (
     Sweep("statistics", "statistics", (STATISTICS,),
           "build-up, traffic, density control, load balance, DEFT's allocation"),
+    # The released start, 1/(2 sqrt(k)), selects far more than k until the threshold has climbed
+    # (hundreds of steps): the same runs from a calibrated start show what the transient costs.
+    Sweep("calibrated start", "statistics", (STATISTICS, "sparsifier=micro,exdyna", "sparsifier.threshold_start=calibrated"),
+          "density control and traffic from MiCRO's and ExDyna's calibrated threshold start"),
     Sweep("drifting thresholds", "statistics", (STATISTICS, "sparsifier=threshold,sage", "workers=16"),
           "density control (the hard threshold and SAGE)"),
     Sweep("wide build-up", "statistics", (STATISTICS, "sparsifier=topk", "workers=32,64"),
