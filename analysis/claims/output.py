@@ -44,6 +44,32 @@ def verdict_text(verdict: Verdict) -> str:
     return f"{verdict.outcome.value}: {notes}" if notes else verdict.outcome.value
 
 
+def brief_text(verdict: Verdict, failures_shown: int = 3, numbers_shown: int = 2) -> str:
+    """One short cell: how many measured subjects hold and the first failing ones with their
+    first numbers ("3 of 4 hold; fails: micro | mlp/fashion_mnist | d=0.01 | W=8: settled=0.17"),
+    or why nothing was measured."""
+    if verdict.outcome is Outcome.NOT_MEASURABLE:
+        return f"not measurable: {verdict.reason}"
+    held = sum(verdict.held.values())
+    text = f"{held} of {len(verdict.held)} hold"
+    failing = [name for name, ok in verdict.held.items() if not ok]
+    if failing:
+        shown = []
+        for name in failing[:failures_shown]:
+            values = list(verdict.measured[name].items())[:numbers_shown]
+            shown.append(f"{name}: " + ", ".join(f"{key}={number(value)}" for key, value in values))
+        more = f" (and {len(failing) - failures_shown} more)" if len(failing) > failures_shown else ""
+        text += "; fails: " + "; ".join(shown) + more
+    return text
+
+
+def brief_table(verdicts: list[Verdict]) -> str:
+    """The summary table: claim, verdict, how many measured subjects hold (the README's)."""
+    frame = pd.DataFrame([{"claim": f"`{v.claim.id}`", "verdict": v.outcome.value, "measured": brief_text(v)} for v in verdicts],
+                         columns=["claim", "verdict", "measured"])
+    return markdown.table(frame)
+
+
 def counts(verdicts: Iterable[Verdict]) -> str:
     """"12 HOLDS, 1 DOES_NOT_HOLD, 17 NOT_MEASURABLE"."""
     seen = Counter(verdict.outcome for verdict in verdicts)
@@ -65,6 +91,12 @@ def markdown_text(verdicts: list[Verdict], study: Study, paths: list[str]) -> st
         + (f" ({study.left_out} not finished, left out)" if study.left_out else "") + ".",
         "",
         f"Verdicts: {counts(verdicts)}. Each claim, its statistic and why its criterion: {DOCS}.",
+        "",
+        "## Summary",
+        "",
+        brief_table(verdicts),
+        "",
+        "## Every claim",
         "",
         markdown.table(frame),
         "",

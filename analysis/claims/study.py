@@ -85,6 +85,7 @@ class Study:
     epochs: pd.DataFrame
     left_out: int = 0
     _order: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    _settings: pd.DataFrame | None = field(default=None, repr=False)
     _cache: dict[tuple, pd.Series | pd.DataFrame] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -93,6 +94,7 @@ class Study:
         numbers are partial)."""
         runs = tables.runs
         done = runs[runs["status"] == FINISHED].reset_index(drop=True) if "status" in runs.columns else runs.iloc[0:0]
+        settings = done  # every setting column, for the contexts of a claim's own runs (scoped)
         done = done.assign(context=context_labels(done))
         # Only the columns claims read: every filter below copies the rows it keeps.
         done = done[[c for c in done.columns if c in RUN_COLUMNS or c.startswith(KNOB_PREFIX)]]
@@ -108,6 +110,7 @@ class Study:
         study = cls(runs=done, steps=steps.reset_index(drop=True), epochs=epochs.reset_index(drop=True),
                     left_out=len(runs) - len(done))
         study._order = logged_order(study.steps)
+        study._settings = settings
         return study
 
     # -- which runs ---------------------------------------------------------------------------
@@ -115,7 +118,9 @@ class Study:
         """The runs of the experiments made to measure a claim, and a note that says so: runs
         whose tag is `<scale>/<experiment>` (paper/selection_time, laptop/selection_time) or the
         bare name. When no run carries such a tag (a user's own sweep), the whole study and "".
-        Contexts stay those of the whole study, so a context reads the same in every verdict."""
+        Contexts are labelled anew among the chosen runs: a setting that only tells them from the
+        rest of the study (the convergence sweep's schedule beside the statistics sweep) would
+        lengthen every subject's name without telling two of them apart."""
         if not experiments or self.runs.empty or "cfg.tag" not in self.runs.columns:
             return self, ""
         cached = self._cache.get(("scoped", experiments))
@@ -126,6 +131,9 @@ class Study:
                 cached = (self, "")
             else:
                 ids = set(chosen["run_id"])
+                if self._settings is not None:
+                    own = self._settings[self._settings["run_id"].isin(ids)]
+                    chosen = chosen.assign(context=chosen["run_id"].map(dict(zip(own["run_id"], context_labels(own)))))
                 tags = ", ".join(sorted(set(map(str, chosen["cfg.tag"]))))
                 sub = Study(runs=chosen.reset_index(drop=True),
                             steps=self.steps[self.steps["run_id"].isin(ids)].reset_index(drop=True),

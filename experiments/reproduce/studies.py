@@ -21,6 +21,8 @@ class Sweep:
 
 
 STATISTICS = "experiment=laptop/statistics"
+# Their run directories say which start they had (the statistics folder holds both).
+CALIBRATED_DIRS = "hydra.sweep.subdir=${hydra.job.num}_${hydra:runtime.choices.sparsifier}_calibrated_w${workers}"
 CONVERGENCE = "experiment=laptop/convergence"
 
 SWEEPS = (
@@ -28,8 +30,12 @@ SWEEPS = (
           "build-up, traffic, density control, load balance, DEFT's allocation"),
     # The released start, 1/(2 sqrt(k)), selects far more than k until the threshold has climbed
     # (hundreds of steps): the same runs from a calibrated start show what the transient costs.
-    Sweep("calibrated start", "statistics", (STATISTICS, "sparsifier=micro,exdyna", "sparsifier.threshold_start=calibrated"),
-          "density control and traffic from MiCRO's and ExDyna's calibrated threshold start"),
+    # One sweep per method: Hydra composes a sweep's base config without its comma lists, and the
+    # default sparsifier (Top-k) has no threshold_start.
+    *(Sweep(f"calibrated start, {method}", "statistics",
+            (STATISTICS, f"sparsifier={method}", "sparsifier.threshold_start=calibrated", CALIBRATED_DIRS),
+            f"density control and traffic from {name}'s calibrated threshold start")
+      for method, name in (("micro", "MiCRO"), ("exdyna", "ExDyna"))),
     Sweep("drifting thresholds", "statistics", (STATISTICS, "sparsifier=threshold,sage", "workers=16"),
           "density control (the hard threshold and SAGE)"),
     Sweep("wide build-up", "statistics", (STATISTICS, "sparsifier=topk", "workers=32,64"),

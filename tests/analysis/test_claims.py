@@ -17,6 +17,7 @@ import pytest
 
 from analysis.claims import BY_ID, CLAIMS, Outcome, Verdict, judge_paths, judge_tables
 from analysis.claims.__main__ import main as claims_main
+from analysis.claims.output import brief_table, brief_text
 from analysis.claims.deft import lpt_bound, replay_deviation
 from analysis.synthetic import SyntheticRun, write_run, write_sweep
 from experiments import metric_keys as k
@@ -263,7 +264,10 @@ def test_the_command_line_writes_claims_md_and_json(all_hold, tmp_path):
     assert result.returncode == 0, result.stderr
     assert "30 HOLDS, 0 DOES_NOT_HOLD, 0 NOT_MEASURABLE" in result.stdout
     lines = (tmp_path / "out" / "claims.md").read_text().splitlines()
-    header = next(i for i, line in enumerate(lines) if line.startswith("| claim |"))
+    summary = next(i for i, line in enumerate(lines) if line.startswith("| claim |"))
+    assert lines[summary] == "| claim | verdict | measured |"
+    assert [row.split("`")[1] for row in lines[summary + 2:summary + 2 + len(CLAIMS)]] == [claim.id for claim in CLAIMS]
+    header = next(i for i, line in enumerate(lines) if line.startswith("| claim | source"))
     assert lines[header] == "| claim | source | measured | criterion | verdict |"
     rows = [line for line in lines[header + 2:] if line.startswith("| ")]
     assert [row.split("`")[1] for row in rows] == [claim.id for claim in CLAIMS]
@@ -273,6 +277,16 @@ def test_the_command_line_writes_claims_md_and_json(all_hold, tmp_path):
     record = json.loads((tmp_path / "out" / "claims.json").read_text())
     assert [c["id"] for c in record["claims"]] == [claim.id for claim in CLAIMS]
     assert record["claims"][0]["measured"]["deft | mlp/synthetic | d=0.01"]["slope"] == pytest.approx(-1.0)
+
+
+def test_the_summary_counts_the_subjects_that_hold_and_names_the_failing(all_hold, tmp_path):
+    _, verdicts = all_hold
+    assert brief_text(verdicts["buildup.micro"]) == "1 of 1 hold"
+    broken = judged(write_study(tmp_path, BREAKS["density.micro"]))["density.micro"]
+    text = brief_text(broken)
+    assert text.startswith(f"0 of {len(broken.held)} hold; fails: micro | mlp/synthetic | d=0.01 | W=2: settled=")
+    table = brief_table([verdicts[claim.id] for claim in CLAIMS])
+    assert len(table.splitlines()) == len(CLAIMS) + 2
 
 
 def test_the_command_line_exits_2_for_a_path_without_runs(tmp_path, all_hold, capsys):
