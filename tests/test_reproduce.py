@@ -24,10 +24,11 @@ FULL_JOBS = {"statistics": 20, "calibrated start, micro": 4, "calibrated start, 
 
 
 @pytest.mark.parametrize("sweep", SWEEPS, ids=lambda sweep: sweep.name)
-def test_every_sweep_of_the_full_study_composes_and_validates(sweep):
+def test_every_sweep_of_the_full_study_composes_and_validates(sweep, tmp_path):
     """Each of make reproduce's command lines passes run.py's own pre-flight (every job composed
-    and validated, as before a launch), with the number of jobs the study means."""
-    assert preflight(["-m", *sweep.args, "--cfg", "job"]) == FULL_JOBS[sweep.name]
+    and validated, and where it will be written checked, as before a launch), with the number of
+    jobs the study means."""
+    assert preflight(["-m", *sweep.args, f"hydra.sweep.dir={tmp_path}"]) == FULL_JOBS[sweep.name]
     # Hydra's basic sweeper first composes the config without the comma lists: that must work too
     # (a knob of one swept sparsifier fails it when the default sparsifier lacks the knob).
     compose_job([arg for arg in sweep.args if "," not in arg.split("=", 1)[-1] or arg.startswith("hydra.")])

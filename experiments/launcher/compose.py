@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_dir
 from hydra._internal.utils import get_args_parser
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from experiments.launcher.environment_checks import check_creatable, check_not_a_run, job_run_dir
 from experiments.errors import ConfigError
@@ -153,6 +153,9 @@ def check_run_dir(cfg: DictConfig, multirun: bool, num: int) -> None:
     """The directory Hydra will create for this job must be creatable and not hold a run."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     run_dir = job_run_dir(cfg, multirun, num)
-    check_creatable(run_dir, key if f"{key}=" in " ".join(cfg.hydra.overrides.hydra) else "output_root")
+    # The overrides as typed: an element such as hydra.sweep.subdir=${hydra.job.num}_x is text
+    # here, not an interpolation to resolve (there is no job number before Hydra runs the job).
+    typed = OmegaConf.to_container(cfg.hydra.overrides.hydra, resolve=False)
+    check_creatable(run_dir, key if f"{key}=" in " ".join(typed) else "output_root")
     if not joins_a_running_node(cfg, RunStore(run_dir).status() or {}):  # several nodes share one directory
         check_not_a_run(run_dir, key)
