@@ -76,3 +76,13 @@ def test_quick_reproduce_writes_claims_md_with_its_figures(quick):
     figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert figures and all((out / figure).is_file() for figure in figures)
     assert any("selection" in figure for figure in figures)  # the selection study drew its figure too
+
+
+def test_a_busy_machine_is_said_before_the_timings_are_measured(monkeypatch):
+    """The selection-cost and time-to-target claims time the machine: a load already there is said."""
+    from experiments.reproduce import __main__ as reproduce
+    monkeypatch.setattr(reproduce.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(reproduce.os, "getloadavg", lambda: (0.3, 0.3, 0.3))
+    assert reproduce.busy_warning() is None
+    monkeypatch.setattr(reproduce.os, "getloadavg", lambda: (3.8, 3.0, 2.0))
+    assert "load average 3.8 on 2 cores" in reproduce.busy_warning()

@@ -41,6 +41,16 @@ LAUNCHING = re.compile(r"Launching (\d+) jobs")
 SUMMARY = re.compile(r"^summary \((.*)\)\s*$")
 
 
+def busy_warning() -> str | None:
+    """A line when other work already keeps the cores busy: the selection-cost and time-to-target
+    claims time this machine, so a load beside them moves their numbers (the others do not)."""
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    if load < 0.5 * cores:
+        return None
+    return (f"note: the machine is busy (load average {load:.1f} on {cores} cores): the selection-cost and "
+            "convergence.sooner claims time it, so their numbers will carry that load; the other claims do not depend on it")
+
+
 def minutes(seconds: float) -> str:
     return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
 
@@ -117,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     out = (options.out or REPO_ROOT / "outputs" / "reproduce" / stamp).resolve()
     started = time.monotonic()
     if not options.skip_runs:
+        warning = busy_warning()
+        if warning:
+            print(warning, flush=True)
         sweeps = QUICK_SWEEPS if options.quick else SWEEPS
         total = len(sweeps) + 1
         for number, sweep in enumerate(sweeps, 1):
