@@ -45,7 +45,7 @@ def busy_warning() -> str | None:
     """A line when other work already keeps the cores busy: the selection-cost and time-to-target
     claims time this machine, so a load beside them moves their numbers (the others do not)."""
     load, cores = os.getloadavg()[0], os.cpu_count() or 1
-    if load < 0.5 * cores:
+    if load < cores:  # as much other work as there are cores (the bootstrap's pip install stays below)
         return None
     return (f"note: the machine is busy (load average {load:.1f} on {cores} cores): the selection-cost and "
             "convergence.sooner claims time it, so their numbers will carry that load; the other claims do not depend on it")
