@@ -22,8 +22,14 @@ $(STAMP): pyproject.toml constraints.txt
 run: $(STAMP) data
 	$(PY) run.py -m experiment=quickstart $(ARGS)
 
+# Two tests at a time (pytest-xdist): one at a time, a core sat idle whenever a test ran on one
+# thread (the tests' own process, run.py's start-up, a bad input's exit). --dist loadscope keeps a
+# module's tests on one worker, so a world its module-scoped fixture builds is built once.
+# ARGS="-n 0" runs one test at a time; test-fast and mutants run one at a time.
+XDIST := -n 2 --dist loadscope
+
 test: $(STAMP)
-	WANDB_MODE=disabled $(PY) -m pytest $(ARGS)
+	WANDB_MODE=disabled $(PY) -m pytest $(XDIST) $(ARGS)
 
 # The papers' claims judged at laptop scale: the laptop studies, then claims.md with a verdict per
 # claim (docs/reproduce.md). About 25 minutes on 2 cores; ARGS="--out DIR" chooses where.
