@@ -41,6 +41,25 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def wait_for_nodes(nodes: list[subprocess.Popen], deadline_s: float) -> list[tuple[str, str]]:
+    """Every node's (stdout, stderr) once all have ended. A node that fails while another still
+    runs fails the test at once with its own error: the other would wait out its rendezvous
+    (join_timeout) and the test would report only a timeout. Fails after `deadline_s`."""
+    outputs: list[tuple[str, str] | None] = [None] * len(nodes)
+    deadline = time.monotonic() + deadline_s
+    while None in outputs:
+        assert time.monotonic() < deadline, f"the nodes did not end within {deadline_s} s"
+        for number, node in enumerate(nodes):
+            if outputs[number] is None:
+                try:
+                    outputs[number] = node.communicate(timeout=0.5)
+                except subprocess.TimeoutExpired:
+                    continue
+                assert node.returncode == 0 or None not in outputs, (
+                    f"node {number} exited {node.returncode} while the other still ran:\n{outputs[number][1][-3000:]}")
+    return outputs
+
+
 @pytest.mark.slow
 def test_two_agents_on_localhost_as_two_nodes_end_done_in_one_run_directory(tmp_path):
     run_dir = tmp_path / "run"
@@ -56,7 +75,7 @@ def test_two_agents_on_localhost_as_two_nodes_end_done_in_one_run_directory(tmp_
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE))
             time.sleep(1.0)  # the second node joins a run directory the first has begun
         trees = process_tree(nodes[0].pid) | process_tree(nodes[1].pid)
-        outputs = [node.communicate(timeout=DEADLINE_S) for node in nodes]
+        outputs = wait_for_nodes(nodes, DEADLINE_S)
         for node, (stdout, stderr) in zip(nodes, outputs):
             assert node.returncode == 0, stderr[-3000:]
     finally:
