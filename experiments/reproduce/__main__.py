@@ -33,6 +33,7 @@ from analysis.claims.output import terminal_text, write
 from analysis.report import write_report
 from experiments.caches import keep_caches_out_of_home
 from experiments.launcher.environment import REPO_ROOT
+from experiments.run_dir import STATUS
 from experiments.reproduce import selection
 from experiments.reproduce.studies import QUICK_SWEEPS, SWEEPS, Sweep
 
@@ -103,7 +104,7 @@ def figure_links(out: Path) -> str:
 def judge(out: Path) -> int:
     """Reports per study folder, then claims.md, claims.json and the terminal table."""
     for folder in sorted(p for p in out.iterdir() if p.is_dir() and p.name != "claims"):
-        if any(folder.rglob("status.json")):
+        if any(folder.rglob(STATUS)):
             write_report([folder], folder / "report", cache=False)
     verdicts, study = judge_paths([out], cache=False)
     markdown, _ = write(out, verdicts, study, [str(out)])
