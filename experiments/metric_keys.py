@@ -49,6 +49,7 @@ RECV_MEAN = "traffic/recv_bytes_mean"
 DENSE_BYTES = "traffic/dense_bytes"
 RATIO = "traffic/ratio"
 SENT_TOTAL_MAX = "traffic/sent_bytes_total_max"  # summary.json only: summed over every step
+LEDGER = "traffic/ledger"  # metrics.jsonl only: the step's collectives as text (experiments/core/ledger.py)
 
 # -- density/*, build-up, selection/* ---------------------------------------------------------
 DENSITY_ACTUAL = "density/actual"  # |U| / N

@@ -94,6 +94,10 @@ def _check_sizes(cfg: DictConfig) -> None:
         cfg.eval_limit is None or cfg.eval_limit >= 1,
         f"eval_limit must be >= 1 or null (all), got {cfg.eval_limit}: set e.g. eval_limit=256",
     )
+    require(
+        cfg.eval_every_steps >= 0,
+        f"eval_every_steps must be >= 0 (0: at epoch ends only), got {cfg.eval_every_steps}: set e.g. eval_every_steps=50",
+    )
     require(cfg.warmup_steps >= 0, f"warmup_steps must be >= 0, got {cfg.warmup_steps}")
     require(cfg.checksum_every >= 0, f"checksum_every must be >= 0 (0 disables), got {cfg.checksum_every}")
     require(cfg.launcher.timeout_s > 0, f"launcher.timeout_s must be > 0, got {cfg.launcher.timeout_s}")

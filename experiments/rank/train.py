@@ -15,6 +15,7 @@ from experiments import metric_keys as keys
 from experiments.rank.build import build_dataset, build_model, build_optimizer, build_schedule, build_sparsifier
 from experiments.rank.checkpoint import Checkpointer, Resumed, restore
 from experiments.core.finite import PARAMETERS, UPDATE_HINT, NonFiniteValue
+from experiments.core import ledger
 from experiments.core.flat_grad import bind_flat_grad, parameter_checksum, parameters_sha256
 from experiments.core.metrics import RANK_STATS, MetricContext, exchange_metrics, rank_metrics
 from experiments.rank.summary import SummaryAccumulator
@@ -111,6 +112,14 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path, resumed: Resumed |
     step = 0 if resumed is None else resumed.step
     checkpoints = Checkpointer(cfg, run_dir, world, steps_per_epoch, total_steps, step if resumed else None)
 
+    def evaluate_and_log(epoch: int, last_step: int) -> None:
+        """Rank 0 evaluates with its own BatchNorm statistics; other ranks go on."""
+        evaluation = _evaluate(task, model, replicas[0], world.device, cfg.eval_limit)
+        evaluation["epoch"] = epoch
+        evaluation[keys.ELAPSED] = time.perf_counter() - started
+        accumulator.add_eval(evaluation)
+        sink.log({"kind": "eval", **evaluation}, last_step)
+
     # -- epochs (a resumed run starts in the epoch of its checkpoint, `skip` batches in)
     for epoch in range(step // steps_per_epoch, cfg.epochs):
         if step >= total_steps:
@@ -144,6 +153,7 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path, resumed: Resumed |
                 if logging_step:
                     metrics.update(rank_metrics(_gather_rank_stats(world, outcome)))
                     metrics.update(method.metrics())
+                    metrics[keys.LEDGER] = ledger.encode(world.comm.meter.collectives)
                     metrics["epoch"] = epoch
                     metrics[keys.LR] = lr
                     metrics[keys.ELAPSED] = time.perf_counter() - started
@@ -158,15 +168,16 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path, resumed: Resumed |
             if progress is not None:
                 progress.update(1)
             step += 1
+            # -- a mid-epoch evaluation (eval_every_steps): time-to-accuracy needs the curve
+            # between epoch ends; the last step of an epoch (or of the run) is evaluated below, once.
+            at_loop_end = step % steps_per_epoch == 0 or step == total_steps  # evaluated below
+            if cfg.eval_every_steps and step % cfg.eval_every_steps == 0 and not at_loop_end and world.hosts_rank_zero:
+                evaluate_and_log(epoch, step - 1)
         if progress is not None:
             progress.close()
         # -- evaluation: rank 0 with its own BatchNorm statistics; other ranks go on.
         if world.hosts_rank_zero:
-            evaluation = _evaluate(task, model, replicas[0], world.device, cfg.eval_limit)
-            evaluation["epoch"] = epoch
-            evaluation[keys.ELAPSED] = time.perf_counter() - started
-            accumulator.add_eval(evaluation)
-            sink.log({"kind": "eval", **evaluation}, step - 1)
+            evaluate_and_log(epoch, step - 1)
             table.row(epoch, accumulator.last)
 
     _check_replicas_agree(world, model, step)
