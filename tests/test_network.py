@@ -1,5 +1,9 @@
-"""The alpha-beta network model against hand-computed cases."""
+"""The network model (flat and cluster) against hand-computed cases."""
 from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
 
 import pytest
 
@@ -42,3 +46,162 @@ def test_meter_adds_up_the_collectives_of_a_step():
 def test_bad_network_values_name_the_key(latency, bandwidth, key):
     with pytest.raises(ConfigError, match=key):
         NetworkModel("bad", latency, bandwidth)
+
+
+# -- the cluster model ---------------------------------------------------------------------------
+# 4 nodes x 4 GPUs. Intra: 5 us, 1200 Gbit/s = 150e9 B/s per GPU. Inter: 25 us, 10 Gbit/s =
+# 1.25e9 B/s per node. W = 16: N = 4 nodes, p = 4 ranks per node.
+CLUSTER = dict(name="v100x4", latency_us=25, bandwidth_gbit=10, gpus_per_node=4, intra_latency_us=5,
+               intra_bandwidth_gbit=1200)
+
+
+def cluster(algorithm: str = "auto") -> NetworkModel:
+    return NetworkModel(**CLUSTER, algorithm=algorithm)
+
+
+def test_placement_fills_nodes_in_rank_order():
+    assert (cluster().placement(16).nodes, cluster().placement(16).per_node) == (4, 4)
+    assert (cluster().placement(6).nodes, cluster().placement(6).per_node) == (2, 4)  # last node partial
+    assert (cluster().placement(3).nodes, cluster().placement(3).per_node) == (1, 3)  # W < g: one node
+
+
+def test_flat_ring_all_reduce_is_bottlenecked_by_the_inter_node_link():
+    # 16 MB: 2 * 15 steps of 1 MB, each as slow as the inter hop: 25e-6 + 1e6 / 1.25e9 = 825e-6
+    assert cluster("ring").all_reduce_s(16, 16e6) == pytest.approx(30 * 825e-6, rel=1e-12)
+    # one node (W=3 < g=4): 2 * 2 steps of 1 MB over NVLink: 5e-6 + 1e6 / 150e9 = 11.6667e-6
+    assert cluster("ring").all_reduce_s(3, 3e6) == pytest.approx(4 * (5e-6 + 1e6 / 150e9), rel=1e-12)
+    assert cluster("ring").all_reduce_s(1, 3e6) == 0.0
+
+
+def test_hierarchical_all_reduce_by_hand():
+    # 16 MB, p = 4, N = 4. Intra reduce-scatter + all-gather: 2 * 3 * (5e-6 + 4e6 / 150e9)
+    # = 6 * 31.6667e-6 = 190e-6. Inter ring of 4 MB per local rank, 4 rings on one NIC:
+    # 2 * 3 * (25e-6 + 16e6 / (4 * 1.25e9)) = 6 * 3.225e-3 = 19.35e-3. Total 19.54e-3 s.
+    assert cluster("hierarchical").all_reduce_s(16, 16e6) == pytest.approx(19.54e-3, rel=1e-12)
+
+
+def test_tree_all_reduce_by_hand():
+    # 16 MB: latency 2 * (3 * 5e-6 + ceil(log2 4) * 25e-6) = 130e-6; bandwidth 2 * 16e6 / 1.25e9
+    # = 25.6e-3 (the inter link is the slowest). Total 25.73e-3 s.
+    assert cluster("tree").all_reduce_s(16, 16e6) == pytest.approx(25.73e-3, rel=1e-12)
+    # 4 KB: 130e-6 + 2 * 4000 / 1.25e9 = 136.4e-6
+    assert cluster("tree").all_reduce_s(16, 4000) == pytest.approx(136.4e-6, rel=1e-12)
+
+
+def test_auto_picks_the_cheapest_all_reduce_per_size():
+    # 4 KB: ring 30 * (25e-6 + 250 / 1.25e9) = 756e-6; hierarchical 6 * (5e-6 + 1000 / 150e9)
+    # + 6 * (25e-6 + 4000 / 5e9) = 30.04e-6 + 154.8e-6 = 184.84e-6; tree 136.4e-6: tree.
+    net = cluster("auto")
+    assert cluster("ring").all_reduce_s(16, 4000) == pytest.approx(756e-6, rel=1e-12)
+    assert cluster("hierarchical").all_reduce_s(16, 4000) == pytest.approx(184.84e-6, rel=1e-12)
+    assert net.all_reduce_algorithm(16, 4000) == "tree"
+    assert net.all_reduce_s(16, 4000) == pytest.approx(136.4e-6, rel=1e-12)
+    # 16 MB: ring 24.75e-3, hierarchical 19.54e-3, tree 25.73e-3: hierarchical.
+    assert net.all_reduce_algorithm(16, 16e6) == "hierarchical"
+    assert net.all_reduce_s(16, 16e6) == pytest.approx(19.54e-3, rel=1e-12)
+
+
+def test_all_gather_flat_and_hierarchical_by_hand():
+    # 1 MB per rank, W = 16. Flat ring: 15 * (25e-6 + 1e6 / 1.25e9) = 15 * 825e-6 = 12.375e-3.
+    assert cluster("ring").all_gather_s(16, 1e6) == pytest.approx(12.375e-3, rel=1e-12)
+    # Hierarchical: inter 3 * (25e-6 + 4 * 1e6 / 1.25e9) = 3 * 3.225e-3 = 9.675e-3; intra
+    # 3 * (5e-6 + 4e6 / 150e9) = 3 * 31.6667e-6 = 95e-6. Total 9.77e-3 s; auto takes it.
+    assert cluster("hierarchical").all_gather_s(16, 1e6) == pytest.approx(9.77e-3, rel=1e-12)
+    assert cluster("auto").all_gather_s(16, 1e6) == pytest.approx(9.77e-3, rel=1e-12)
+    assert cluster("tree").all_gather_s(16, 1e6) == pytest.approx(12.375e-3, rel=1e-12)  # no tree all-gather
+
+
+def test_broadcast_binomial_and_pipelined_ring_by_hand():
+    # 1 MB, W = 16. Binomial: 2 rounds across nodes of 825e-6, 2 inside of 5e-6 + 1e6 / 150e9:
+    # 1.65e-3 + 2 * 11.6667e-6 = 1.673333e-3.
+    assert cluster("ring").broadcast_s(16, 1e6) == pytest.approx(1.65e-3 + 2 * (5e-6 + 1e6 / 150e9), rel=1e-12)
+    # Pipelined chain: 3 inter hops * 25e-6 + 12 intra hops * 5e-6 + 1e6 / 1.25e9 = 935e-6; auto.
+    assert cluster("auto").broadcast_s(16, 1e6) == pytest.approx(935e-6, rel=1e-12)
+
+
+def test_all_to_all_prices_intra_and_inter_pairs_by_their_links():
+    # 100 KB per pair, W = 16, p = 4. Intra: 3 * (5e-6 + 1e5 / 150e9) = 17e-6. Inter: 12 * 25e-6
+    # + 4 * 12 * 1e5 / 1.25e9 = 300e-6 + 3.84e-3 = 4.14e-3 (the NIC carries 4 ranks' messages).
+    assert cluster().all_to_all_s(16, 1e5) == pytest.approx(4.14e-3, rel=1e-12)
+    # One node of 4: 3 * (5e-6 + 1e5 / 150e9) = 17e-6.
+    assert cluster().all_to_all_s(4, 1e5) == pytest.approx(17e-6, rel=1e-12)
+    # One rank per node (the flat net, W = 4): 3 * (20e-6 + 1e5 / 1.25e9) = 3 * 100e-6.
+    assert NET.all_to_all_s(4, 1e5) == pytest.approx(300e-6, rel=1e-12)
+
+
+def test_point_to_point_takes_the_link_between_the_two_ranks():
+    assert cluster().point_to_point_s(16, 1e6, 1, 2) == pytest.approx(5e-6 + 1e6 / 150e9, rel=1e-12)  # node 0
+    assert cluster().point_to_point_s(16, 1e6, 3, 4) == pytest.approx(825e-6, rel=1e-12)  # nodes 0 and 1
+    assert cluster().point_to_point_s(16, 1e6, 5, 5) == 0.0
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "hierarchical"])
+def test_one_gpu_per_node_is_the_flat_model_exactly(algorithm):
+    """gpus_per_node=1, no intra link: the formulas of before, bit for bit (ring and
+    hierarchical coincide there). 10gbe, W=4: all-reduce of 4 MB 2 * 3 * (25e-6 + 1e6 / 1.25e9)."""
+    flat = NetworkModel("10gbe", 25, 10, algorithm=algorithm)
+    alpha, beta = 25 * 1e-6, 10 * 1e9 / 8
+    for W in (2, 3, 4, 16, 64):
+        for n in (4.0, 4e3, 4e6, 1e8):
+            assert flat.all_reduce_s(W, n) == 2 * (W - 1) * (alpha + n / W / beta)
+            assert flat.all_gather_s(W, n) == (W - 1) * (alpha + n / beta)
+            assert flat.broadcast_s(W, n) == math.ceil(math.log2(W)) * (alpha + n / beta)
+    assert flat.all_reduce_s(4, 4e6) == pytest.approx(6 * 825e-6, rel=1e-12)
+
+
+def test_price_walks_the_ledger_and_the_meter_uses_it():
+    # W = 16 on the cluster, auto: a 4-byte count header all-gathered (hierarchical: 3 * (25e-6 +
+    # 16 / 1.25e9) + 3 * (5e-6 + 16 / 150e9) = 90.0384e-6 + 0.32e-9 = 90.03872e-6), 16 MB
+    # all-reduced (19.54e-3), 1 MB broadcast (935e-6), a 1 MB message from rank 3 to rank 4 (825e-6).
+    meter = TrafficMeter(16, cluster())
+    meter.all_gather(1, 4)
+    meter.all_reduce(4_000_000, 4)
+    meter.broadcast(250_000, 4, root=0)
+    meter.point_to_point(250_000, 4, 3, 4)
+    expected = 90.03872e-6 + 19.54e-3 + 935e-6 + 825e-6
+    assert cluster().price(meter.collectives, 16) == pytest.approx(expected, rel=1e-12)
+    assert meter.model_s == cluster().price(meter.collectives, 16)
+    assert TrafficMeter(16).model_s == 0.0
+
+
+def test_all_to_all_and_point_to_point_bytes():
+    meter = TrafficMeter(4)
+    meter.all_to_all(10, 4)  # 40 bytes to each of 3 others
+    meter.point_to_point(5, 4, 0, 3)
+    assert list(meter.sent) == [140.0, 120.0, 120.0, 120.0]
+    assert list(meter.recv) == [120.0, 120.0, 120.0, 140.0]
+
+
+@pytest.mark.parametrize("changes,key", [
+    (dict(gpus_per_node=4), "network.intra_latency_us is null but network.gpus_per_node=4"),
+    (dict(gpus_per_node=4, intra_latency_us=5), "network.intra_bandwidth_gbit is null"),
+    (dict(gpus_per_node=0), "network.gpus_per_node must be an integer >= 1"),
+    (dict(gpus_per_node=2.5), "network.gpus_per_node must be an integer >= 1"),
+    (dict(intra_latency_us=-1), "network.intra_latency_us must be >= 0"),
+    (dict(intra_bandwidth_gbit=0), "network.intra_bandwidth_gbit must be > 0"),
+    (dict(algorithm="fastest"), "network.algorithm must be one of auto, ring, hierarchical, tree"),
+])
+def test_bad_cluster_values_name_the_key_and_the_fix(changes, key):
+    with pytest.raises(ConfigError, match=re.escape(key)):
+        NetworkModel("bad", 10, 10, **changes)
+
+
+PRESETS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "conf" / "network").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_preset_loads_without_hydra_and_comments_every_number(name):
+    net = NetworkModel.preset(name)
+    assert net.name == name
+    text = (Path(__file__).resolve().parents[1] / "conf" / "network" / f"{name}.yaml").read_text()
+    for line in text.splitlines():
+        if line and not line.startswith(("#", " ", "name:")):
+            assert "#" in line, f"{name}.yaml: every key says where its number comes from: {line}"
+
+
+def test_the_papers_cluster_presets():
+    for name, inter in (("v100x4_10gbe", 10), ("v100x4_25gbe", 25), ("v100x4_100g_ib", 100)):
+        net = NetworkModel.preset(name)
+        assert (net.gpus_per_node, net.intra_bandwidth_gbit, net.bandwidth_gbit) == (4, 1200, inter)
+    with pytest.raises(ConfigError, match="no such preset"):
+        NetworkModel.preset("carrier_pigeon")

@@ -6,7 +6,12 @@ headers), turned into per-rank bytes with the standard algorithms' formulas:
 - ring all-gather of m elements per rank: every rank sends and receives (W-1)*m;
 - ring all-reduce of m elements: every rank sends and receives 2(W-1)/W * m;
 - binomial-tree broadcast of m elements: every non-root rank receives m once; a rank sends m to
-  each of its children (the root has ceil(log2 W) of them).
+  each of its children (the root has ceil(log2 W) of them);
+- all-to-all of m elements per (source, destination) pair: every rank sends and receives (W-1)*m;
+- point-to-point of m elements: the source sends m, the destination receives m.
+
+These bytes are the flat algorithms' whatever network the run models. The modelled time is
+`NetworkModel.price` over the ledger (`collectives`): one accounting, priced, never a second one.
 
 Hosted ranks are counted as the W ranks they stand for, so a run's traffic does not depend on
 how many processes hosted it.
@@ -26,10 +31,11 @@ class Collective:
     Hosted and real-process worlds must issue the same list for the same step (the tests
     compare them), so a size is never counted from one world's shortcut."""
 
-    op: str  # "all_gather" | "all_reduce" | "broadcast"
-    elements: int  # per rank for all_gather; the whole tensor for all_reduce and broadcast
+    op: str  # "all_gather" | "all_reduce" | "broadcast" | "all_to_all" | "point_to_point"
+    elements: int  # per rank for all_gather, per pair for all_to_all; the whole tensor otherwise
     element_bytes: int
-    root: int | None = None  # broadcast only
+    root: int | None = None  # broadcast's root; point_to_point's source
+    peer: int | None = None  # point_to_point's destination
 
 
 def binomial_children(relative_rank: int, world_size: int) -> int:
@@ -51,41 +57,49 @@ class TrafficMeter:
         self.network = network
         self.sent = np.zeros(world_size)
         self.recv = np.zeros(world_size)
-        self.model_s = 0.0
         self.collectives: list[Collective] = []  # since the last reset, in the order issued
 
     def reset(self) -> None:
         self.sent[:] = 0.0
         self.recv[:] = 0.0
-        self.model_s = 0.0
         self.collectives = []
+
+    @property
+    def model_s(self) -> float:
+        """The network model's time for the collectives since the last reset: the ledger, priced."""
+        return self.network.price(self.collectives, self.world_size) if self.network else 0.0
 
     def all_gather(self, elements_per_rank: int, element_bytes: int) -> None:
         self.collectives.append(Collective("all_gather", elements_per_rank, element_bytes))
         nbytes = (self.world_size - 1) * elements_per_rank * element_bytes
         self.sent += nbytes
         self.recv += nbytes
-        if self.network:
-            self.model_s += self.network.all_gather_s(self.world_size, elements_per_rank * element_bytes)
 
     def all_reduce(self, elements: int, element_bytes: int) -> None:
         self.collectives.append(Collective("all_reduce", elements, element_bytes))
         nbytes = 2.0 * (self.world_size - 1) / self.world_size * elements * element_bytes
         self.sent += nbytes
         self.recv += nbytes
-        if self.network:
-            self.model_s += self.network.all_reduce_s(self.world_size, elements * element_bytes)
 
     def broadcast(self, elements: int, element_bytes: int, root: int) -> None:
         self.collectives.append(Collective("broadcast", elements, element_bytes, root))
         nbytes = elements * element_bytes
-        if self.network:
-            self.model_s += self.network.broadcast_s(self.world_size, nbytes)
         for rank in range(self.world_size):
             relative = (rank - root) % self.world_size
             self.sent[rank] += binomial_children(relative, self.world_size) * nbytes
             if relative != 0:
                 self.recv[rank] += nbytes
+
+    def all_to_all(self, elements_per_pair: int, element_bytes: int) -> None:
+        self.collectives.append(Collective("all_to_all", elements_per_pair, element_bytes))
+        nbytes = (self.world_size - 1) * elements_per_pair * element_bytes
+        self.sent += nbytes
+        self.recv += nbytes
+
+    def point_to_point(self, elements: int, element_bytes: int, source: int, destination: int) -> None:
+        self.collectives.append(Collective("point_to_point", elements, element_bytes, source, destination))
+        self.sent[source] += elements * element_bytes
+        self.recv[destination] += elements * element_bytes
 
 
 def dense_allreduce_bytes(numel: int, world_size: int, element_bytes: int = 4) -> float:

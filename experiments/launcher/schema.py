@@ -43,11 +43,16 @@ class LoggerConfig:
 
 @dataclass
 class NetworkConfig:
-    """The alpha-beta model that turns each step's traffic into time/exchange_model_ms."""
+    """The cluster model that turns each step's traffic into time/exchange_model_ms
+    (experiments/core/network.py, docs/network.md)."""
 
     name: str = "10gbe"
-    latency_us: float = 25.0  # alpha, microseconds per message
-    bandwidth_gbit: float = 10.0  # beta, Gbit/s per link and direction
+    latency_us: float = 25.0  # inter-node alpha, microseconds per message
+    bandwidth_gbit: float = 10.0  # inter-node beta, Gbit/s per node and direction
+    gpus_per_node: int = 1  # ranks per node; 1: every rank its own node (the flat model)
+    intra_latency_us: Optional[float] = None  # intra-node alpha; null when gpus_per_node is 1
+    intra_bandwidth_gbit: Optional[float] = None  # intra-node beta, Gbit/s per GPU and direction
+    algorithm: str = "ring"  # auto (NCCL-like: cheapest) | ring | hierarchical | tree
 
 
 @dataclass

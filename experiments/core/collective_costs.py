@@ -1,0 +1,122 @@
+"""One function per collective and algorithm: its time on a placement (cluster.py).
+
+Notation: W ranks, N nodes of p ranks; intra link (a_i, b_i) per GPU, inter link (a_e, b_e) per
+node; msg_x(n) = a_x + n / b_x. Every formula is written out in docs/network.md and checked
+against hand-computed numbers in tests/test_network.py. With one rank per node (p = 1, N = W)
+ring, hierarchical ring and the binomial tree reduce to the flat alpha-beta model's formulas,
+exactly: ring all-reduce 2(W-1) msg(n/W), ring all-gather (W-1) msg(m), binomial broadcast
+ceil(log2 W) msg(n).
+"""
+from __future__ import annotations
+
+import math
+
+from experiments.core.cluster import Placement
+
+
+def _log2_ceil(x: int) -> int:
+    return math.ceil(math.log2(x)) if x > 1 else 0
+
+
+# -- all-reduce of n bytes ----------------------------------------------------------------------
+def ring_all_reduce_s(c: Placement, nbytes: float) -> float:
+    """Flat ring over all W ranks: reduce-scatter then all-gather, 2(W-1) steps of n/W bytes,
+    every rank sending at once, so each step is as slow as its slowest hop:
+        2 (W-1) * msg_bottleneck(n / W),
+    bottleneck = the inter-node link as soon as the ring spans nodes (N > 1)."""
+    W = c.world_size
+    return 2 * (W - 1) * c.bottleneck_s(nbytes / W) if W > 1 else 0.0
+
+
+def hierarchical_all_reduce_s(c: Placement, nbytes: float) -> float:
+    """Intra reduce-scatter, inter ring all-reduce of 1/p of the data among the N nodes, intra
+    all-gather:
+        2 (p-1) * msg_i(n / p)  +  2 (N-1) * (a_e + n / (N b_e)).
+    The inter phase is p rings at once (one per local rank, each on its n/p shard); each step
+    moves n/(pN) per ring, so p * n/(pN) = n/N through the node's shared NIC."""
+    p, N = c.per_node, c.nodes
+    intra = 2 * (p - 1) * c.intra.message_s(nbytes / p) if p > 1 else 0.0
+    inter = 2 * (N - 1) * c.inter.message_s(nbytes / N) if N > 1 else 0.0  # a_e + (n/N)/b_e
+    return intra + inter
+
+
+def tree_all_reduce_s(c: Placement, nbytes: float) -> float:
+    """NCCL-style: a chain through the p GPUs of each node, a double binary tree across the N
+    nodes (each tree carries half the data; a node is interior in at most one of them), reduce up
+    then broadcast down, pipelined in small chunks:
+        2 ((p-1) a_i + ceil(log2 N) a_e)  +  2 n / b_slowest.
+    Latency: the depth of the chain plus the tree, up and down. Bandwidth: pipelining streams
+    the data through every link at once, so the slowest link used decides, and it carries n up
+    and n down; this is NCCL's own tuning model (tree bus bandwidth with ratio 1/2)."""
+    p, N = c.per_node, c.nodes
+    if c.world_size == 1:
+        return 0.0
+    latency = (p - 1) * (c.intra.alpha_s if p > 1 else 0.0) + _log2_ceil(N) * c.inter.alpha_s
+    return 2 * latency + 2 * nbytes / c.slowest_bytes_per_s()
+
+
+ALL_REDUCE = {"ring": ring_all_reduce_s, "hierarchical": hierarchical_all_reduce_s, "tree": tree_all_reduce_s}
+
+
+# -- all-gather, m bytes from every rank --------------------------------------------------------
+def ring_all_gather_s(c: Placement, bytes_per_rank: float) -> float:
+    """Flat ring: (W-1) steps, each rank forwarding one rank's m bytes:
+        (W-1) * msg_bottleneck(m)."""
+    W = c.world_size
+    return (W - 1) * c.bottleneck_s(bytes_per_rank) if W > 1 else 0.0
+
+
+def hierarchical_all_gather_s(c: Placement, bytes_per_rank: float) -> float:
+    """Inter ring all-gather among same-local-rank GPUs (p rings at once sharing the NIC, m each
+    per step), then intra ring all-gather of the N*m bytes each rank now holds:
+        (N-1) * (a_e + p m / b_e)  +  (p-1) * msg_i(N m)."""
+    p, N, m = c.per_node, c.nodes, bytes_per_rank
+    inter = (N - 1) * c.inter.message_s(p * m) if N > 1 else 0.0
+    intra = (p - 1) * c.intra.message_s(N * m) if p > 1 else 0.0
+    return inter + intra
+
+
+ALL_GATHER = {"ring": ring_all_gather_s, "hierarchical": hierarchical_all_gather_s}
+
+
+# -- broadcast of n bytes -----------------------------------------------------------------------
+def binomial_broadcast_s(c: Placement, nbytes: float) -> float:
+    """Binomial tree across nodes (one rank per node), then within every node at once; each
+    round sends the whole message:
+        ceil(log2 N) * msg_e(n)  +  ceil(log2 p) * msg_i(n)."""
+    p, N = c.per_node, c.nodes
+    inter = _log2_ceil(N) * c.inter.message_s(nbytes)
+    intra = _log2_ceil(p) * c.intra.message_s(nbytes) if p > 1 else 0.0
+    return inter + intra
+
+
+def pipelined_ring_broadcast_s(c: Placement, nbytes: float) -> float:
+    """NCCL's broadcast: a chain through all W ranks (nodes in order, so N-1 hops cross nodes and
+    W-N stay inside one), the message cut into chunks small enough that the chain's fill time is
+    only its latency (the idealisation: chunk latency is not charged per chunk):
+        (N-1) a_e + (W-N) a_i  +  n / b_slowest."""
+    W, N = c.world_size, c.nodes
+    if W == 1:
+        return 0.0
+    intra_alpha = c.intra.alpha_s if c.intra is not None else 0.0
+    return (N - 1) * c.inter.alpha_s + (W - N) * intra_alpha + nbytes / c.slowest_bytes_per_s()
+
+
+BROADCAST = {"binomial": binomial_broadcast_s, "pipelined_ring": pipelined_ring_broadcast_s}
+
+
+# -- all-to-all and point-to-point --------------------------------------------------------------
+def all_to_all_s(c: Placement, bytes_per_pair: float) -> float:
+    """Every rank sends W-1 distinct messages of m bytes: p-1 to its own node, W-p to others.
+    The two link kinds work at once; a rank pays each message's latency, and the node's NIC
+    carries all p ranks' inter-node messages:
+        max( (p-1) * msg_i(m),  (W-p) a_e + p (W-p) m / b_e )."""
+    W, p, m = c.world_size, c.per_node, bytes_per_pair
+    intra = (p - 1) * c.intra.message_s(m) if p > 1 else 0.0
+    inter = (W - p) * c.inter.alpha_s + p * (W - p) * m / c.inter.bytes_per_s
+    return max(intra, inter)
+
+
+def point_to_point_s(c: Placement, nbytes: float, source: int, destination: int) -> float:
+    """One message, over the link between the two ranks: msg_i(n) on one node, msg_e(n) across."""
+    return 0.0 if source == destination else c.link_between(source, destination).message_s(nbytes)
