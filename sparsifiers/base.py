@@ -44,6 +44,8 @@ class ExchangeKind(str, Enum):
     LEADER_BROADCAST = "leader_broadcast"  # the leader's indices, allreduce values there
     SHARED_ALLREDUCE = "shared_allreduce"  # identical indices on every rank by construction
     # (a shared seed, Random-k): no index traffic, allreduce the values
+    LOW_RANK = "low_rank"  # PowerSGD: no selection; allreduce the small tensors whole, then the
+    # low-rank factors P and Q of the others, through the method's low_rank_* hooks
 
 
 class SelectionScope(str, Enum):
@@ -60,6 +62,18 @@ class Feedback:
     step: int
     counts: torch.Tensor  # int64 [W]: |S_r| for every rank r (0 for ranks that did not select)
     aggregated: int  # |U|: coordinates in the aggregate
+
+
+@dataclass(frozen=True)
+class WireAllReduce:
+    """One all-reduce of a method whose messages have a size fixed by the model alone (dense,
+    PowerSGD), so that a cluster model can price its exchange at any W without running it: each
+    rank contributes `elements` values of `element_bytes` each (per-rank bytes of a ring
+    all-reduce: 2 (W - 1) / W * elements * element_bytes)."""
+
+    what: str  # "values" (dense), "uncompressed", "p", "q" (PowerSGD)
+    elements: int
+    element_bytes: int
 
 
 def target_count(density: float, numel: int) -> int:
@@ -160,6 +174,44 @@ class Sparsifier(ABC):
         the selections' union without deduplicating), or None (the default): none.
         Only the union_allreduce exchange takes them. DEFT's common units (`common_units=released`)."""
         return None
+
+    # -- fixed-size messages (dense, PowerSGD) ------------------------------------------------
+    @property
+    def wire_dtype(self) -> torch.dtype | None:
+        """The dense exchange only: the dtype each rank's contribution is rounded to for the
+        wire (torch's bf16/fp16 compress hooks), or None (the default): the accumulator's."""
+        return None
+
+    def wire_allreduces(self, step: int) -> tuple[WireAllReduce, ...] | None:
+        """The all-reduces of `step`'s exchange when their sizes depend on the model alone (dense,
+        PowerSGD), in the order issued; None (the default): they depend on the selections."""
+        return None
+
+    # -- the low-rank exchange (ExchangeKind.LOW_RANK: PowerSGD) -----------------------------
+    # The exchange owns the collectives and calls these in order on every hosted rank; each
+    # returns a fresh tensor (or writes `out`) and calls no collective.
+    def low_rank_active(self, step: int) -> bool:
+        """False: `step` is a plain mean all-reduce of acc (PowerSGD before `start_iter`)."""
+        raise NotImplementedError(f"{self.name} has no low-rank exchange")
+
+    def low_rank_uncompressed(self, acc: torch.Tensor) -> torch.Tensor:
+        """The values of the tensors sent whole, concatenated (their sum is all-reduced, / W)."""
+        raise NotImplementedError(f"{self.name} has no low-rank exchange")
+
+    def low_rank_p(self, acc: torch.Tensor) -> torch.Tensor:
+        """This rank's P_r = M_r Q for every compressed tensor, flat (their sum is all-reduced)."""
+        raise NotImplementedError(f"{self.name} has no low-rank exchange")
+
+    def low_rank_q(self, acc: torch.Tensor, p_sum: torch.Tensor) -> torch.Tensor:
+        """Keeps P, the all-reduced sum of the P_r orthogonalized, and returns this rank's
+        Q_r = M_r^T P, flat (their sum is all-reduced, / W)."""
+        raise NotImplementedError(f"{self.name} has no low-rank exchange")
+
+    def low_rank_decompress(self, uncompressed: torch.Tensor, q: torch.Tensor, out: torch.Tensor | None) -> None:
+        """Keeps `q` (the mean Q, the next step's warm start); when `out` is given, writes the
+        aggregate there: `uncompressed` (the mean) at the tensors sent whole, P Q^T elsewhere.
+        Identical on every rank, so the exchange passes `out` to one hosted rank only."""
+        raise NotImplementedError(f"{self.name} has no low-rank exchange")
 
     # -- after the exchange ------------------------------------------------------------------
     def observe(self, feedback: Feedback) -> None:

@@ -18,6 +18,11 @@ Value reductions (`sum_over_ranks`) come in two modes, the run's `reduction` key
   order 0, 1, ..., W-1, so the sum is bit for bit the same however the ranks are hosted. It is
   metered as the all-gather it is, (W-1)*m per rank instead of the all-reduce's 2(W-1)/W*m, and
   holds the W gathered tensors in memory while it sums.
+
+A value sum may be metered at a wire element size other than the tensor's own
+(`wire_element_bytes`): the dense exchange's bf16/fp16 contributions are rounded to 16 bits,
+but travel here as the float32 values they are equal to (gloo sums them in fp32, one rounding
+for every hosting), while the meter and the network model count the 2-byte wire format.
 """
 from __future__ import annotations
 
@@ -63,20 +68,23 @@ class RankCollectives:
         self.meter.all_gather(local_rows[0].numel(), local_rows.element_size())
         return self._gather(local_rows)
 
-    def all_reduce_sum(self, local_sum: torch.Tensor) -> torch.Tensor:
-        """The sum over all W ranks, given the sum over this process's ranks (in place)."""
-        self.meter.all_reduce(local_sum.numel(), local_sum.element_size())
+    def all_reduce_sum(self, local_sum: torch.Tensor, wire_element_bytes: int | None = None) -> torch.Tensor:
+        """The sum over all W ranks, given the sum over this process's ranks (in place);
+        metered at `wire_element_bytes` per element (None: the tensor's element size)."""
+        self.meter.all_reduce(local_sum.numel(), wire_element_bytes or local_sum.element_size())
         if self.processes > 1:
             dist.all_reduce(local_sum, op=dist.ReduceOp.SUM)
         return local_sum
 
-    def sum_over_ranks(self, parts: list[torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
+    def sum_over_ranks(self, parts: list[torch.Tensor], out: torch.Tensor | None = None,
+                       wire_element_bytes: int | None = None) -> torch.Tensor:
         """The sum over all W ranks of each rank's tensor, on every rank. `parts`: the hosted
         ranks' tensors, in rank order; the sum goes into `out` (which may be parts[0]), or into
-        a new tensor when `out` is None. The mode is `reduction` (module docstring)."""
+        a new tensor when `out` is None. The mode is `reduction` (module docstring); the meter
+        counts `wire_element_bytes` per element (None: the tensors' element size)."""
         if self.reduction == "ring":
-            return self.all_reduce_sum(sum_in_rank_order(out, parts))
-        self.meter.all_gather(parts[0].numel(), parts[0].element_size())
+            return self.all_reduce_sum(sum_in_rank_order(out, parts), wire_element_bytes)
+        self.meter.all_gather(parts[0].numel(), wire_element_bytes or parts[0].element_size())
         if self.processes == 1:
             return sum_in_rank_order(out, parts)  # all W ranks are here, in rank order
         # Every rank's own tensor, not the process's partial sum: (a0+a1)+(a2+a3) != ((a0+a1)+a2)+a3.

@@ -2,7 +2,9 @@
 
     phase 1   acc_r = precondition_r(grad_r) + residual_r     (in place: the residual buffer holds acc)
     phase 5   residual_r = acc_r with the transmitted coordinates zeroed
-              (error feedback off, or a dense exchange: all of acc_r is zeroed)
+              (error feedback off, or a dense exchange: all of acc_r is zeroed);
+              after a low-rank exchange (PowerSGD) residual_r = acc_r - aggregate: every
+              coordinate was sent, approximately, and the approximation's error is kept
 
 So with error feedback on nothing is lost: acc_r = transmitted_r + new residual_r exactly, and
 what was not sent is added to the next step's gradient. With it off the residual is zero again
@@ -31,11 +33,18 @@ def accumulate(sparsifier: Sparsifier, residual: torch.Tensor, grad: torch.Tenso
     return gradient
 
 
-def keep_residual(sparsifier: Sparsifier, acc: torch.Tensor, zeroed: torch.Tensor | None) -> None:
+def keep_residual(sparsifier: Sparsifier, acc: torch.Tensor, zeroed: torch.Tensor | None,
+                  subtracted: torch.Tensor | None = None) -> None:
     """Phase 5: turns acc_r (in place) into the new residual: the coordinates the exchange
     transmitted for this rank (`zeroed`, int64; None: all of them) are zeroed, the rest kept;
-    with the sparsifier's error feedback off nothing is kept."""
-    if zeroed is None or not sparsifier.error_feedback:
+    or, when the exchange says so (`subtracted`, ExchangeResult's: the aggregate of a low-rank
+    exchange), acc_r - subtracted over the whole vector, torch's PowerSGD error memory
+    (`input_tensor_cp - input_tensor`). With the sparsifier's error feedback off nothing is kept."""
+    if not sparsifier.error_feedback:
+        acc.zero_()
+    elif subtracted is not None:
+        acc.sub_(subtracted)
+    elif zeroed is None:
         acc.zero_()
     else:
         acc.index_fill_(0, zeroed, 0)

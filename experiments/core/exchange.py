@@ -2,9 +2,12 @@
 
 Each function takes the selections and accumulators of the ranks this process hosts, talks to
 the other ranks only through `RankCollectives`, writes the aggregate (identical on every rank)
-into `out`, and says which coordinates each hosted rank must zero in its residual. Three of
-them (union, leader, shared) differ only in how the ranks come to hold one index set; from there
-they are one operation, `allreduce_at`.
+into `out`, and says which coordinates each hosted rank must zero in its residual (or, for the
+low-rank exchange, that the residual is acc - aggregate). Three of them (union, leader, shared)
+differ only in how the ranks come to hold one index set; from there they are one operation,
+`allreduce_at`. The dense exchange may round every contribution to a 16-bit wire type (the
+method's `wire_dtype`), and the low-rank one computes its messages through the method's
+`low_rank_*` hooks: those two need the hosted ranks' sparsifiers (`methods`).
 
 Indices travel as int32 (every model here has fewer than 2**31 gradient elements), values in the
 accumulator's dtype; padding and size headers are sent and counted like everything else.
@@ -17,7 +20,7 @@ import torch
 
 from experiments.core.collectives import RankCollectives
 from experiments.core.phases import NO_CLOCK, PhaseClock
-from sparsifiers.base import ExchangeKind
+from sparsifiers.base import ExchangeKind, Sparsifier
 from sparsifiers.kernels import sorted_union
 
 INDEX_DTYPE = torch.int32
@@ -32,6 +35,9 @@ class ExchangeResult:
     aggregated: int  # |U|
     zeroed: list[torch.Tensor | None]  # per hosted rank: residual coordinates to zero (None: all)
     shared: int = 0  # |C|: coordinates of U added by every rank unexchanged (in no rank's S_r)
+    # Set by the low-rank exchange: every hosted rank's residual becomes acc - this (the
+    # aggregate) instead of acc with `zeroed` zeroed (experiments/core/error_feedback.py).
+    subtracted: torch.Tensor | None = None
 
 
 def exchange(
@@ -43,14 +49,22 @@ def exchange(
     leader: int | None = None,
     shared: torch.Tensor | None = None,
     clock: PhaseClock = NO_CLOCK,
+    methods: list[Sparsifier] | None = None,
+    step: int = 0,
 ) -> ExchangeResult:
     """Runs one exchange of `kind`. `leader` is the selecting rank for LEADER_BROADCAST; `shared`
     (UNION_ALLREDUCE only) the indices every rank adds to the union unexchanged
-    (`Sparsifier.shared_indices`); `clock` times its phases (the step benchmark)."""
+    (`Sparsifier.shared_indices`); `clock` times its phases (the step benchmark); `methods` the
+    hosted ranks' sparsifiers (DENSE reads the wire dtype, LOW_RANK calls the hooks; without
+    them DENSE is fp32) and `step` the step (LOW_RANK: the vanilla steps before compression)."""
     if shared is not None and kind is not ExchangeKind.UNION_ALLREDUCE:
         raise ValueError(f"shared indices are aggregated by union_allreduce only, not {kind.value}")
     if kind is ExchangeKind.DENSE:
-        return dense_allreduce(accs, out, comm, clock)
+        return dense_allreduce(accs, out, comm, clock, methods[0].wire_dtype if methods else None)
+    if kind is ExchangeKind.LOW_RANK:
+        if not methods:
+            raise ValueError("low_rank needs the hosted ranks' sparsifiers")
+        return low_rank_allreduce(methods, accs, out, comm, step, clock)
     if kind is ExchangeKind.UNION_ALLREDUCE:
         return union_allreduce(selections, accs, out, comm, shared, clock)
     if kind is ExchangeKind.SPARSE_ALLGATHER:
@@ -65,15 +79,60 @@ def exchange(
 
 
 def dense_allreduce(
-    accs: list[torch.Tensor], out: torch.Tensor, comm: RankCollectives, clock: PhaseClock = NO_CLOCK
+    accs: list[torch.Tensor], out: torch.Tensor, comm: RankCollectives, clock: PhaseClock = NO_CLOCK,
+    wire_dtype: torch.dtype | None = None,
 ) -> ExchangeResult:
-    """agg = mean_r acc_r over the whole vector."""
-    comm.sum_over_ranks(accs, out)
-    out.div_(comm.world_size)
+    """agg = mean_r acc_r over the whole vector. With a 16-bit `wire_dtype` h, torch's compress
+    hooks' semantics: c_r = round_h(round_h(acc_r) / W) (cast, then divide in h), the sum of the
+    c_r carried in fp32 through the run's reduction, agg = round_h(sum) back in fp32; metered at
+    h's size (gloo carries the rounded values in fp32 here, the meter counts the wire format)."""
+    if wire_dtype is None:
+        comm.sum_over_ranks(accs, out)
+        out.div_(comm.world_size)
+    else:
+        # Hidden cost: one full-size temporary per hosted rank (the rounded contribution).
+        parts = [acc.to(wire_dtype).div_(comm.world_size).to(out.dtype) for acc in accs]
+        comm.sum_over_ranks(parts, out, wire_element_bytes=torch.finfo(wire_dtype).bits // 8)
+        out.copy_(out.to(wire_dtype))
     clock.mark("value_exchange")
     numel = out.numel()
     counts = torch.full((comm.world_size,), numel, dtype=torch.int64)
     return ExchangeResult(counts, numel, [None] * len(accs))
+
+
+def low_rank_allreduce(
+    methods: list[Sparsifier], accs: list[torch.Tensor], out: torch.Tensor, comm: RankCollectives, step: int,
+    clock: PhaseClock = NO_CLOCK,
+) -> ExchangeResult:
+    """PowerSGD (sparsifiers/powersgd.py, torch's powerSGD_hook): three all-reduces, of the
+    tensors sent whole, of the P_r, of the Q_r; the hooks compute each rank's messages and the
+    aggregate. Every coordinate gets a value (|U| = N); `counts` are the elements each rank
+    sent; the residual is acc - aggregate (`subtracted`). Before the method's start step,
+    torch's vanilla all-reduce instead: sum_r (acc_r / W), divided first as torch divides."""
+    world_size, numel = comm.world_size, out.numel()
+    if not methods[0].low_rank_active(step):
+        comm.sum_over_ranks([acc / world_size for acc in accs], out)
+        clock.mark("value_exchange")
+        return ExchangeResult(torch.full((world_size,), numel, dtype=torch.int64), numel, [None] * len(accs))
+    uncompressed = _summed(comm, [m.low_rank_uncompressed(acc) for m, acc in zip(methods, accs)]).div_(world_size)
+    p_sum = _summed(comm, [m.low_rank_p(acc) for m, acc in zip(methods, accs)])
+    q = _summed(comm, [m.low_rank_q(acc, p_sum) for m, acc in zip(methods, accs)]).div_(world_size)
+    clock.mark("value_exchange")
+    for index, method in enumerate(methods):  # identical on every rank: the first writes it
+        method.low_rank_decompress(uncompressed, q, out if index == 0 else None)
+    clock.mark("scatter")
+    sent = uncompressed.numel() + p_sum.numel() + q.numel()
+    counts = torch.full((world_size,), sent, dtype=torch.int64)
+    return ExchangeResult(counts, numel, [None] * len(accs), subtracted=out)
+
+
+def _summed(comm: RankCollectives, parts: list[torch.Tensor]) -> torch.Tensor:
+    """The sum over ranks of equal-sized messages, in a new tensor. An empty message (a model
+    with no tensor sent whole, or none compressed) is not sent: its size is the model's, so
+    every rank skips it alike (torch's hook issues it, at a latency the meter leaves out)."""
+    if parts[0].numel() == 0:
+        return parts[0].clone()
+    return comm.sum_over_ranks(parts)
 
 
 def union_allreduce(

@@ -47,7 +47,11 @@ def exchange_metrics(
     density_target = density_now or context.density
     counts = result.counts.double()
     union = float(result.aggregated)
-    total = float(counts.sum())
+    # A low-rank exchange (PowerSGD) selects no coordinates: its counts are the elements each
+    # rank sent (k/max, k/mean), and, as with dense, every rank contributes to all N coordinates
+    # of the aggregate, so build-up and overlap are measured against N per rank (1 and W).
+    chosen = torch.full_like(counts, float(context.numel)) if context.exchange is ExchangeKind.LOW_RANK else counts
+    total = float(chosen.sum())
     mean_count = total / context.world_size
     # Build-up is what the selections brought, |U| - |C|: coordinates every rank adds unexchanged
     # (C, DEFT's common units) are in no S_r and are no build-up. density/* keep all of |U|.
@@ -73,7 +77,7 @@ def exchange_metrics(
         keys.BUILDUP: buildup,
         keys.OVERLAP: total / selected if selected else float("nan"),  # shared (common) units excluded
         keys.K_MAX: float(counts.max()),
-        keys.K_MEAN: mean_count,
+        keys.K_MEAN: float(counts.sum()) / context.world_size,
         keys.LOAD_IMBALANCE: (
             context.world_size * float(counts.max()) / total - 1.0 if total and context.exchange in PADDED_EXCHANGES else 0.0
         ),

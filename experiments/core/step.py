@@ -6,8 +6,8 @@
     2. plan      averaged inputs (DEFT global norms), the leader's plan, broadcast, if declared
     3. select    S_r = sparsifier_r.select(acc_r)                              [timed per rank]
     4. exchange  collectives -> aggregate in the flat buffer (identical on all ranks)
-    5. feedback  residual_r = acc_r with transmitted coordinates zeroed (error_feedback.py);
-                 observe(counts)
+    5. feedback  residual_r = acc_r with transmitted coordinates zeroed, or acc_r - aggregate
+                 after a low-rank exchange (error_feedback.py); observe(counts)
     6. update    optimizer.step() on the aggregate; non-finite parameters after it fail the
                  step (finite.py): the update overflowed, not the exchange
 
@@ -190,13 +190,13 @@ def sparsify_and_exchange(
     # same on every rank by contract, so the first hosted rank's stand for all.
     start = time.perf_counter()
     shared = method.shared_indices(step)
-    result = exchange(method.exchange, selections, accs, out, world.comm, leader, shared, clock)
+    result = exchange(method.exchange, selections, accs, out, world.comm, leader, shared, clock, sparsifiers, step)
     exchange_ms = _elapsed_ms(world, start)
 
     # 5. feedback: what was transmitted leaves the residual; acc = transmitted + residual exactly.
     feedback = Feedback(step=step, counts=result.counts, aggregated=result.aggregated)
     for sparsifier, acc, zeroed in zip(sparsifiers, accs, result.zeroed):
-        keep_residual(sparsifier, acc, zeroed)
+        keep_residual(sparsifier, acc, zeroed, result.subtracted)
         sparsifier.on_residual_zeroed(zeroed)
         sparsifier.observe(feedback)
     clock.mark("residual")
