@@ -10,7 +10,7 @@ export MPLCONFIGDIR ?= $(CURDIR)/.venv/cache/matplotlib
 export JUPYTER_CONFIG_DIR ?= $(CURDIR)/.venv/cache/jupyter
 export JUPYTER_DATA_DIR ?= $(CURDIR)/.venv/cache/jupyter
 
-.PHONY: run test test-fast reproduce mutants data bench example lock clean
+.PHONY: run test test-fast reproduce mutants data bench example calibrate lock clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -89,6 +89,13 @@ example: $(STAMP)
 	@PYTHONPATH=$(CURDIR) $(PY) examples/ddp_train.py --check $(ARGS)  # bad input: one line, once
 	PYTHONPATH=$(CURDIR) $(PY) -m torch.distributed.run --nproc-per-node=$(NPROC) --max-restarts=0 \
 		--rdzv-backend=c10d --rdzv-endpoint=localhost:0 examples/ddp_train.py $(ARGS)
+
+# Fit the network model to this machine's collectives (docs/network.md, "Calibration"): real gloo
+# process groups on this host (NCCL, one process per GPU, where there are GPUs), W = 2, 4, 8, sizes
+# 4 B to 64 MB; writes presets to outputs/calibration/network/. About 2 min on 2 cores;
+# ARGS="--quick" (W = 2, up to 4 MB) or e.g. ARGS="--workers 2,4 --max-bytes 16MB --repeats 3".
+calibrate: $(STAMP)
+	$(PY) -m experiments.calibrate $(ARGS)
 
 lock: $(STAMP)
 	{ echo "# Exact pins of the whole stack (pip freeze of a fresh .venv on x86_64, Python 3.11)."; \

@@ -14,23 +14,26 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ROLES = ("core", "rank", "launcher", "benchmarks", "ddp", "reproduce")
+ROLES = ("core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "calibrate")
 # importer -> roles of experiments/ it must not import
 FORBIDDEN = {
-    "core": {"rank", "launcher", "benchmarks", "ddp", "reproduce", "analysis"},
-    "rank": {"launcher", "benchmarks", "ddp", "reproduce", "analysis"},  # a rank writes runs; reading them is the analysis'
-    "launcher": {"benchmarks", "ddp", "reproduce"},
+    "core": {"rank", "launcher", "benchmarks", "ddp", "reproduce", "calibrate", "analysis"},
+    "rank": {"launcher", "benchmarks", "ddp", "reproduce", "calibrate", "analysis"},  # a rank writes runs; reading them is the analysis'
+    "launcher": {"benchmarks", "ddp", "reproduce", "calibrate"},
     # the hook in a user's own DDP script: it checks a sparsifier node as the launcher does, builds
     # it as a rank does and drives the core; nothing of sparsebench's own runs depends on it
-    "ddp": {"benchmarks", "analysis", "reproduce"},
+    "ddp": {"benchmarks", "analysis", "reproduce", "calibrate"},
     # `make reproduce` drives the runs, the analysis and the claims; nothing imports it
-    "reproduce": {"benchmarks", "ddp"},
+    "reproduce": {"benchmarks", "ddp", "calibrate"},
+    # `make calibrate` times real collectives and fits the core's network model; it needs nothing
+    # of a run, and nothing imports it
+    "calibrate": {"rank", "launcher", "benchmarks", "ddp", "reproduce", "analysis"},
     # neutral modules are below everything, the sparsifiers and the analysis included
-    "neutral": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "sparsifiers", "models", "datasets", "analysis"},
-    "sparsifiers": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "analysis"},
-    "models": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "analysis"},
-    "datasets": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "analysis"},
-    "analysis": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce"},
+    "neutral": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "calibrate", "sparsifiers", "models", "datasets", "analysis"},
+    "sparsifiers": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "calibrate", "analysis"},
+    "models": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "calibrate", "analysis"},
+    "datasets": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "calibrate", "analysis"},
+    "analysis": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "calibrate"},
 }
 
 
