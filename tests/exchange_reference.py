@@ -29,7 +29,11 @@ HEADER_BYTES = 8  # the broadcast's size header: one int64
 VALUE_BYTES = 4  # float32 accumulators
 
 # docs/algorithms.md: which exchange each method uses, and which split the choosing among ranks.
-EXCHANGE_OF = {"dense": "dense", "dgc": "sparse_allgather", "cltk": "leader_broadcast", "randomk": "shared_allreduce"}
+EXCHANGE_OF = {"dense": "dense", "dense_bf16": "dense", "dense_fp16": "dense", "dense_overlap": "dense",
+               "dgc": "sparse_allgather", "cltk": "leader_broadcast", "randomk": "shared_allreduce", "powersgd": "low_rank"}
+# The dense presets' wire types (docs/algorithms.md, "dense_bf16"): the aggregate is rounded to it,
+# the all-reduce metered at its size.
+WIRE_DTYPE_OF = {"dense_bf16": torch.bfloat16, "dense_fp16": torch.float16}
 SPLIT_METHODS = {"deft", "micro", "exdyna", "cltk"}
 
 
@@ -54,16 +58,47 @@ def _mask(numel: int, indices: torch.Tensor) -> torch.Tensor:
     return mask
 
 
-def expected_exchange(step: RecordedStep, kind: str) -> ExpectedExchange:
+def low_rank_sizes(shapes: list[tuple[int, ...]], rank: int = 2, min_rate: float = 2.0) -> list[int]:
+    """PowerSGD's three messages (docs/algorithms.md, "powersgd", step 2), by hand: M is n x m
+    (the tensor viewed as shape[0] rows), r' = min(n, m, r), compressed iff (n + m) r' * rate
+    < n m; the rest (and 0-d tensors) sent whole. [whole, P, Q] elements, empty ones not sent.
+    The defaults are conf/sparsifier/powersgd.yaml's."""
+    whole = p = q = 0
+    for shape in shapes:
+        numel = math.prod(shape)
+        n = shape[0] if shape else 0
+        m = numel // n if n else 0
+        r = min(n, m, rank)
+        if shape and (n + m) * r * min_rate < n * m:
+            p, q = p + n * r, q + m * r
+        else:
+            whole += numel
+    return [size for size in (whole, p, q) if size]
+
+
+def wire_dtype_of(spec: str) -> torch.dtype | None:
+    method, *knobs = spec.split(":")
+    named = {"precision=bf16": torch.bfloat16, "precision=fp16": torch.float16}
+    return next((named[k] for k in knobs if k in named), WIRE_DTYPE_OF.get(method))
+
+
+def expected_exchange(step: RecordedStep, kind: str, wire_dtype: torch.dtype | None = None) -> ExpectedExchange:
     """Needs every rank of the world in `step` (a process hosting all W, or the records of all
-    processes merged by `merge_processes`)."""
+    processes merged by `merge_processes`). `wire_dtype`: dense's bf16/fp16, each contribution
+    round_h(round_h(acc_r) / W) (divided in h, as torch's hook), their sum rounded to h.
+    `low_rank` (PowerSGD): only what the record alone fixes: every coordinate is aggregated,
+    each rank's counts are its messages' sizes (checked against the layout elsewhere)."""
     accs = [acc.double() for acc in step.accs]
     numel, world_size = accs[0].numel(), step.world_size
     assert len(accs) == world_size
     mean = torch.stack(accs).mean(0)
-    if kind == "dense":
+    if kind in ("dense", "low_rank"):
         everything = torch.ones(numel, dtype=torch.bool)
-        return ExpectedExchange(mean, everything, [everything] * world_size, [numel] * world_size, numel, numel)
+        if wire_dtype is not None:
+            parts = [(acc.to(wire_dtype).float() / world_size).to(wire_dtype).double() for acc in step.accs]
+            mean = torch.stack(parts).sum(0).to(wire_dtype).double()
+        counts = step.counts if kind == "low_rank" else [numel] * world_size
+        return ExpectedExchange(mean, everything, [everything] * world_size, counts, numel, numel)
     if kind == "sparse_allgather":
         aggregate = torch.zeros(numel, dtype=torch.float64)
         for selection, acc in zip(step.selections, accs):
@@ -122,7 +157,8 @@ def deft_common_coordinates(step: RecordedStep, sizes: list[int]) -> torch.Tenso
 
 
 def expected_collectives(step: RecordedStep, kind: str, expected: ExpectedExchange, averaged: int = 0,
-                         plan: int = 0, reduction: str = "ring", averaged_bytes: int = VALUE_BYTES) -> list[Collective]:
+                         plan: int = 0, reduction: str = "ring", averaged_bytes: int = VALUE_BYTES,
+                         wire_bytes: int = VALUE_BYTES, low_rank_sizes: list[int] | None = None) -> list[Collective]:
     """In the order issued: the averaged inputs (`averaged` elements of `averaged_bytes` each:
     DEFT's float32 norms, a calibrated threshold start's float64), the leader's plan (size
     header, then the `plan` int32 elements), then the exchange (counts header, indices padded
@@ -138,7 +174,9 @@ def expected_collectives(step: RecordedStep, kind: str, expected: ExpectedExchan
                    Collective("broadcast", plan, INDEX_BYTES, step.leader)]
     width = max(expected.counts)
     if kind == "dense":
-        issued.append(summed(step.accs[0].numel()))
+        issued.append(summed(step.accs[0].numel(), wire_bytes))
+    elif kind == "low_rank":  # PowerSGD: the messages' sizes, from the method's own declaration
+        issued += [summed(size) for size in low_rank_sizes or [step.accs[0].numel()]]
     elif kind == "sparse_allgather":
         issued += [Collective("all_gather", 1, INDEX_BYTES), Collective("all_gather", width, INDEX_BYTES),
                    Collective("all_gather", width, VALUE_BYTES)]
@@ -207,13 +245,17 @@ def expected_exchange_metrics(step: RecordedStep, spec: str, expected: ExpectedE
     split = spec.split(":")[0] in SPLIT_METHODS
     dense_bytes = 2 * (world_size - 1) / world_size * numel * VALUE_BYTES
     padded = exchange_of(spec) in ("union_allreduce", "sparse_allgather")
+    # PowerSGD selects nothing: as dense, every rank counts N against build-up and overlap
+    # (docs/metrics.md); its counts are the elements it sent.
+    chosen = [numel] * world_size if exchange_of(spec) == "low_rank" else counts
+    total_chosen = sum(chosen)
     return {
         keys.SENT_MAX: sent.max(), keys.SENT_MEAN: sent.mean(), keys.RECV_MAX: recv.max(), keys.RECV_MEAN: recv.mean(),
         keys.DENSE_BYTES: dense_bytes, keys.RATIO: sent.mean() / dense_bytes,
         keys.DENSITY_ACTUAL: expected.union / numel, keys.DENSITY_TARGET: density_target,
         keys.DENSITY_ERROR: expected.union / k_target - 1,
-        keys.BUILDUP: expected.selected / (total if split else total / world_size),
-        keys.OVERLAP: total / expected.selected,
+        keys.BUILDUP: expected.selected / (total_chosen if split else total_chosen / world_size),
+        keys.OVERLAP: total_chosen / expected.selected,
         keys.K_MAX: max(counts), keys.K_MEAN: total / world_size,
         keys.LOAD_IMBALANCE: world_size * max(counts) / total - 1 if padded else 0.0,
     }

@@ -56,6 +56,7 @@ class RecordedStep:
     # The losses and the step's times, when the training loop's train_step ran it (the harness
     # sets the sizes itself).
     parameter_sizes: list[int] | None = None  # numel of each parameter tensor, in the flat buffer's order
+    parameter_shapes: list[tuple[int, ...]] | None = None  # their shapes (PowerSGD's matrices)
     losses: list[float] | None = None
     compute_ms: list[float] | None = None
     step_ms: float | None = None
@@ -119,6 +120,7 @@ def record_steps() -> Iterator[list[RecordedStep]]:
             step.losses, step.compute_ms, step.step_ms = outcome.losses, outcome.compute_ms, outcome.step_ms
             model = kwargs["model"] if "model" in kwargs else args[1]
             step.parameter_sizes = [p.numel() for p in model.parameters()]
+            step.parameter_shapes = [tuple(p.shape) for p in model.parameters()]
         return outcome
 
     step_module.sparsify_and_exchange, step_module.accumulate, train_module.train_step = recording, accumulating, training

@@ -27,7 +27,7 @@ from experiments.rank.train import train
 from tests.conftest import ListSink
 from tests.exchange_reference import (
     deft_common_coordinates, deft_units, exchange_of, expected_collectives, expected_exchange,
-    expected_exchange_metrics, modelled_ms, plan_length, ring_bytes,
+    expected_exchange_metrics, low_rank_sizes, modelled_ms, plan_length, ring_bytes, wire_dtype_of,
 )
 from tests.harness import TINY, spec_overrides
 from tests.specs import EVERY_METHOD
@@ -89,7 +89,10 @@ def check_semantics(steps: list[RecordedStep], spec: str) -> None:
                 assert step.shared is None and bool(torch.isin(common, step.selections[step.leader]).all())
             else:
                 assert torch.equal(step.shared if step.shared is not None else torch.empty(0, dtype=torch.int64), common)
-        expected = expected_exchange(step, kind)
+        expected = expected_exchange(step, kind, wire_dtype_of(spec))
+        if kind == "low_rank":  # PowerSGD: its own reference is tests/test_dense_baselines.py
+            check_low_rank(step, spec)
+            continue
         assert step.counts == expected.counts and step.aggregated == expected.union, (spec, step.step)
         assert step.shared_count == (0 if step.shared is None else step.shared.numel())
         # Exactly zero outside the exchanged set; inside, the mean to float32 rounding (sum order).
@@ -100,6 +103,28 @@ def check_semantics(steps: list[RecordedStep], spec: str) -> None:
             kept = torch.where(zeroed, torch.zeros_like(acc), acc) if step.error_feedback else torch.zeros_like(acc)
             assert torch.equal(residual, kept), (spec, step.step, rank)  # acc = transmitted + residual, exactly
             assert torch.count_nonzero(acc[zeroed]) > 0  # something was really sent
+
+
+def check_low_rank(step: RecordedStep, spec: str) -> None:
+    """PowerSGD (docs/algorithms.md): before start_iter (2 in the preset) the plain mean and an
+    empty residual; then every rank sent the three messages' elements, the tensors sent whole
+    are aggregated as their mean, and each residual is acc - aggregate, exactly."""
+    numel = step.accs[0].numel()
+    compressed = step.step >= 2
+    sizes = low_rank_sizes(step.parameter_shapes) if compressed else [numel]
+    assert step.counts == [sum(sizes)] * step.world_size and step.aggregated == numel, (spec, step.step)
+    mean = torch.stack([acc.double() for acc in step.accs]).mean(0)
+    whole = torch.zeros(numel, dtype=torch.bool)
+    offset = 0
+    for shape, size in zip(step.parameter_shapes, step.parameter_sizes):
+        if not compressed or low_rank_sizes([shape]) in ([size], []):  # sent whole (or the vanilla step)
+            whole[offset:offset + size] = True
+        offset += size
+    torch.testing.assert_close(step.aggregate.double()[whole], mean[whole], rtol=1e-6, atol=1e-6 * float(mean.abs().max()))
+    assert compressed == bool((~whole).any()), (spec, step.step)  # the preset's model has matrices worth compressing
+    for acc, residual in zip(step.accs, step.residuals, strict=True):
+        kept = acc - step.aggregate if compressed and step.error_feedback else torch.zeros_like(acc)
+        assert torch.equal(residual, kept), (spec, step.step)
 
 
 def averaged_inputs(spec: str, step: int, sizes: list[int], workers: int) -> tuple[int, int]:
@@ -121,8 +146,10 @@ def check_traffic(steps: list[RecordedStep], spec: str, density: float) -> None:
         sizes = step.parameter_sizes
         plan = plan_length(spec, step, sizes, density) if step.leader is not None else 0
         averaged, averaged_bytes = averaged_inputs(spec, step.step, sizes, step.world_size)
-        issued = expected_collectives(step, kind, expected_exchange(step, kind), averaged, plan, reduction_of(spec),
-                                      averaged_bytes)
+        wire = wire_dtype_of(spec)
+        issued = expected_collectives(step, kind, expected_exchange(step, kind, wire), averaged, plan, reduction_of(spec),
+                                      averaged_bytes, 2 if wire is not None else 4,
+                                      low_rank_sizes(step.parameter_shapes) if kind == "low_rank" and step.step >= 2 else None)
         assert step.collectives == issued, (spec, step.step)
         sent, recv = ring_bytes(issued, step.world_size)
         assert step.sent.tolist() == pytest.approx(sent.tolist(), rel=1e-12)
@@ -150,7 +177,7 @@ def density_target(cfg, epoch: int = 0) -> float:
     node = cfg.sparsifier
     if node.name == "dgc" and node.warmup and epoch < len(node.warmup_densities):
         return max(node.warmup_densities[epoch], node.density)
-    return 1.0 if node.name == "dense" else node.density
+    return 1.0 if node.name in ("dense", "dense_bf16", "dense_fp16", "dense_overlap", "powersgd") else node.density
 
 
 def check_logged_metrics(rows: list[dict], steps: list[RecordedStep], cfg, spec: str) -> None:
@@ -160,7 +187,7 @@ def check_logged_metrics(rows: list[dict], steps: list[RecordedStep], cfg, spec:
     dense_allreduce = [expected_collectives(steps[0], "dense", expected_exchange(steps[0], "dense"))[-1]]  # N floats, ring
     assert steps[0].accs[0].numel() == sum(steps[0].parameter_sizes)
     for row, step in zip(rows, steps, strict=True):
-        expected = expected_exchange(step, kind)
+        expected = expected_exchange(step, kind, wire_dtype_of(spec))
         metrics = expected_exchange_metrics(step, spec, expected, *ring_bytes(step.collectives, workers),
                                             density_target(cfg, row["epoch"]))
         metrics[keys.EXCHANGE_MODEL] = modelled_ms(step.collectives, workers, *network)
