@@ -35,10 +35,11 @@ pytestmark = pytest.mark.slow
 # Every sparsifier, and DEFT with global norms: its averaged inputs are a value reduction too.
 METHODS = sorted(p.stem for p in (CONF_DIR / "sparsifier").glob("*.yaml")) + ["deft:norms=global"]
 WORKERS = 4
-# Two ranks per process, for one method of each exchange kind (dense, union_allreduce with and
-# without averaged inputs, sparse_allgather, leader_broadcast, shared_allreduce): the cost of a
-# third world for every method is not worth what it adds over these.
-TWO_PER_PROCESS = ["cltk", "deft:norms=global", "dense", "dgc", "micro", "randomk"]
+# Two ranks per process, for one method of each exchange kind (dense in fp32 and bf16,
+# union_allreduce with and without averaged inputs, sparse_allgather, leader_broadcast,
+# shared_allreduce, low_rank): the cost of a third world for every method is not worth what it
+# adds over these.
+TWO_PER_PROCESS = ["cltk", "deft:norms=global", "dense", "dense_bf16", "dgc", "micro", "powersgd", "randomk"]
 EPOCH_STEPS = 8  # 1,024 images / 4 workers / batch 32
 QUICKSTART_SHAPED = [
     "model=cnn", "model.hidden=128", "batch_size=32", "dataset=synthetic", "dataset.image_size=28",
