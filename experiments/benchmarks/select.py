@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import torch
+import yaml
 
 from experiments.benchmarks.resnet18_layout import resnet18_cifar_layout
 from experiments.rank.build import build_sparsifier
@@ -94,13 +95,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--workers", default="1,4,16,64")
     parser.add_argument("--density", type=float, default=0.001)
-    parser.add_argument("--methods", default=None, help="comma-separated; default: every sparsifier but dense")
+    parser.add_argument("--methods", default=None, help="comma-separated; default: every sparsifier that selects "
+                        "(not the dense baselines or PowerSGD)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: one core per rank)")
     parser.add_argument("--backends", default="torch,auto", help="selection kernels to compare (sparsifiers/kernels)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    # The dense exchanges and PowerSGD's low-rank one select nothing: no selection to time.
     methods = args.methods.split(",") if args.methods else sorted(
-        p.stem for p in Path(CONF_DIR, "sparsifier").glob("*.yaml") if p.stem != "dense")
+        p.stem for p in Path(CONF_DIR, "sparsifier").glob("*.yaml")
+        if yaml.safe_load(p.read_text()).get("exchange") not in ("dense", "low_rank"))
     workers = [int(w) for w in args.workers.split(",")]
     backends = args.backends.split(",")
     layout = resnet18_cifar_layout()
