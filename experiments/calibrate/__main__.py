@@ -3,9 +3,9 @@ network model, write the fitted model as `network` presets and print measured be
 
 The rule (docs/network.md, "Calibration"): one link (alpha, beta) per collective AND per W, fitted
 on sizes >= 64 KB. Gloo on one host is not one network: W processes share the host's cores, so
-once W exceeds them the per-message cost grows with W (measured on 2 cores: ~0.2 ms per ring step
-at W=2, ~1.5 ms at W=4 and 8), and each gloo collective has its own algorithm and overhead. One
-(alpha, beta) for every W and collective misses by ~55% here; per (collective, W) by ~10-25%.
+once W exceeds them the per-message cost grows with W (fitted on 2 cores: alpha ~0.3 ms at W=2,
+~1.1 ms at W=4, ~2.2 ms at W=8), and each gloo collective has its own algorithm and overhead. One
+(alpha, beta) for every W and collective misses by a median of ~57% there; per (collective, W) ~21%.
 A preset holds one link, so one preset is written per W: its link is that W's all-reduce fit (the
 dense baseline and the largest collective of most exchanges), the other fits are its comments.
 
