@@ -14,6 +14,7 @@ from experiments.errors import ConfigError
 from sparsifiers.dense import Dense
 from sparsifiers.layout import Layout
 from sparsifiers.powersgd import PowerSGD
+from tests.conftest import REPO, run_world
 from tests.stepped_ranks import SteppedRanks, noise
 
 # A conv weight (8 x 27 as a matrix), a bias, a linear weight of the same matrix shape (grouped
@@ -203,3 +204,21 @@ def test_powersgd_refuses_bad_knobs(knobs, message):
     with pytest.raises(ConfigError, match=message):
         PowerSGD(LAYOUT, 2, 0, **knobs)
     PowerSGD(LAYOUT, 2, 0, start_iter=0, error_feedback=False, warm_start=False)  # torch allows this one
+
+
+@pytest.mark.parametrize("rank", [1, 2])
+def test_powersgd_is_torchs_own_hook_in_two_gloo_processes(tmp_path, rank):
+    """Torch's powerSGD_hook under DDP in 2 gloo processes (tests/powersgd_torch_harness.py) and
+    this project's PowerSGD on 2 hosted ranks, fed the same local gradients: the same aggregate
+    at every step, vanilla and compressed, with error feedback and warm start."""
+    out = tmp_path / "torch.pt"
+    steps, start_iter = 6, 2
+    run_world([str(REPO / "tests" / "powersgd_torch_harness.py"), str(out), str(steps), str(start_iter), str(rank)], 2,
+              timeout=180)
+    recorded = torch.load(out)
+    layout = Layout.from_shapes(recorded["shapes"])
+    world = SteppedRanks([PowerSGD(layout, 2, r, matrix_approximation_rank=rank, start_iter=start_iter) for r in range(2)])
+    assert len(world.sparsifiers[0].factored) == 1  # the 16 x 12 weight; everything else whole
+    for t, record in enumerate(recorded["steps"]):
+        step = world.step(record["local"], t)
+        torch.testing.assert_close(step.aggregate, record["aggregate"], rtol=1e-5, atol=1e-7)
