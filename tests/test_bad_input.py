@@ -155,6 +155,9 @@ PREFLIGHT_CASES = [
     ("launcher.rdzv_timeout_s=0", [], r"launcher\.rdzv_timeout_s must be > 0"),
     ("launcher.nnodes=0", [], r"launcher\.nnodes must be >= 1"),
     ("network.latency_us=-1", [], r"network\.latency_us must be >= 0"),
+    ("network.gpus_per_node=4", [], r"^network\.intra_latency_us is null but network\.gpus_per_node=4 needs an intra-node link: "
+     r"set network\.intra_latency_us and network\.intra_bandwidth_gbit .*, or network\.gpus_per_node=1$"),
+    ("network.algorithm=fastest", ["network=v100x4_10gbe"], r"^network\.algorithm must be one of auto, ring, hierarchical, tree"),
     ("sparsifier=topk,dense", [], r"did you mean -m \(a sweep\)\? python run\.py -m sparsifier=topk,dense"),
     ("optimizer.momentum=abc", [], r"optimizer\.momentum must be a number, got 'abc'"),
     ("sparsifier.error_feedback=maybe", ["sparsifier=micro"], r"sparsifier\.error_feedback must be true or false"),

@@ -108,9 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         workers, args.max_bytes, args.repeats = [2], min(args.max_bytes, 4 * UNITS["MB"]), 2
     gpus = torch.cuda.device_count() if args.backend in ("auto", "nccl") else 0
+    if gpus == 1:  # one GPU: no link between GPUs to measure
+        print("note: one GPU only: nothing to time between GPUs; calibrating gloo on the CPU", file=sys.stderr)
+        gpus = 0 if args.backend == "auto" else gpus
     backend = "nccl" if gpus else "gloo"
-    if args.backend == "nccl" and not gpus:
-        print("error: --backend nccl needs a GPU; none is visible", file=sys.stderr)
+    if args.backend == "nccl" and gpus < 2:
+        print("error: --backend nccl needs at least 2 GPUs on this node", file=sys.stderr)
         return 2
     if gpus:
         too_many = [w for w in workers if w > gpus]
