@@ -14,26 +14,29 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ROLES = ("core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "calibrate")
+ROLES = ("core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "calibrate", "endtoend")
 # importer -> roles of experiments/ it must not import
 FORBIDDEN = {
-    "core": {"rank", "launcher", "benchmarks", "ddp", "reproduce", "calibrate", "analysis"},
-    "rank": {"launcher", "benchmarks", "ddp", "reproduce", "calibrate", "analysis"},  # a rank writes runs; reading them is the analysis'
-    "launcher": {"benchmarks", "ddp", "reproduce", "calibrate"},
+    "core": {"rank", "launcher", "benchmarks", "ddp", "reproduce", "calibrate", "endtoend", "analysis"},
+    "rank": {"launcher", "benchmarks", "ddp", "reproduce", "calibrate", "endtoend", "analysis"},  # a rank writes runs; reading them is the analysis'
+    "launcher": {"benchmarks", "ddp", "reproduce", "calibrate", "endtoend"},
     # the hook in a user's own DDP script: it checks a sparsifier node as the launcher does, builds
     # it as a rank does and drives the core; nothing of sparsebench's own runs depends on it
-    "ddp": {"benchmarks", "analysis", "reproduce", "calibrate"},
+    "ddp": {"benchmarks", "analysis", "reproduce", "calibrate", "endtoend"},
     # `make reproduce` drives the runs, the analysis and the claims; nothing imports it
-    "reproduce": {"benchmarks", "ddp", "calibrate"},
+    "reproduce": {"benchmarks", "ddp", "calibrate", "endtoend"},
     # `make calibrate` times real collectives and fits the core's network model; it needs nothing
     # of a run, and nothing imports it
-    "calibrate": {"rank", "launcher", "benchmarks", "ddp", "reproduce", "analysis"},
+    "calibrate": {"rank", "launcher", "benchmarks", "ddp", "reproduce", "endtoend", "analysis"},
+    # `make endtoend` drives runs (with make reproduce's sweep runner), reads them, measures a model
+    # as a rank builds it and prices steps with the core's network model; nothing imports it
+    "endtoend": {"benchmarks", "ddp", "calibrate"},
     # neutral modules are below everything, the sparsifiers and the analysis included
-    "neutral": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "calibrate", "sparsifiers", "models", "datasets", "analysis"},
-    "sparsifiers": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "calibrate", "analysis"},
-    "models": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "calibrate", "analysis"},
-    "datasets": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "calibrate", "analysis"},
-    "analysis": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "calibrate"},
+    "neutral": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "calibrate", "endtoend", "sparsifiers", "models", "datasets", "analysis"},
+    "sparsifiers": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "calibrate", "endtoend", "analysis"},
+    "models": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "calibrate", "endtoend", "analysis"},
+    "datasets": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "calibrate", "endtoend", "analysis"},
+    "analysis": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "calibrate", "endtoend"},
 }
 
 

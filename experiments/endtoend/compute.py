@@ -1,0 +1,199 @@
+"""Compute time of a training step: measured on this device, or derived for a GPU profile, and
+when each gradient becomes ready in the backward pass (what DDP's buckets overlap with).
+
+`measure_step` builds a study's model and one batch as a rank does and, on this machine:
+
+- counts the FLOPs of one forward+backward (torch.utils.flop_counter.FlopCounterMode) and the aten
+  ops it dispatches (each a kernel launch on a GPU);
+- times forward and backward (median of repeats), and records for every parameter when its
+  gradient was accumulated, in seconds after backward began (a post-accumulate-grad hook).
+
+A compute profile (conf/compute_profile/<gpu>.yaml) turns that into ms per step on a GPU no one
+here has:
+
+    step_ms = max(flops / (peak_tflops * efficiency), kernels * launch_us)
+
+unless the profile lists a measured number for the model (`measured_ms.<model>`), which wins.
+The ready times scale with the step: a gradient ready at 30% of the backward here is taken as
+ready at 30% of the backward there (the backward's share of the step is this machine's too).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode
+
+from experiments.errors import ConfigError
+from experiments.launcher.environment import REPO_ROOT
+
+PROFILES = REPO_ROOT / "conf" / "compute_profile"
+
+
+@dataclass(frozen=True)
+class StepWork:
+    """One forward+backward of a model at a per-worker batch, as counted and timed here."""
+
+    model: str
+    batch: int
+    flops: float
+    kernels: int  # aten ops dispatched by forward+backward: kernel launches on a GPU
+    forward_s: float  # median, this machine
+    backward_s: float
+    ready_s: tuple[float, ...]  # per parameter (layout order): gradient accumulated, s after backward began
+    sizes: tuple[int, ...]  # elements per parameter (layout order)
+
+    @property
+    def step_s(self) -> float:
+        return self.forward_s + self.backward_s
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": self.model, "batch": self.batch, "gflops": self.flops / 1e9, "kernels": self.kernels,
+                "forward_ms": self.forward_s * 1e3, "backward_ms": self.backward_s * 1e3}
+
+
+@dataclass(frozen=True)
+class ComputeProfile:
+    """ms per step on one GPU type (module docstring); `measured` profiles use this machine's."""
+
+    name: str
+    gpu: str
+    peak_tflops: float | None = None
+    efficiency: float | None = None
+    launch_us: float | None = None
+    measured_ms: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, name: str) -> "ComputeProfile":
+        """A profile of conf/compute_profile/ by name, or `measured` (this machine's own times)."""
+        if name == "measured":
+            return cls("measured", "this machine")
+        path = PROFILES / f"{name}.yaml"
+        if not path.is_file():
+            known = ", ".join(["measured", *sorted(p.stem for p in PROFILES.glob("*.yaml"))])
+            raise ConfigError(f"compute_profile={name} does not exist: choose one of {known}")
+        node = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+        assert isinstance(node, dict)
+        return cls(node["name"], node["gpu"], float(node["peak_tflops"]), float(node["efficiency"]),
+                   float(node["launch_us"]), {str(k): float(v) for k, v in (node.get("measured_ms") or {}).items()})
+
+    def step_ms(self, work: StepWork, measured_ms: float) -> tuple[float, str]:
+        """The compute ms of one step of `work`'s model and where the number comes from;
+        `measured_ms` is this machine's own (used by the `measured` profile)."""
+        if self.name == "measured":
+            return measured_ms, "measured here (median compute ms per rank in the runs)"
+        if work.model in self.measured_ms:
+            return self.measured_ms[work.model], f"measured on {self.gpu} (conf/compute_profile/{self.name}.yaml)"
+        assert self.peak_tflops and self.efficiency and self.launch_us is not None
+        flops_ms = work.flops / (self.peak_tflops * 1e12 * self.efficiency) * 1e3
+        launch_ms = work.kernels * self.launch_us * 1e-3
+        if flops_ms >= launch_ms:
+            source = (f"{work.flops / 1e9:.3g} GFLOP / ({self.peak_tflops:g} TFLOPS peak x {self.efficiency:g}) "
+                      f"on {self.gpu}")
+        else:
+            source = f"launch-bound: {work.kernels} kernels x {self.launch_us:g} us on {self.gpu}"
+        return max(flops_ms, launch_ms), source
+
+
+class _CountOps(TorchDispatchMode):
+    """Counts the aten ops dispatched inside it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def measure_step(cfg: DictConfig, repeats: int = 5) -> StepWork:
+    """Counts and times one forward+backward of `cfg`'s model on one batch of its data, as a
+    rank builds them (module docstring)."""
+    # Imported here: building a model needs the rank's builders, the rest of this module does not.
+    from experiments.core.tasks import make_task
+    from experiments.rank.build import build_dataset, build_model
+
+    torch.manual_seed(cfg.seed)
+    data = build_dataset(cfg)
+    task = make_task(data)
+    model = build_model(cfg, data)
+    model.train()
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    batch = next(iter(task.shard(0, 1, cfg.batch_size, cfg.seed, torch.device("cpu")).epoch(0)))
+    state: dict[str, Any] = {}
+
+    def forward_backward() -> None:
+        model.zero_grad(set_to_none=True)
+        task.loss(model, batch, state).backward()
+
+    with FlopCounterMode(display=False) as flop_counter:
+        forward_backward()
+    with _CountOps() as ops:
+        forward_backward()
+
+    ready: list[float] = [0.0] * len(parameters)
+    began = [0.0]
+    handles = [p.register_post_accumulate_grad_hook(lambda _, i=i: ready.__setitem__(i, time.perf_counter() - began[0]))
+               for i, p in enumerate(parameters)]
+    forwards, backwards, readies = [], [], []
+    try:
+        for _ in range(repeats + 1):  # the first is a warm-up
+            model.zero_grad(set_to_none=True)
+            start = time.perf_counter()
+            loss = task.loss(model, batch, state)
+            began[0] = time.perf_counter()
+            loss.backward()
+            end = time.perf_counter()
+            forwards.append(began[0] - start)
+            backwards.append(end - began[0])
+            readies.append(list(ready))
+    finally:
+        for handle in handles:
+            handle.remove()
+    median_ready = tuple(statistics.median(r[i] for r in readies[1:]) for i in range(len(parameters)))
+    return StepWork(str(cfg.model.name), int(cfg.batch_size), float(flop_counter.get_total_flops()), ops.count,
+                    statistics.median(forwards[1:]), statistics.median(backwards[1:]), median_ready,
+                    tuple(p.numel() for p in parameters))
+
+
+def ddp_buckets(work: StepWork, element_bytes: int = 4, cap_mb: float = 25.0, first_cap_mb: float = 1.0) -> list[tuple[float, int]]:
+    """DDP's gradient buckets as (ready fraction of the backward, elements), in launch order.
+
+    As DDP after its first iteration: parameters in the order their gradients became ready,
+    packed into buckets of at most `cap_mb` (25 MB, DDP's `bucket_cap_mb`), the first at most
+    `first_cap_mb` (1 MB, DDP's first-bucket size); a bucket is ready when its last gradient is.
+    """
+    order = sorted(range(len(work.sizes)), key=lambda i: work.ready_s[i])
+    buckets: list[tuple[float, int]] = []
+    cap, ready, elements = first_cap_mb, 0.0, 0
+    for i in order:
+        if elements and (elements + work.sizes[i]) * element_bytes > cap * 2**20:
+            buckets.append((ready, elements))
+            cap, elements = cap_mb, 0
+        elements += work.sizes[i]
+        ready = max(ready, work.ready_s[i])
+    if elements:
+        buckets.append((ready, elements))
+    backward = work.backward_s or 1.0
+    return [(min(ready / backward, 1.0), elements) for ready, elements in buckets]
+
+
+def exposed_exchange_s(bucket_ready_s: list[float], bucket_exchange_s: list[float], backward_s: float) -> float:
+    """The exchange time left after the backward pass when bucket i's collective starts once it
+    is ready and the previous bucket's collective is done (one stream, in order, as DDP issues
+    them): max(0, end of the last collective - end of the backward)."""
+    clock = 0.0
+    for ready, cost in zip(bucket_ready_s, bucket_exchange_s):
+        clock = max(clock, ready) + cost
+    return max(0.0, clock - backward_s)
+
+
+def profile_names() -> list[str]:
+    return ["measured", *sorted(p.stem for p in Path(PROFILES).glob("*.yaml"))]

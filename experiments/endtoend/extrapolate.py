@@ -1,0 +1,112 @@
+"""The statistics an exchange's cost depends on, from the hosted worker counts to any W.
+
+Measured at every hosted W (experiments/endtoend/runs.py): |U| (the coordinates aggregated),
+k_max (the busiest rank's count) and the selection time. The rule, per statistic:
+
+- |U| and k_max: a least-squares fit of log(value) against log(W) over the hosted W, a quadratic
+  (three or more hosted W; a line with two; the value itself with one), used as measured at a
+  hosted W and as fitted beyond. The quadratic catches what a power law misses: Top-k's union
+  grows more slowly as W grows (the ranks' top coordinates overlap more), a split method's
+  per-rank count falls about as 1/W. Beyond the largest hosted W the fitted curve is held
+  monotone (it may not turn back: the union of more ranks' selections is never smaller, a split
+  method's share never larger) and within bounds (|U| <= N, k_max <= |U|).
+- selection ms: a + b / W, least squares over the hosted W, for methods that split the work
+  (their ranks scan N / W coordinates); the median over hosted W for methods whose every rank
+  scans the whole vector.
+
+`check` compares the rule, fitted on W <= `fit_max`, with hosted runs beyond it (the issue's
+W = 64, 128, 256 against a fit on W <= 32).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class LogFit:
+    """log(value) = polynomial(log W), fitted on `workers`; measured values where hosted."""
+
+    workers: tuple[int, ...]
+    values: tuple[float, ...]
+    coefficients: tuple[float, ...]  # highest power first (numpy.polyfit)
+    increasing: bool  # the direction the curve keeps beyond the largest hosted W
+
+    @classmethod
+    def fit(cls, workers: list[int], values: list[float]) -> "LogFit":
+        pairs = sorted((w, v) for w, v in zip(workers, values) if v > 0)
+        if not pairs:
+            return cls(tuple(workers), tuple(values), (0.0,), True)
+        x = np.log([w for w, _ in pairs])
+        y = np.log([v for _, v in pairs])
+        degree = min(2, len(pairs) - 1)
+        coefficients = tuple(np.polyfit(x, y, degree)) if degree else (float(y[0]),)
+        increasing = pairs[-1][1] >= pairs[0][1]
+        return cls(tuple(w for w, _ in pairs), tuple(v for _, v in pairs), coefficients, increasing)
+
+    def curve(self, workers: float) -> float:
+        return float(math.exp(np.polyval(self.coefficients, math.log(workers))))
+
+    def at(self, workers: int) -> float:
+        if workers in self.workers:
+            return self.values[self.workers.index(workers)]
+        largest = self.workers[-1]
+        if workers < largest:
+            return self.curve(workers)
+        # Beyond the hosted range: follow the curve only while it keeps its direction.
+        value, w = self.curve(largest), largest
+        while w < workers:
+            w = min(w * 2, workers)
+            step = self.curve(w)
+            value = max(value, step) if self.increasing else min(value, step)
+        return value * self.values[-1] / self.curve(largest)  # anchored at the measured value
+
+    def describe(self) -> str:
+        terms = " ".join(f"{c:+.4g}" for c in self.coefficients)
+        return f"log-poly in log W [{terms}] on W = {', '.join(map(str, self.workers))}"
+
+
+@dataclass(frozen=True)
+class SelectionFit:
+    """Selection ms = a + b / W (split work) or a constant (whole-vector work)."""
+
+    a: float
+    b: float
+    workers: tuple[int, ...]
+    values: tuple[float, ...]
+
+    @classmethod
+    def fit(cls, workers: list[int], values: list[float], split: bool) -> "SelectionFit":
+        if not split or len(set(workers)) < 2:
+            return cls(statistics.median(values), 0.0, tuple(workers), tuple(values))
+        inverse = np.array([1.0 / w for w in workers])
+        b, a = np.polyfit(inverse, np.array(values), 1)
+        return cls(max(float(a), 0.0), max(float(b), 0.0), tuple(workers), tuple(values))
+
+    def at(self, workers: int) -> float:
+        if workers in self.workers:
+            return self.values[self.workers.index(workers)]
+        return self.a + self.b / workers
+
+
+@dataclass(frozen=True)
+class Statistics:
+    """One method's fitted statistics (module docstring) and the bounds they keep."""
+
+    union: LogFit
+    k_max: LogFit
+    selection: SelectionFit
+    numel: int
+
+    def at(self, workers: int) -> dict[str, float]:
+        union = min(self.union.at(workers), float(self.numel))
+        return {"union": union, "k_max": min(self.k_max.at(workers), union), "select_ms": self.selection.at(workers)}
+
+
+def fit_statistics(workers: list[int], unions: list[float], k_maxes: list[float], select_ms: list[float],
+                   numel: int, split: bool) -> Statistics:
+    return Statistics(LogFit.fit(workers, unions), LogFit.fit(workers, k_maxes),
+                      SelectionFit.fit(workers, select_ms, split), numel)

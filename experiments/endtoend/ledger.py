@@ -1,0 +1,66 @@
+"""A modelled step's collectives: a run's logged ledger, with the sizes that depend on the worker
+count set to what the statistics say at the modelled W.
+
+Only two sizes of an exchange depend on the data (experiments/core/exchange.py):
+
+- union_allreduce: the padded index all-gather is k_max wide (the busiest rank's count) and the
+  value all-reduce is |U| long; they are the exchange's last two collectives;
+- sparse_allgather: the index and the value all-gathers are both k_max wide, its last two.
+
+Every other collective (the size header, a leader's plan and its header, DEFT's averaged norms,
+CLT-k's and Random-k's k values, a dense or low-rank all-reduce) keeps the size it was logged
+with. The template's tail must hold exactly the sizes its run logged for that step, or the exchange
+changed shape and this module says so instead of pricing a wrong step.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from experiments.core.network import NetworkModel
+from experiments.core.traffic import Collective, TrafficMeter
+
+DATA_DEPENDENT_TAIL = {
+    # exchange kind -> the ops of its last collectives, and which statistic sizes each
+    "union_allreduce": (("all_gather", "k_max"), ("all_reduce", "union")),
+    "sparse_allgather": (("all_gather", "k_max"), ("all_gather", "k_max")),
+}
+
+
+def at_workers(template: tuple[Collective, ...], exchange: str, template_stats: dict[str, int],
+               stats: dict[str, float]) -> list[Collective]:
+    """`template` (a logged step's ledger) with its data-dependent sizes set to `stats`
+    (k_max and union, rounded); `template_stats` are the values the template was logged with."""
+    collectives = list(template)
+    tail = DATA_DEPENDENT_TAIL.get(exchange, ())
+    if not tail or (exchange == "union_allreduce" and template_stats["k_max"] == 0):
+        return collectives  # nothing depends on W (or nobody selected: no index all-gather was issued)
+    start = len(collectives) - len(tail)
+    if start < 0:
+        raise ValueError(f"a {exchange} ledger of {len(collectives)} collectives cannot end with {tail}")
+    for offset, (op, statistic) in enumerate(tail):
+        logged = collectives[start + offset]
+        if logged.op != op or logged.elements != template_stats[statistic]:
+            raise ValueError(
+                f"the {exchange} ledger does not end as the exchange issues it: collective {start + offset} is "
+                f"{logged.op} of {logged.elements}, expected {op} of {statistic} = {template_stats[statistic]}")
+        collectives[start + offset] = replace(logged, elements=max(0, round(stats[statistic])))
+    return collectives
+
+
+def sent_bytes_max(collectives: list[Collective], world_size: int) -> float:
+    """Bytes the busiest rank sends for `collectives` among `world_size` ranks: the meter's own
+    accounting (experiments/core/traffic.py), replayed."""
+    meter = TrafficMeter(world_size)
+    for c in collectives:
+        if c.op == "broadcast":
+            meter.broadcast(c.elements, c.element_bytes, c.root % world_size)
+        elif c.op == "point_to_point":
+            meter.point_to_point(c.elements, c.element_bytes, c.root % world_size, c.peer % world_size)
+        else:
+            getattr(meter, c.op)(c.elements, c.element_bytes)
+    return float(meter.sent.max())
+
+
+def price_s(collectives: list[Collective], world_size: int, network: NetworkModel) -> float:
+    """Seconds the cluster model gives the collectives, one after another."""
+    return network.price(collectives, world_size)

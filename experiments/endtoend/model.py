@@ -1,0 +1,131 @@
+"""The modelled step and the time to reach a target, per method, worker count and network.
+
+    step_ms(W) = compute_ms + selection_ms(W) + exchange_ms(W) - overlapped_ms(W)
+    time_to_target(W) = steps_to_target * step_ms(W)
+
+- compute_ms: one rank's forward+backward, measured here or from a compute profile
+  (experiments/endtoend/compute.py);
+- selection_ms(W): measured with hosted ranks, fitted beyond them (extrapolate.py); under a GPU
+  profile scaled by the same factor as the compute (profile ms / measured ms): the model
+  assumes selection speeds up on the GPU as much as the forward and backward do;
+- exchange_ms(W): the cluster model's price of the method's ledger at W (ledger.py);
+- overlapped_ms(W): for the DDP-style baselines (the dense fp32 all-reduce with overlap, the
+  bf16/fp16 hooks and PowerSGD, which DDP runs bucket by bucket), the part of the exchange
+  hidden behind the backward pass: each bucket's share of the ledger starts once its gradients
+  are ready (measured ready times) and the previous bucket's collectives are done. Methods that
+  select over the whole gradient cannot start before the backward ends: nothing overlaps.
+- steps_to_target: the steps the method's accuracy run (at its hosted W) took to first reach the
+  target. The model keeps it at every W: per-worker batch fixed, it does not credit a larger
+  global batch with fewer steps, for any method (docs/endtoend.md, "What the model assumes").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from experiments.core.network import NetworkModel
+from experiments.core.traffic import Collective
+from experiments.endtoend.compute import ComputeProfile, StepWork, ddp_buckets, exposed_exchange_s
+from experiments.endtoend.extrapolate import Statistics
+from experiments.endtoend.ledger import at_workers, price_s, sent_bytes_max
+from experiments.endtoend.runs import RunStats
+
+# The baselines DDP runs per bucket (its communication hooks): their exchange may overlap the backward.
+BUCKETED = ("dense_overlap", "dense_bf16", "dense_fp16", "powersgd")
+DENSE_BASELINES = ("dense", *BUCKETED)
+
+
+@dataclass(frozen=True)
+class Method:
+    """One method of a study: its accuracy run, its template ledger and its fitted statistics."""
+
+    name: str
+    accuracy: RunStats  # the run whose curve gives steps_to_target
+    template: RunStats  # the largest hosted W: its ledger is the template
+    statistics: Statistics
+    steps_to_target: int | None
+
+    @property
+    def dense(self) -> bool:
+        return self.name in DENSE_BASELINES
+
+
+@dataclass(frozen=True)
+class Point:
+    """One method at one W on one network."""
+
+    method: str
+    workers: int
+    network: str
+    compute_ms: float
+    select_ms: float
+    exchange_ms: float
+    overlapped_ms: float
+    sent_bytes: float  # the busiest rank, per step
+    union: float
+    k_max: float
+    steps_to_target: int | None
+    hosted: bool  # the statistics were measured at this W (not extrapolated)
+
+    @property
+    def step_ms(self) -> float:
+        return self.compute_ms + self.select_ms + self.exchange_ms - self.overlapped_ms
+
+    @property
+    def time_to_target_s(self) -> float | None:
+        return None if self.steps_to_target is None else self.steps_to_target * self.step_ms / 1e3
+
+
+@dataclass
+class Study:
+    """Everything one study's model needs, and the sources of its modelled numbers."""
+
+    name: str
+    metric: str
+    target: float
+    work: StepWork
+    measured_compute_ms: float  # one rank's forward+backward here (median over the study's runs)
+    profile: ComputeProfile
+    methods: dict[str, Method] = field(default_factory=dict)
+
+    def compute_ms(self) -> tuple[float, str]:
+        return self.profile.step_ms(self.work, self.measured_compute_ms)
+
+    def point(self, method: Method, workers: int, network: NetworkModel) -> Point:
+        compute_ms, _ = self.compute_ms()
+        scale = compute_ms / self.measured_compute_ms  # selection speeds up as compute does (module docstring)
+        stats = method.statistics.at(workers)
+        template = method.template
+        ledger = at_workers(template.template, template.exchange,
+                            {"union": template.template_union, "k_max": template.template_k_max}, stats)
+        if method.name in BUCKETED:
+            exchange_ms, exposed_ms = self._bucketed_ms(ledger, workers, network, compute_ms)
+        else:
+            exchange_ms = exposed_ms = price_s(ledger, workers, network) * 1e3
+        overlapped = exchange_ms - exposed_ms
+        return Point(method.name, workers, network.name, compute_ms, stats["select_ms"] * scale, exchange_ms,
+                     overlapped, sent_bytes_max(ledger, workers), stats["union"], stats["k_max"],
+                     method.steps_to_target, workers in method.statistics.union.workers)
+
+    def _bucketed_ms(self, ledger: list[Collective], workers: int, network: NetworkModel,
+                     compute_ms: float) -> tuple[float, float]:
+        """(exchange ms, exposed ms) of a DDP-style baseline (module docstring): each bucket
+        carries its share of every collective of the ledger (a bucket of 5% of the gradient, 5%
+        of the elements), priced on its own and started at its ready time; the exposed part is
+        what is left after the backward."""
+        backward_ms = compute_ms * self.work.backward_s / self.work.step_s
+        numel = sum(self.work.sizes)
+        ready, cost = [], []
+        for fraction, elements in ddp_buckets(self.work):
+            share = elements / numel
+            scaled = [Collective(c.op, max(1, round(c.elements * share)), c.element_bytes, c.root, c.peer) for c in ledger]
+            ready.append(fraction * backward_ms)
+            cost.append(price_s(scaled, workers, network) * 1e3)
+        return sum(cost), exposed_exchange_s(ready, cost, backward_ms)
+
+
+def best(points: list[Point], dense: bool | None = None) -> Point | None:
+    """The point with the shortest time to target (among dense baselines or sparsifiers only,
+    when `dense` says so); None when none reaches it."""
+    reached = [p for p in points if p.time_to_target_s is not None
+               and (dense is None or (p.method in DENSE_BASELINES) == dense)]
+    return min(reached, key=lambda p: p.time_to_target_s) if reached else None
