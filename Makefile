@@ -10,7 +10,7 @@ export MPLCONFIGDIR ?= $(CURDIR)/.venv/cache/matplotlib
 export JUPYTER_CONFIG_DIR ?= $(CURDIR)/.venv/cache/jupyter
 export JUPYTER_DATA_DIR ?= $(CURDIR)/.venv/cache/jupyter
 
-.PHONY: run test test-fast reproduce mutants data bench example calibrate lock clean
+.PHONY: run test test-fast reproduce endtoend mutants data bench example calibrate lock clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,13 @@ test: $(STAMP)
 # claim (docs/reproduce.md). About 25 minutes on 2 cores; ARGS="--out DIR" chooses where.
 reproduce: $(STAMP) data
 	$(PY) -m experiments.reproduce $(ARGS)
+
+# Does sparsification pay? Every sparsifier's modelled time to a target accuracy against the
+# strongest dense baselines, on three networks at W = 4 to 1,024 (docs/endtoend.md). About 20
+# minutes on 2 cores; ARGS="--skip-runs --out DIR --networks h100x8_400g_ib --compute-profile h100"
+# models a finished study again on other hardware in seconds.
+endtoend: $(STAMP) data
+	$(PY) -m experiments.endtoend $(ARGS)
 
 test-fast: $(STAMP)
 	WANDB_MODE=disabled $(PY) -m pytest -m "not slow" $(ARGS)

@@ -81,8 +81,10 @@ def test_quick_reproduce_writes_claims_md_with_its_figures(quick):
 def test_a_busy_machine_is_said_before_the_timings_are_measured(monkeypatch):
     """The selection-cost and time-to-target claims time the machine: a load already there is said."""
     from experiments.reproduce import __main__ as reproduce
-    monkeypatch.setattr(reproduce.os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(reproduce.os, "getloadavg", lambda: (0.3, 0.3, 0.3))
-    assert reproduce.busy_warning() is None
-    monkeypatch.setattr(reproduce.os, "getloadavg", lambda: (3.8, 3.0, 2.0))
-    assert "load average 3.8 on 2 cores" in reproduce.busy_warning()
+    from experiments.reproduce import sweeps
+    monkeypatch.setattr(sweeps.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(sweeps.os, "getloadavg", lambda: (0.3, 0.3, 0.3))
+    assert sweeps.busy_warning(reproduce.TIMED) is None
+    monkeypatch.setattr(sweeps.os, "getloadavg", lambda: (3.8, 3.0, 2.0))
+    warning = sweeps.busy_warning(reproduce.TIMED)
+    assert "load average 3.8 on 2 cores" in warning and "selection-cost" in warning

@@ -3,13 +3,18 @@
 Measured at every hosted W (experiments/endtoend/runs.py): |U| (the coordinates aggregated),
 k_max (the busiest rank's count) and the selection time. The rule, per statistic:
 
-- |U| and k_max: a least-squares fit of log(value) against log(W) over the hosted W, a quadratic
-  (three or more hosted W; a line with two; the value itself with one), used as measured at a
-  hosted W and as fitted beyond. The quadratic catches what a power law misses: Top-k's union
-  grows more slowly as W grows (the ranks' top coordinates overlap more), a split method's
-  per-rank count falls about as 1/W. Beyond the largest hosted W the fitted curve is held
-  monotone (it may not turn back: the union of more ranks' selections is never smaller, a split
-  method's share never larger) and within bounds (|U| <= N, k_max <= |U|).
+- |U|: a least-squares fit of log |U| against log W over the hosted W, a quadratic (three or
+  more hosted W; a line with two; the value itself with one), used as measured at a hosted W and
+  as fitted beyond. The quadratic catches what a power law misses: Top-k's union grows more
+  slowly as W grows (the ranks' top coordinates overlap more). Beyond the largest hosted W the
+  fitted curve is held monotone (it may not turn back) and anchored at the largest hosted value.
+- k_max, for methods whose every rank selects over the whole vector (Top-k, DGC, CLT-k's leader):
+  the median over the hosted W (each rank's count does not depend on W).
+- k_max, for methods that split the vector (DEFT, MiCRO, ExDyna): |U| / W times the imbalance
+  ratio r = W k_max / |U| (the busiest rank over the mean), r fitted as |U| is (log r quadratic
+  in log W, held monotone beyond the hosted W): the busiest rank's share falls as 1/W, slowed by
+  an imbalance that grows with W.
+- every value within bounds: |U| <= N, k_max <= |U|.
 - selection ms: a + b / W, least squares over the hosted W, for methods that split the work
   (their ranks scan N / W coordinates); the median over hosted W for methods whose every rank
   scans the whole vector.
@@ -97,16 +102,29 @@ class Statistics:
     """One method's fitted statistics (module docstring) and the bounds they keep."""
 
     union: LogFit
-    k_max: LogFit
+    k_max: float | None  # whole-vector methods: the median over hosted W
+    imbalance: LogFit | None  # split methods: r = W k_max / |U|
+    measured_k_max: dict[int, float]
     selection: SelectionFit
     numel: int
 
     def at(self, workers: int) -> dict[str, float]:
         union = min(self.union.at(workers), float(self.numel))
-        return {"union": union, "k_max": min(self.k_max.at(workers), union), "select_ms": self.selection.at(workers)}
+        if workers in self.measured_k_max:
+            k_max = self.measured_k_max[workers]
+        elif self.imbalance is not None:
+            k_max = union / workers * max(1.0, self.imbalance.at(workers))
+        else:
+            k_max = self.k_max
+        return {"union": union, "k_max": min(k_max, union), "select_ms": self.selection.at(workers)}
 
 
 def fit_statistics(workers: list[int], unions: list[float], k_maxes: list[float], select_ms: list[float],
                    numel: int, split: bool) -> Statistics:
-    return Statistics(LogFit.fit(workers, unions), LogFit.fit(workers, k_maxes),
-                      SelectionFit.fit(workers, select_ms, split), numel)
+    measured = dict(zip(workers, k_maxes))
+    if split:
+        ratios = [w * k / u if u > 0 else 1.0 for w, k, u in zip(workers, k_maxes, unions)]
+        return Statistics(LogFit.fit(workers, unions), None, LogFit.fit(workers, ratios), measured,
+                          SelectionFit.fit(workers, select_ms, True), numel)
+    return Statistics(LogFit.fit(workers, unions), statistics.median(k_maxes), None, measured,
+                      SelectionFit.fit(workers, select_ms, False), numel)

@@ -1,9 +1,10 @@
 """What the end-to-end model reads from a finished run: the statistics the exchange cost depends
 on, the step's ledger, the measured times, and the metric curve.
 
-Statistics are medians over the logged steps from `settle` on (a method's threshold or
-partitions need some steps to settle; every run of a study uses the same window), taken from
-metrics.jsonl as the runner logged them:
+Statistics are medians over the logged steps in [settle, until) (a method's threshold or
+partitions need some steps to settle, and training moves the statistics on: every run of a
+study, at every W, is read over the same steps), taken from metrics.jsonl as the runner logged
+them:
 
 - |U| = density/actual * N (the coordinates aggregated), k_max = selection/k_max (the busiest
   rank's count, which sets the padded index all-gather);
@@ -47,20 +48,22 @@ class RunStats:
     select_ms: float
     curve: tuple[tuple[int, float], ...]  # (steps done, headline metric) of every evaluation
     metric: str  # the headline eval key
+    overlap: bool  # DDP runs its exchange bucket by bucket (a dense baseline with overlap, PowerSGD)
 
     @property
     def label(self) -> str:
         return self.method
 
 
-def read_run(path: Path, settle: int, metric: str) -> RunStats:
+def read_run(path: Path, settle: int, until: int, metric: str) -> RunStats:
     """The RunStats of the run in `path` (its summary.json and metrics.jsonl)."""
     summary = read_json(path / SUMMARY)
     if summary is None:
         raise ValueError(f"{path} has no {SUMMARY}: the run did not finish")
     rows = read_metrics(path / METRICS)
     train = [r for r in rows if r.get(keys.ROW_KIND) == keys.KIND_TRAIN and keys.LEDGER in r]
-    window = [r for r in train if r[keys.ROW_STEP] >= settle] or train[-1:]
+    # A run shorter than the window (the test suite's) is read over its last logged step.
+    window = [r for r in train if settle <= r[keys.ROW_STEP] < until] or train[-1:]
     if not window:
         raise ValueError(f"{path}: no logged step carries {keys.LEDGER} (a run from before the ledger was logged)")
     numel = int(summary["numel"])
@@ -83,7 +86,9 @@ def read_run(path: Path, settle: int, metric: str) -> RunStats:
         template_union=round(nearest[keys.DENSITY_ACTUAL] * numel), template_k_max=int(nearest[keys.K_MAX]),
         compute_ms=statistics.median(r[keys.COMPUTE_MEAN] for r in window if keys.COMPUTE_MEAN in r),
         select_ms=statistics.median(r[keys.SELECT_MAX] for r in window if keys.SELECT_MAX in r),
-        curve=curve, metric=metric)
+        curve=curve, metric=metric,
+        # torch's PowerSGD hook runs per bucket too; a dense preset says so with `overlap`.
+        overlap=bool(sparsifier.get("overlap", False)) or sparsifier["exchange"] == "low_rank")
 
 
 def steps_to_target(curve: tuple[tuple[int, float], ...], target: float, higher_is_better: bool = True) -> int | None:

@@ -21,9 +21,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import re
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,57 +33,12 @@ from experiments.caches import keep_caches_out_of_home
 from experiments.launcher.environment import REPO_ROOT
 from experiments.run_dir import STATUS
 from experiments.reproduce import selection
-from experiments.reproduce.studies import QUICK_SWEEPS, SWEEPS, Sweep
+from experiments.reproduce.studies import QUICK_SWEEPS, SWEEPS
+from experiments.reproduce.sweeps import busy_warning, minutes, run_sweep
 
 SELECTION_FOLDER = "selection"
-LAUNCHING = re.compile(r"Launching (\d+) jobs")
-SUMMARY = re.compile(r"^summary \((.*)\)\s*$")
-
-
-def busy_warning() -> str | None:
-    """A line when other work already keeps the cores busy: the selection-cost and time-to-target
-    claims time this machine, so a load beside them moves their numbers (the others do not)."""
-    load, cores = os.getloadavg()[0], os.cpu_count() or 1
-    if load < cores:  # as much other work as there are cores (the bootstrap's pip install stays below)
-        return None
-    return (f"note: the machine is busy (load average {load:.1f} on {cores} cores): the selection-cost and "
-            "convergence.sooner claims time it, so their numbers will carry that load; the other claims do not depend on it")
-
-
-def minutes(seconds: float) -> str:
-    return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
-
-
-def run_sweep(sweep: Sweep, out: Path, number: int, total: int) -> None:
-    """One `python run.py -m` into `<out>/<sweep.folder>`, a progress line per finished run."""
-    folder = out / sweep.folder
-    folder.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, str(REPO_ROOT / "run.py"), "-m", *sweep.args, f"hydra.sweep.dir={folder}"]
-    print(f"[{number}/{total}] {sweep.name} ({sweep.serves}): python run.py -m {' '.join(sweep.args)}", flush=True)
-    started, jobs, done = time.monotonic(), "?", 0
-    with open(folder / "run.log", "a") as log:
-        process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        assert process.stdout is not None
-        try:
-            for line in process.stdout:
-                log.write(line)
-                log.flush()
-                launching, summary = LAUNCHING.search(line), SUMMARY.match(line.strip())
-                if launching:
-                    jobs = launching.group(1)
-                elif summary:
-                    done += 1
-                    print(f"    run {done}/{jobs} done: {summary.group(1)} ({minutes(time.monotonic() - started)})", flush=True)
-        finally:
-            if process.poll() is None:  # stopped ourselves (Ctrl-C, SIGTERM): run.py stops its job and the sweep
-                process.send_signal(signal.SIGTERM)
-                for line in process.stdout:  # run.py reports the stopped run through this pipe: keep reading
-                    log.write(line)
-        code = process.wait()
-    if code != 0:
-        tail = (folder / "run.log").read_text().splitlines()[-15:]
-        print("\n".join(tail), file=sys.stderr)
-        raise SystemExit(f"{sweep.name} failed (exit {code}): its log is {folder / 'run.log'}")
+# What a load beside the studies moves (the other claims do not depend on it).
+TIMED = "the selection-cost and convergence.sooner claims time it"
 
 
 def figure_links(out: Path) -> str:
@@ -128,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     out = (options.out or REPO_ROOT / "outputs" / "reproduce" / stamp).resolve()
     started = time.monotonic()
     if not options.skip_runs:
-        warning = busy_warning()
+        warning = busy_warning(TIMED)
         if warning:
             print(warning, flush=True)
         sweeps = QUICK_SWEEPS if options.quick else SWEEPS

@@ -1,0 +1,150 @@
+"""`make endtoend` (= `python -m experiments.endtoend`): does sparsification pay? The modelled
+time to a target accuracy of every sparsifier against the strongest dense baselines, on three
+networks, at W = 4 to 1,024 (docs/endtoend.md).
+
+    python -m experiments.endtoend [--out DIR] [--studies quickstart,resnet18]
+        [--networks v100x4_10gbe,v100x4_25gbe,v100x4_100g_ib] [--compute-profile v100]
+        [--workers 4,8,...,1024] [--target quickstart=0.8] [--quick] [--skip-runs]
+
+1. runs each study's sweeps (experiments/endtoend/studies.py: `python run.py -m` command lines a
+   user could type), a progress line per finished run;
+2. measures the study's model here (FLOPs, kernels, backward ready times: compute.py);
+3. models every method at every W on every network (model.py) and writes `<out>/endtoend.md`
+   (the tables), `endtoend.json` (every term of every modelled step) and one figure per study,
+   and prints the tables.
+
+`--skip-runs` models what `--out` already holds (another network or profile in seconds);
+`--quick` is the test suite's cut-down run (the quickstart study on the bundled digits).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from omegaconf import open_dict
+
+from experiments.caches import keep_caches_out_of_home
+from experiments.core.network import NetworkModel
+from experiments.endtoend import report
+from experiments.endtoend.assemble import methods_of
+from experiments.endtoend.compute import ComputeProfile, measure_step
+from experiments.endtoend.model import Study
+from experiments.endtoend.studies import STUDIES, StudySpec
+from experiments.launcher.compose import compose_job
+from experiments.launcher.environment import REPO_ROOT
+from experiments.reproduce.sweeps import busy_warning, minutes, run_sweep
+
+NETWORKS = ("v100x4_10gbe", "v100x4_25gbe", "v100x4_100g_ib")
+WORKERS = tuple(2**i for i in range(2, 11))  # 4 .. 1,024
+TIMED = "the measured compute and selection times carry it (the statistics and accuracy do not)"
+
+
+def measure(spec: StudySpec, quick: bool):
+    """The study's model and batch, counted and timed here (compute.py)."""
+    overrides = [f"experiment={spec.accuracy}", *(spec.quick_accuracy if quick else ())]
+    cfg = compose_job([o for o in overrides if not o.startswith("logger=")])
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return measure_step(cfg)
+
+
+def model_study(spec: StudySpec, folder: Path, networks: list[NetworkModel], profile: ComputeProfile,
+                workers: list[int], target: float, quick: bool) -> dict:
+    """Every method of one study at every W on every network: the grid and its sources."""
+    accuracy_workers = 2 if quick else None
+    methods = methods_of(spec, folder, target, accuracy_workers)
+    if not methods:
+        raise SystemExit(f"{folder}: no finished accuracy run to model (run without --skip-runs first)")
+    work = measure(spec, quick)
+    measured = sorted(m.accuracy.compute_ms for m in methods.values())
+    study = Study(spec.name, spec.metric, target, work, measured[len(measured) // 2], profile, methods)
+    grid = {net.name: {w: [study.point(m, w, net) for m in methods.values()] for w in workers} for net in networks}
+    compute_ms, compute_source = study.compute_ms()
+    hosted = sorted({w for m in methods.values() for w in m.statistics.union.workers})
+    sources = [
+        f"compute {compute_ms:.3g} ms per step: {compute_source}; measured here {study.measured_compute_ms:.3g} ms "
+        f"({work.flops / 1e9:.3g} GFLOP, {work.kernels} aten ops per forward+backward at batch {work.batch})",
+        f"selection: measured with hosted ranks (W = {', '.join(map(str, hosted))}), fitted beyond, "
+        f"scaled by {compute_ms / study.measured_compute_ms:.3g} (the profile's compute over this machine's)",
+        "exchange: each method's logged ledger at its largest hosted W, |U| and k_max set to their fit at W, "
+        "priced by the network preset (docs/network.md); * marks an extrapolated W",
+        "steps to the target: " + ", ".join(
+            f"{m.name} {m.steps_to_target if m.steps_to_target is not None else 'never'}" for m in methods.values())
+        + f" (accuracy runs at W = {next(iter(methods.values())).accuracy.workers}, kept at every W)",
+    ]
+    return {"title": spec.title, "metric": spec.metric, "target": target, "sources": sources, "grid": grid,
+            "work": work.describe(), "profile": profile.name}
+
+
+def parse_targets(values: list[str]) -> dict[str, float]:
+    targets = {}
+    for value in values:
+        study, _, number = value.partition("=")
+        if study not in STUDIES or not number:
+            raise SystemExit(f"--target {value}: expected <study>=<value>, study one of {', '.join(STUDIES)}")
+        targets[study] = float(number)
+    return targets
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="make endtoend", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=None, help="output directory (default outputs/endtoend/<time>)")
+    parser.add_argument("--studies", default="quickstart,resnet18", help=f"comma list of {', '.join(STUDIES)}")
+    parser.add_argument("--networks", default=",".join(NETWORKS), help="network presets (conf/network/) or YAML paths")
+    parser.add_argument("--compute-profile", default="v100", help="measured | v100 | a100 | h100 (conf/compute_profile/)")
+    parser.add_argument("--workers", default=",".join(map(str, WORKERS)), help="modelled worker counts")
+    parser.add_argument("--target", action="append", default=[], help="<study>=<metric value> (default: the study's)")
+    parser.add_argument("--quick", action="store_true", help="the test suite's cut-down run")
+    parser.add_argument("--skip-runs", action="store_true", help="model what --out already holds")
+    options = parser.parse_args(argv)
+    keep_caches_out_of_home()
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # runs run_sweep's clean-up
+    os.environ.setdefault("WANDB_MODE", "offline")  # never online: there may be no network
+
+    names = [name for name in options.studies.split(",") if name]
+    unknown = [name for name in names if name not in STUDIES]
+    if unknown:
+        raise SystemExit(f"--studies: unknown {', '.join(unknown)}; choose from {', '.join(STUDIES)}")
+    networks = [NetworkModel.preset(name) for name in options.networks.split(",") if name]  # ConfigError names a bad one
+    profile = ComputeProfile.load(options.compute_profile)
+    workers = sorted(int(w) for w in options.workers.split(",") if w)
+    targets = parse_targets(options.target)
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    out = (options.out or REPO_ROOT / "outputs" / "endtoend" / stamp).resolve()
+    started = time.monotonic()
+
+    if not options.skip_runs:
+        warning = busy_warning(TIMED)
+        if warning:
+            print(warning, flush=True)
+        sweeps = [sweep for name in names for sweep in STUDIES[name].sweeps(options.quick)]
+        for number, sweep in enumerate(sweeps, 1):
+            run_sweep(sweep, out, number, len(sweeps))
+    elif not out.is_dir():
+        raise SystemExit(f"--skip-runs: {out} does not exist")
+
+    studies, sections = {}, []
+    for name in names:
+        spec = STUDIES[name]
+        target = targets.get(name, spec.target)
+        study = model_study(spec, out / spec.name, networks, profile, workers, target, options.quick)
+        studies[name] = study
+        png = report.figure(study["grid"], f"{spec.title}: speedup over the best dense baseline", out / f"{name}_speedup.png")
+        sections.append(report.study_markdown(
+            spec.title, f"Target: {spec.metric} >= {target:g}; compute profile `{profile.name}`.", study["sources"],
+            study["grid"]) + f"\n![speedup]({png.name})\n")
+    text = "# When sparsification pays\n\n" + "\n".join(sections)
+    (out / "endtoend.md").write_text(text)
+    report.write_json(out / "endtoend.json", studies)
+    print(text)
+    print(f"make endtoend: {minutes(time.monotonic() - started)}, results in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

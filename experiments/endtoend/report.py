@@ -1,0 +1,128 @@
+"""The end-to-end comparison as tables, a figure and JSON.
+
+Per study and network: the modelled time to the target of the best dense baseline and of every
+sparsifier at each W, and each sparsifier's speedup over that baseline (> 1: it pays); the W from
+which each sparsifier pays; and "what would I pick": the fastest method per network and W.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display here
+import matplotlib.pyplot as plt  # noqa: E402
+
+from experiments.endtoend.model import DENSE_BASELINES, Point, best  # noqa: E402
+
+Grid = dict[str, dict[int, list[Point]]]  # network -> W -> every method's point
+
+
+def speedup(point: Point, baseline: Point | None) -> float | None:
+    if baseline is None or point.time_to_target_s is None:
+        return None
+    return baseline.time_to_target_s / point.time_to_target_s
+
+
+def sparsifiers_in(grid: Grid) -> list[str]:
+    names = {p.method for by_w in grid.values() for points in by_w.values() for p in points}
+    return sorted(n for n in names if n not in DENSE_BASELINES)
+
+
+def pays_from(grid: Grid, network: str, method: str) -> int | None:
+    """The smallest W at which `method` beats the best dense baseline, or None."""
+    for workers, points in sorted(grid[network].items()):
+        mine = next((p for p in points if p.method == method), None)
+        gain = speedup(mine, best(points, dense=True)) if mine else None
+        if gain is not None and gain > 1:
+            return workers
+    return None
+
+
+def _time(point: Point | None) -> str:
+    if point is None or point.time_to_target_s is None:
+        return "not reached"
+    return f"{point.time_to_target_s:.3g} s"
+
+
+def network_table(grid: Grid, network: str) -> list[str]:
+    methods = sparsifiers_in(grid)
+    lines = ["| W | best dense baseline | " + " | ".join(methods) + " |",
+             "|---|---|" + "---|" * len(methods)]
+    for workers, points in sorted(grid[network].items()):
+        baseline = best(points, dense=True)
+        cells = []
+        for method in methods:
+            mine = next((p for p in points if p.method == method), None)
+            gain = speedup(mine, baseline) if mine else None
+            cells.append("—" if gain is None else f"{gain:.2f}x" + ("" if mine.hosted else "*"))
+        name = f"{baseline.method} {_time(baseline)}" if baseline else "none reached"
+        lines.append(f"| {workers} | {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def pick_table(grid: Grid) -> list[str]:
+    networks = list(grid)
+    workers = sorted(next(iter(grid.values())))
+    lines = ["| W | " + " | ".join(networks) + " |", "|---|" + "---|" * len(networks)]
+    for w in workers:
+        cells = []
+        for network in networks:
+            winner = best(grid[network][w])
+            cells.append("—" if winner is None else f"{winner.method} ({_time(winner)})")
+        lines.append(f"| {w} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def study_markdown(title: str, target_line: str, sources: list[str], grid: Grid) -> str:
+    lines = [f"## {title}", "", target_line, ""]
+    lines += [f"- {source}" for source in sources]
+    for network in grid:
+        lines += ["", f"### {network}: speedup of each sparsifier over the best dense baseline", "",
+                  *network_table(grid, network), ""]
+        paying = [f"{m} from W = {pays_from(grid, network, m)}" for m in sparsifiers_in(grid) if pays_from(grid, network, m)]
+        lines.append("Pays: " + (", ".join(paying) if paying else "no sparsifier, at any W modelled") + ".")
+    lines += ["", "### What would I pick (fastest to the target)", "", *pick_table(grid), ""]
+    return "\n".join(lines)
+
+
+def figure(grid: Grid, title: str, path: Path) -> Path:
+    """Speedup over the best dense baseline against W, one panel per network."""
+    networks = list(grid)
+    fig, axes = plt.subplots(1, len(networks), figsize=(4.2 * len(networks), 3.6), sharey=True, squeeze=False)
+    for axis, network in zip(axes[0], networks):
+        for method in sparsifiers_in(grid):
+            xs, ys = [], []
+            for workers, points in sorted(grid[network].items()):
+                mine = next((p for p in points if p.method == method), None)
+                gain = speedup(mine, best(points, dense=True)) if mine else None
+                if gain is not None:
+                    xs.append(workers)
+                    ys.append(gain)
+            if xs:
+                axis.plot(xs, ys, marker="o", markersize=3, label=method)
+        axis.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+        axis.set_xscale("log", base=2)
+        axis.set_yscale("log")
+        axis.set_title(network, fontsize=9)
+        axis.set_xlabel("workers W")
+    axes[0][0].set_ylabel("speedup over best dense (time to target)")
+    axes[0][-1].legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_json(path: Path, studies: dict[str, dict]) -> None:
+    """Every point with every term of its step, and each study's sources."""
+    serial = {}
+    for name, study in studies.items():
+        grid: Grid = study["grid"]
+        serial[name] = {**{k: v for k, v in study.items() if k != "grid"},
+                        "points": [{**asdict(p), "step_ms": p.step_ms, "time_to_target_s": p.time_to_target_s}
+                                   for by_w in grid.values() for points in by_w.values() for p in points]}
+    path.write_text(json.dumps(serial, indent=1))

@@ -1,0 +1,63 @@
+"""Running a study's sweeps: one `python run.py -m ...` after another, a progress line per
+finished run, every run's own output in the sweep folder's run.log (make reproduce and make
+endtoend both drive their studies through here)."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from experiments.launcher.environment import REPO_ROOT
+from experiments.reproduce.studies import Sweep
+
+LAUNCHING = re.compile(r"Launching (\d+) jobs")
+SUMMARY = re.compile(r"^summary \((.*)\)\s*$")
+
+
+def busy_warning(timed: str) -> str | None:
+    """A line when other work already keeps the cores busy: what times this machine (`timed`,
+    e.g. "the selection-cost claims time it") carries that load into its numbers."""
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    if load < cores:  # as much other work as there are cores (the bootstrap's pip install stays below)
+        return None
+    return f"note: the machine is busy (load average {load:.1f} on {cores} cores): {timed}, so its numbers will carry that load"
+
+
+def minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
+
+
+def run_sweep(sweep: Sweep, out: Path, number: int, total: int) -> None:
+    """One `python run.py -m` into `<out>/<sweep.folder>`, a progress line per finished run."""
+    folder = out / sweep.folder
+    folder.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, str(REPO_ROOT / "run.py"), "-m", *sweep.args, f"hydra.sweep.dir={folder}"]
+    print(f"[{number}/{total}] {sweep.name} ({sweep.serves}): python run.py -m {' '.join(sweep.args)}", flush=True)
+    started, jobs, done = time.monotonic(), "?", 0
+    with open(folder / "run.log", "a") as log:
+        process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert process.stdout is not None
+        try:
+            for line in process.stdout:
+                log.write(line)
+                log.flush()
+                launching, summary = LAUNCHING.search(line), SUMMARY.match(line.strip())
+                if launching:
+                    jobs = launching.group(1)
+                elif summary:
+                    done += 1
+                    print(f"    run {done}/{jobs} done: {summary.group(1)} ({minutes(time.monotonic() - started)})", flush=True)
+        finally:
+            if process.poll() is None:  # stopped ourselves (Ctrl-C, SIGTERM): run.py stops its job and the sweep
+                process.send_signal(signal.SIGTERM)
+                for line in process.stdout:  # run.py reports the stopped run through this pipe: keep reading
+                    log.write(line)
+        code = process.wait()
+    if code != 0:
+        tail = (folder / "run.log").read_text().splitlines()[-15:]
+        print("\n".join(tail), file=sys.stderr)
+        raise SystemExit(f"{sweep.name} failed (exit {code}): its log is {folder / 'run.log'}")

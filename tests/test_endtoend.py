@@ -1,0 +1,200 @@
+"""`make endtoend`'s model: the ledger at another W, the extrapolation rule, the overlap of DDP's
+buckets, the compute profiles and the step and time-to-target arithmetic, each against numbers
+worked out by hand; then the cut-down study end to end (slow)."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from experiments.core.ledger import decode, encode
+from experiments.core.network import NetworkModel
+from experiments.core.traffic import Collective
+from experiments.endtoend.compute import ComputeProfile, StepWork, ddp_buckets, exposed_exchange_s
+from experiments.endtoend.extrapolate import LogFit, SelectionFit, fit_statistics
+from experiments.endtoend.ledger import at_workers, sent_bytes_max
+from experiments.endtoend.model import Point, best
+from experiments.endtoend.runs import steps_to_target
+from experiments.errors import ConfigError
+from tests.conftest import REPO
+
+UNION_LEDGER = (Collective("all_gather", 1, 4), Collective("all_gather", 718, 4), Collective("all_reduce", 2301, 4))
+
+
+# -- the ledger ---------------------------------------------------------------------------------
+def test_a_ledger_line_round_trips_every_kind_of_collective():
+    ledger = [Collective("broadcast", 1, 8, 3), Collective("all_gather", 224, 4), Collective("all_reduce", 760, 2),
+              Collective("all_to_all", 5, 4), Collective("point_to_point", 9, 4, 1, 2)]
+    assert encode(ledger) == "broadcast:1:8@3 all_gather:224:4 all_reduce:760:2 all_to_all:5:4 point_to_point:9:4@1>2"
+    assert decode(encode(ledger)) == ledger
+    with pytest.raises(ValueError, match="not a ledger token"):
+        decode("all_gather:12")
+
+
+def test_the_union_exchange_takes_k_max_and_u_at_the_new_w_and_keeps_the_rest():
+    scaled = at_workers(UNION_LEDGER, "union_allreduce", {"k_max": 718, "union": 2301}, {"k_max": 90.4, "union": 9990.6})
+    assert scaled == [Collective("all_gather", 1, 4), Collective("all_gather", 90, 4), Collective("all_reduce", 9991, 4)]
+
+
+def test_the_sparse_allgather_takes_k_max_for_indices_and_values():
+    ledger = (Collective("all_gather", 1, 4), Collective("all_gather", 700, 4), Collective("all_gather", 700, 4))
+    scaled = at_workers(ledger, "sparse_allgather", {"k_max": 700, "union": 2000}, {"k_max": 650, "union": 9000})
+    assert [c.elements for c in scaled] == [1, 650, 650]
+
+
+def test_ledgers_that_do_not_depend_on_w_are_kept_whole():
+    dense = (Collective("all_reduce", 71802, 2),)
+    assert at_workers(dense, "dense", {"k_max": 71802, "union": 71802}, {"k_max": 1, "union": 1}) == list(dense)
+
+
+def test_a_ledger_that_does_not_end_as_its_exchange_is_refused():
+    with pytest.raises(ValueError, match="does not end as the exchange issues it"):
+        at_workers(UNION_LEDGER, "union_allreduce", {"k_max": 700, "union": 2301}, {"k_max": 1, "union": 1})
+
+
+def test_bytes_sent_by_the_busiest_rank_follow_the_meters_formulas():
+    # W = 8: all-gathers send (W-1) m each: 7*4 + 7*718*4 = 20,132; the all-reduce 2*7/8*2301*4 = 16,107.
+    assert sent_bytes_max(list(UNION_LEDGER), 8) == pytest.approx(28 + 20104 + 16107)
+    # a broadcast's root sends to ceil(log2 W) children: 3 at W = 8, of 10 elements of 4 bytes
+    assert sent_bytes_max([Collective("broadcast", 10, 4, 11)], 8) == 3 * 40
+
+
+# -- the extrapolation --------------------------------------------------------------------------
+def test_a_power_law_is_recovered_and_measured_points_are_kept():
+    workers = [2, 4, 8, 16, 32]
+    fit = LogFit.fit(workers, [100 * w**0.5 for w in workers])
+    assert fit.at(16) == 100 * 16**0.5  # hosted: the measured value itself
+    assert fit.at(1024) == pytest.approx(100 * 1024**0.5, rel=1e-9)
+
+
+def test_beyond_the_hosted_range_a_curve_that_turns_back_is_held():
+    # log v = -(log2 W - 5)^2 peaks at W = 32 (v = 1), then falls: a union may not shrink as W grows
+    workers = [2, 4, 8, 16]
+    fit = LogFit.fit(workers, [math.exp(-(math.log2(w) - 5) ** 2) for w in workers])
+    assert fit.at(32) == pytest.approx(1.0)
+    assert fit.at(1024) == pytest.approx(1.0)  # held at the peak, not exp(-25)
+
+
+def test_a_split_methods_busiest_rank_follows_u_over_w_times_the_imbalance():
+    # |U| constant 1000, imbalance r = W k_max / |U| = 1 + 0.25 log2 W: at W = 64, r = 2.5, k_max = 1000/64*2.5
+    workers = [2, 4, 8, 16, 32]
+    ratios = [1 + 0.25 * math.log2(w) for w in workers]
+    stats = fit_statistics(workers, [1000.0] * 5, [1000 / w * r for w, r in zip(workers, ratios)], [1.0] * 5,
+                           numel=100_000, split=True)
+    assert stats.at(64)["union"] == pytest.approx(1000)
+    assert stats.at(64)["k_max"] == pytest.approx(1000 / 64 * 2.5, rel=0.02)
+    assert stats.at(8)["k_max"] == 1000 / 8 * 1.75  # hosted: measured
+
+
+def test_a_whole_vector_methods_count_is_its_median_and_the_union_stays_below_n():
+    stats = fit_statistics([2, 4, 8], [200.0, 390.0, 760.0], [100.0, 100.0, 101.0], [5.0, 6.0, 5.5],
+                           numel=1000, split=False)
+    assert stats.at(1024)["k_max"] == 100.0
+    assert stats.at(1024)["union"] == 1000  # the fit doubles per doubling; N bounds it
+    assert stats.at(1024)["select_ms"] == 5.5  # whole-vector work: the median
+
+
+def test_split_selection_time_is_fitted_as_a_plus_b_over_w():
+    fit = SelectionFit.fit([2, 4, 8], [1 + 8 / 2, 1 + 8 / 4, 1 + 8 / 8], split=True)
+    assert fit.at(1024) == pytest.approx(1 + 8 / 1024)
+
+
+# -- compute and overlap -------------------------------------------------------------------------
+WORK = StepWork("toy", 32, flops=2e12, kernels=100, forward_s=0.01, backward_s=0.02,
+                ready_s=(0.019, 0.015, 0.004, 0.001), sizes=(100_000, 200_000, 7_000_000, 300_000))
+
+
+def test_ddp_buckets_follow_the_ready_order_with_a_small_first_bucket():
+    # ready order: 4th (1 ms), 3rd (4 ms), 2nd (15 ms), 1st (19 ms); 1 MiB first bucket holds 262,144 floats
+    assert ddp_buckets(WORK) == [(0.05, 300_000), (0.2, 7_000_000), (0.95, 300_000)]
+
+
+def test_the_exposed_exchange_is_what_runs_past_the_backward():
+    # buckets ready at 1, 4, 19 ms of a 20 ms backward, each taking 5 ms: 1-6, 6-11, 19-24 -> 4 ms exposed
+    assert exposed_exchange_s([1.0, 4.0, 19.0], [5.0, 5.0, 5.0], 20.0) == 4.0
+    assert exposed_exchange_s([1.0, 2.0], [1.0, 1.0], 20.0) == 0.0
+
+
+def test_a_profile_derives_ms_from_flops_or_kernel_launches():
+    profile = ComputeProfile("gpu", "a GPU", peak_tflops=100, efficiency=0.5, launch_us=10)
+    ms, source = profile.step_ms(WORK, measured_ms=300.0)
+    assert ms == pytest.approx(40.0)  # 2e12 / (100e12 * 0.5) s
+    assert "GFLOP" in source
+    small = StepWork("tiny", 32, flops=1e9, kernels=100, forward_s=0.01, backward_s=0.02, ready_s=(0.0,), sizes=(1,))
+    assert profile.step_ms(small, 300.0) == (pytest.approx(1.0), "launch-bound: 100 kernels x 10 us on a GPU")
+    measured = ComputeProfile("gpu", "a GPU", 100, 0.5, 10, {"toy": 7.5})
+    assert measured.step_ms(WORK, 300.0)[0] == 7.5
+    assert ComputeProfile.load("measured").step_ms(WORK, 300.0)[0] == 300.0
+
+
+def test_every_shipped_profile_loads_and_an_unknown_one_names_the_choices():
+    for name in ("v100", "a100", "h100"):
+        profile = ComputeProfile.load(name)
+        assert profile.peak_tflops > 0 and 0 < profile.efficiency <= 1
+    with pytest.raises(ConfigError, match="compute_profile=tpu does not exist: choose one of measured, a100, h100, v100"):
+        ComputeProfile.load("tpu")
+
+
+# -- the step and the target ---------------------------------------------------------------------
+def _point(method: str, steps: int | None, compute=10.0, select=1.0, exchange=4.0, overlapped=0.0) -> Point:
+    return Point(method, 64, "net", compute, select, exchange, overlapped, 0.0, 0.0, 0.0, steps, False)
+
+
+def test_the_step_sums_its_terms_and_the_time_to_target_multiplies_the_steps():
+    point = _point("topk", 300, compute=10, select=1, exchange=4, overlapped=2)
+    assert point.step_ms == 13
+    assert point.time_to_target_s == pytest.approx(3.9)
+    assert _point("micro", None).time_to_target_s is None
+
+
+def test_the_best_dense_baseline_and_the_best_sparsifier_are_told_apart():
+    points = [_point("dense", 100, exchange=20), _point("dense_bf16", 100, exchange=10),
+              _point("topk", 150, exchange=1), _point("micro", None)]
+    assert best(points, dense=True).method == "dense_bf16"  # 2.1 s
+    assert best(points, dense=False).method == "topk"  # 1.8 s
+    assert best(points).method == "topk"
+
+
+def test_steps_to_target_is_the_first_evaluation_that_reached_it():
+    curve = ((40, 0.5), (80, 0.81), (120, 0.79), (160, 0.9))
+    assert steps_to_target(curve, 0.8) == 80
+    assert steps_to_target(curve, 0.95) is None
+    assert steps_to_target(((10, 9.0), (20, 4.0)), 5.0, higher_is_better=False) == 20
+
+
+def test_the_presets_the_study_models_on_load_by_name():
+    for name in ("v100x4_10gbe", "v100x4_25gbe", "v100x4_100g_ib"):
+        network = NetworkModel.preset(name)
+        assert network.gpus_per_node == 4 and network.price(list(UNION_LEDGER), 1024) > 0
+
+
+# -- the whole study, cut down -------------------------------------------------------------------
+@pytest.mark.slow
+def test_quick_endtoend_writes_the_tables_the_figure_and_every_point(tmp_path):
+    """The quickstart study on the bundled digits (a few runs), modelled on the three networks at
+    W = 4 to 1,024: the tables, the figure and a JSON point for every method, network and W."""
+    out = tmp_path / "endtoend"
+    result = subprocess.run([sys.executable, "-m", "experiments.endtoend", "--quick", "--studies", "quickstart",
+                             "--out", str(out), "--target", "quickstart=0.5"], cwd=REPO, capture_output=True,
+                            text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    text = (out / "endtoend.md").read_text()
+    for network in ("v100x4_10gbe", "v100x4_25gbe", "v100x4_100g_ib"):
+        assert f"### {network}: speedup" in text
+    assert "What would I pick" in text and (out / "quickstart_speedup.png").is_file()
+    points = json.loads((out / "endtoend.json").read_text())["quickstart"]["points"]
+    methods = {p["method"] for p in points}
+    assert {"dense", "dense_overlap", "powersgd", "topk", "deft"} <= methods
+    assert {p["workers"] for p in points} == {2**i for i in range(2, 11)}
+    assert len(points) == len(methods) * 3 * 9
+    for p in points:
+        assert p["step_ms"] == pytest.approx(p["compute_ms"] + p["select_ms"] + p["exchange_ms"] - p["overlapped_ms"])
+        assert 0 <= p["overlapped_ms"] <= p["exchange_ms"]
+    # the overlapped twin of dense never takes longer than dense itself
+    by = {(p["method"], p["network"], p["workers"]): p for p in points}
+    for (method, network, workers), p in by.items():
+        if method == "dense":
+            assert by[("dense_overlap", network, workers)]["step_ms"] <= p["step_ms"] + 1e-9
