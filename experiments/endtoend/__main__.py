@@ -47,7 +47,8 @@ TIMED = "the measured compute and selection times carry it (the statistics and a
 def measure(spec: StudySpec, quick: bool):
     """The study's model and batch, counted and timed here (compute.py)."""
     overrides = [f"experiment={spec.accuracy}", *(spec.quick_accuracy if quick else ())]
-    cfg = compose_job([o for o in overrides if not o.startswith("logger=")])
+    # One job's config: the sweep's lists (methods) do not change the model, its data or batch.
+    cfg = compose_job([o for o in overrides if "," not in o])
     with open_dict(cfg):
         del cfg["hydra"]
     return measure_step(cfg)

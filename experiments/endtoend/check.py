@@ -1,0 +1,108 @@
+"""Checks the extrapolation rule where both numbers exist: statistics runs hosted at every W up
+to 256, the rule fitted on W <= 32 only, and its |U|, k_max and bytes sent per rank compared with
+the hosted runs at W = 64, 128 and 256 (the study's acceptance: within 10%).
+
+    python -m experiments.endtoend.check [--out DIR] [--methods topk,deft,micro,exdyna]
+        [--fit 4,8,16,32] [--check 64,128,256] [--skip-runs]
+
+It runs `experiment=endtoend/quickstart_statistics` (40 steps of the quickstart CNN, read over
+steps 10-39) at every W of --fit and --check, MiCRO and ExDyna from a calibrated threshold start
+as in make endtoend; about 12 minutes on 2 cores for the four methods. The bytes compared are the
+busiest rank's per step: measured, the median of traffic/sent_bytes_max over the window; modelled,
+the template ledger (the largest fitted W's) at the fitted |U| and k_max, replayed through the
+traffic meter.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from experiments import metric_keys as keys
+from experiments.endtoend.assemble import finished_runs
+from experiments.endtoend.extrapolate import fit_statistics
+from experiments.endtoend.ledger import at_workers, sent_bytes_max
+from experiments.endtoend.runs import RunStats, read_run
+from experiments.endtoend.studies import CALIBRATED, QUICKSTART
+from experiments.launcher.environment import REPO_ROOT
+from experiments.reproduce.studies import Sweep
+from experiments.reproduce.sweeps import run_sweep
+from experiments.run_dir import METRICS, read_metrics
+
+TOLERANCE = 0.10
+
+
+def measured_sent(run: RunStats) -> float:
+    rows = [r for r in read_metrics(run.path / METRICS)
+            if r.get(keys.ROW_KIND) == keys.KIND_TRAIN and QUICKSTART.settle <= r[keys.ROW_STEP] < QUICKSTART.until]
+    return statistics.median(r[keys.SENT_MAX] for r in rows)
+
+
+def compare(runs: list[RunStats], fit_workers: list[int], check_workers: list[int]) -> list[dict]:
+    """One row per checked W: measured and extrapolated |U|, k_max and bytes, and their errors."""
+    by_workers = {r.workers: r for r in runs}
+    fitted = [w for w in fit_workers if w in by_workers]
+    stats = fit_statistics(fitted, [by_workers[w].union for w in fitted], [by_workers[w].k_max for w in fitted],
+                           [by_workers[w].select_ms for w in fitted], runs[0].numel, runs[0].scope == "split")
+    template = by_workers[fitted[-1]]
+    rows = []
+    for w in check_workers:
+        if w not in by_workers:
+            continue
+        predicted = stats.at(w)
+        ledger = at_workers(template.template, template.exchange,
+                            {"union": template.template_union, "k_max": template.template_k_max}, predicted)
+        measured = {"union": by_workers[w].union, "k_max": by_workers[w].k_max, "sent_bytes": measured_sent(by_workers[w])}
+        modelled = {"union": predicted["union"], "k_max": predicted["k_max"], "sent_bytes": sent_bytes_max(ledger, w)}
+        rows.append({"method": runs[0].method, "workers": w, "measured": measured, "extrapolated": modelled,
+                     "error": {key: modelled[key] / measured[key] - 1 for key in measured}})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m experiments.endtoend.check", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "outputs" / "endtoend_check")
+    parser.add_argument("--methods", default="topk,deft,micro,exdyna")
+    parser.add_argument("--fit", default="4,8,16,32")
+    parser.add_argument("--check", default="64,128,256")
+    parser.add_argument("--skip-runs", action="store_true")
+    options = parser.parse_args(argv)
+    methods = options.methods.split(",")
+    fit_workers = [int(w) for w in options.fit.split(",")]
+    check_workers = [int(w) for w in options.check.split(",")]
+    every = ",".join(map(str, fit_workers + check_workers))
+    out = options.out.resolve()
+    if not options.skip_runs:
+        plain = [m for m in methods if m not in CALIBRATED]
+        sweeps = ([Sweep("statistics", "runs", (f"experiment={QUICKSTART.statistics}", f"sparsifier={','.join(plain)}",
+                                                f"workers={every}"), "|U| and k_max at every W")] if plain else [])
+        sweeps += [Sweep(f"statistics, {m}", "runs", (f"experiment={QUICKSTART.statistics}", f"sparsifier={m}",
+                                                     "sparsifier.threshold_start=calibrated", f"workers={every}"),
+                         "from a calibrated start") for m in methods if m in CALIBRATED]
+        for number, sweep in enumerate(sweeps, 1):
+            run_sweep(sweep, out, number, len(sweeps))
+    runs = [read_run(p, QUICKSTART.settle, QUICKSTART.until, QUICKSTART.metric) for p in finished_runs(out / "runs")]
+    by_method = {m: [r for r in runs if r.method == m] for m in methods}
+    rows = [row for m in methods if by_method[m] for row in compare(by_method[m], fit_workers, check_workers)]
+    lines = ["| method | W | \\|U\\| measured | extrapolated | k_max measured | extrapolated | bytes/rank measured | extrapolated |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        m, e, err = row["measured"], row["extrapolated"], row["error"]
+        lines.append(f"| {row['method']} | {row['workers']} | {m['union']:.0f} | {e['union']:.0f} ({err['union']:+.1%}) | "
+                     f"{m['k_max']:.0f} | {e['k_max']:.0f} ({err['k_max']:+.1%}) | {m['sent_bytes']:.0f} | "
+                     f"{e['sent_bytes']:.0f} ({err['sent_bytes']:+.1%}) |")
+    worst = max((abs(v) for row in rows for k, v in row["error"].items() if k in ("union", "sent_bytes")), default=0.0)
+    verdict = "within" if worst <= TOLERANCE else "NOT within"
+    lines.append(f"\nfitted on W = {options.fit}; largest |error| of |U| and bytes: {worst:.1%} ({verdict} {TOLERANCE:.0%})")
+    text = "\n".join(lines)
+    (out / "check.md").write_text(text + "\n")
+    (out / "check.json").write_text(json.dumps(rows, indent=1))
+    print(text)
+    print(f"results in {out}")
+    return 0 if worst <= TOLERANCE else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
