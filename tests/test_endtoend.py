@@ -100,6 +100,8 @@ def test_a_whole_vector_methods_count_is_its_median_and_the_union_stays_below_n(
 def test_split_selection_time_is_fitted_as_a_plus_b_over_w():
     fit = SelectionFit.fit([2, 4, 8], [1 + 8 / 2, 1 + 8 / 4, 1 + 8 / 8], split=True)
     assert fit.at(1024) == pytest.approx(1 + 8 / 1024)
+    # times that grow with W (noise, a fixed cost) have no 1/W trend: their median
+    assert SelectionFit.fit([2, 4, 8], [0.4, 0.5, 0.45], split=True).at(1024) == 0.45
 
 
 # -- compute and overlap -------------------------------------------------------------------------

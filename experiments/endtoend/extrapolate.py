@@ -16,8 +16,8 @@ k_max (the busiest rank's count) and the selection time. The rule, per statistic
   an imbalance that grows with W.
 - every value within bounds: |U| <= N, k_max <= |U|.
 - selection ms: a + b / W, least squares over the hosted W, for methods that split the work
-  (their ranks scan N / W coordinates); the median over hosted W for methods whose every rank
-  scans the whole vector.
+  (their ranks scan N / W coordinates), when the fit finds such a trend (a, b >= 0); else, and
+  for methods whose every rank scans the whole vector, the median over the hosted W.
 
 `check` compares the rule, fitted on W <= `fit_max`, with hosted runs beyond it (the issue's
 W = 64, 128, 256 against a fit on W <= 32).
@@ -89,7 +89,9 @@ class SelectionFit:
             return cls(statistics.median(values), 0.0, tuple(workers), tuple(values))
         inverse = np.array([1.0 / w for w in workers])
         b, a = np.polyfit(inverse, np.array(values), 1)
-        return cls(max(float(a), 0.0), max(float(b), 0.0), tuple(workers), tuple(values))
+        if b <= 0 or a < 0:  # no 1/W trend in the measurements (noise, a fixed cost): their median
+            return cls(statistics.median(values), 0.0, tuple(workers), tuple(values))
+        return cls(float(a), float(b), tuple(workers), tuple(values))
 
     def at(self, workers: int) -> float:
         if workers in self.workers:
