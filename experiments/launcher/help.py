@@ -22,6 +22,10 @@ MULTIRUN_FLAGS = ("-m", "--multirun")
 # The groups in the order a run is usually described: what is compared, on what, how it runs.
 GROUP_ORDER = ("sparsifier", "model", "dataset", "optimizer", "schedule", "workload", "experiment", "scale",
                "network", "logger", "launcher")
+# Folders of conf/ that run.py does not compose (`python run.py <folder>=...` is an unknown key):
+# conf/compute_profile/ holds the GPU profiles `make endtoend` reads (experiments/endtoend/compute.py).
+# The help lists groups a run takes, so these are left out.
+NOT_RUN_GROUPS = ("compute_profile",)
 # What a group is, where its name alone does not say it.
 GROUP_NOTES = {
     "workload": "(a paper's model, data and training harness together)",
@@ -173,7 +177,7 @@ def help_text(cfg: DictConfig, conf_dir: Path, width: int | None = None) -> str:
         "Config groups (group=option; * marks the option in effect):",
     ]
     groups = [g for g in GROUP_ORDER if (conf_dir / g).is_dir()]
-    groups += sorted(p.name for p in conf_dir.iterdir() if p.is_dir() and p.name not in groups)
+    groups += sorted(p.name for p in conf_dir.iterdir() if p.is_dir() and p.name not in groups and p.name not in NOT_RUN_GROUPS)
     for group in groups:
         lines += ["", f"  {group}:" + (f" {GROUP_NOTES[group]}" if group in GROUP_NOTES else "")]
         chosen = choices.get(group)
