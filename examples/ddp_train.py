@@ -150,6 +150,7 @@ def train(args: argparse.Namespace, rank: int, device: torch.device) -> None:
             for x, y in itertools.islice(loader, done, None):  # a resumed epoch skips what it did
                 x, y = x.to(device), y.to(device)
                 optimizer.zero_grad(set_to_none=True)
+                hook.set_learning_rate(optimizer.param_groups[0]["lr"])  # sparsebench: Accordion's LR rule
                 loss = torch.nn.functional.cross_entropy(model(x), y)
                 loss.backward()  # DDP runs the hook here: param.grad holds the sparse aggregate
                 optimizer.step()

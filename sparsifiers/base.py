@@ -136,6 +136,13 @@ class Sparsifier(ABC):
     def start_epoch(self, epoch: int, steps_per_epoch: int) -> None:
         """Called at the start of every epoch (DGC's warm-up follows epochs)."""
 
+    def set_learning_rate(self, lr: float) -> None:
+        """The optimizer's learning rate of the coming step, before the step: the runner
+        (experiments/rank/train.py) calls it every step after the schedule set it; with the DDP
+        hook, the script calls the hook's `set_learning_rate`. Drivers without an optimizer (the
+        selection replay, tests/stepped_ranks.py) never call it. Accordion's detection compares
+        it with the previous detection's; the default ignores it."""
+
     # -- before selection ------------------------------------------------------------------
     def precondition(self, grad: torch.Tensor) -> torch.Tensor:
         """Transforms the local gradient before error feedback (DGC's momentum correction).

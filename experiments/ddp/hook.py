@@ -199,6 +199,12 @@ class SparsifierHook:
         """Call at the start of every epoch, as the runner does: DGC's warm-up follows epochs."""
         self.sparsifier.start_epoch(epoch, steps_per_epoch)
 
+    def set_learning_rate(self, lr: float) -> None:
+        """Call before every step with the optimizer's learning rate, as the runner does:
+        Accordion's detection compares it with the previous detection's. Not called, that rule
+        is off (the other methods ignore it)."""
+        self.sparsifier.set_learning_rate(lr)
+
     # -- exact resume -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """This rank's hook state: save it beside the model and optimizer, on every rank."""

@@ -141,6 +141,8 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path, resumed: Resumed |
             logging_step = step % log_every == 0 or step == total_steps - 1
             world.comm.meter.reset()
             lr = schedule.set_epoch(epoch + (step - epoch * steps_per_epoch) / steps_per_epoch)
+            for replica in replicas:  # before the step: Accordion's detection compares learning rates
+                replica.sparsifier.set_learning_rate(lr)
             outcome = train_step(world, model, task, flat, optimizer, replicas, list(batches), step, logging_step, guard)
             if guard is not None:
                 guard.count(outcome.skipped)
