@@ -30,7 +30,7 @@ VALUE_BYTES = 4  # float32 accumulators
 
 # docs/algorithms.md: which exchange each method uses, and which split the choosing among ranks.
 EXCHANGE_OF = {"dense": "dense", "dense_bf16": "dense", "dense_fp16": "dense", "dense_overlap": "dense",
-               "dgc": "sparse_allgather", "cltk": "leader_broadcast", "randomk": "shared_allreduce", "powersgd": "low_rank"}
+               "dgc": "sparse_allgather", "sidco": "sparse_allgather", "cltk": "leader_broadcast", "randomk": "shared_allreduce", "powersgd": "low_rank"}
 # The dense presets' wire types (docs/algorithms.md, "dense_bf16"): the aggregate is rounded to it,
 # the all-reduce metered at its size.
 WIRE_DTYPE_OF = {"dense_bf16": torch.bfloat16, "dense_fp16": torch.float16}

@@ -19,16 +19,12 @@ networks, at W = 4 to 1,024 (docs/endtoend.md).
 from __future__ import annotations
 
 import argparse
-import datetime
-import os
-import signal
 import sys
 import time
 from pathlib import Path
 
 from omegaconf import open_dict
 
-from experiments.caches import keep_caches_out_of_home
 from experiments.core.network import NetworkModel
 from experiments.endtoend import report
 from experiments.endtoend.assemble import methods_of
@@ -36,8 +32,7 @@ from experiments.endtoend.compute import ComputeProfile, measure_step
 from experiments.endtoend.model import Study
 from experiments.endtoend.studies import STUDIES, StudySpec
 from experiments.launcher.compose import compose_job
-from experiments.launcher.environment import REPO_ROOT
-from experiments.reproduce.sweeps import busy_warning, minutes, run_sweep
+from experiments.reproduce.sweeps import minutes, run_sweep, say_if_busy, start_study
 
 NETWORKS = ("v100x4_10gbe", "v100x4_25gbe", "v100x4_100g_ib")
 WORKERS = tuple(2**i for i in range(2, 11))  # 4 .. 1,024
@@ -103,10 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="the test suite's cut-down run")
     parser.add_argument("--skip-runs", action="store_true", help="model what --out already holds")
     options = parser.parse_args(argv)
-    keep_caches_out_of_home()
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # runs run_sweep's clean-up
-    os.environ.setdefault("WANDB_MODE", "offline")  # never online: there may be no network
-
+    out = start_study(options.out, "endtoend")
     names = [name for name in options.studies.split(",") if name]
     unknown = [name for name in names if name not in STUDIES]
     if unknown:
@@ -115,14 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     profile = ComputeProfile.load(options.compute_profile)
     workers = sorted(int(w) for w in options.workers.split(",") if w)
     targets = parse_targets(options.target)
-    stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-    out = (options.out or REPO_ROOT / "outputs" / "endtoend" / stamp).resolve()
     started = time.monotonic()
 
     if not options.skip_runs:
-        warning = busy_warning(TIMED)
-        if warning:
-            print(warning, flush=True)
+        say_if_busy(TIMED)
         sweeps = [sweep for name in names for sweep in STUDIES[name].sweeps(options.quick)]
         for number, sweep in enumerate(sweeps, 1):
             run_sweep(sweep, out, number, len(sweeps))

@@ -19,9 +19,6 @@ here with its log's last lines and exit code 1; the claims are judged on what fi
 from __future__ import annotations
 
 import argparse
-import datetime
-import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -29,12 +26,10 @@ from pathlib import Path
 from analysis.claims import judge_paths
 from analysis.claims.output import terminal_text, write
 from analysis.report import write_report
-from experiments.caches import keep_caches_out_of_home
-from experiments.launcher.environment import REPO_ROOT
 from experiments.run_dir import STATUS
 from experiments.reproduce import selection
 from experiments.reproduce.studies import QUICK_SWEEPS, SWEEPS
-from experiments.reproduce.sweeps import busy_warning, minutes, run_sweep
+from experiments.reproduce.sweeps import minutes, run_sweep, say_if_busy, start_study
 
 SELECTION_FOLDER = "selection"
 # What a load beside the studies moves (the other claims do not depend on it).
@@ -74,16 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="the test suite's cut-down run")
     parser.add_argument("--skip-runs", action="store_true", help="judge what --out already holds")
     options = parser.parse_args(argv)
-    keep_caches_out_of_home()
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # runs run_sweep's clean-up
-    os.environ.setdefault("WANDB_MODE", "offline")  # never online: there may be no network
-    stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-    out = (options.out or REPO_ROOT / "outputs" / "reproduce" / stamp).resolve()
+    out = start_study(options.out, "reproduce")
     started = time.monotonic()
     if not options.skip_runs:
-        warning = busy_warning(TIMED)
-        if warning:
-            print(warning, flush=True)
+        say_if_busy(TIMED)
         sweeps = QUICK_SWEEPS if options.quick else SWEEPS
         total = len(sweeps) + 1
         for number, sweep in enumerate(sweeps, 1):

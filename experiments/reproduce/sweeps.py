@@ -3,6 +3,7 @@ finished run, every run's own output in the sweep folder's run.log (make reprodu
 endtoend both drive their studies through here)."""
 from __future__ import annotations
 
+import datetime
 import os
 import re
 import signal
@@ -11,11 +12,30 @@ import sys
 import time
 from pathlib import Path
 
+from experiments.caches import keep_caches_out_of_home
 from experiments.launcher.environment import REPO_ROOT
 from experiments.reproduce.studies import Sweep
 
 LAUNCHING = re.compile(r"Launching (\d+) jobs")
 SUMMARY = re.compile(r"^summary \((.*)\)\s*$")
+
+
+def start_study(given: Path | None, kind: str) -> Path:
+    """What a study's driver does first: caches out of $HOME, SIGTERM ends it through run_sweep's
+    clean-up, W&B never online (there may be no network). Returns its output folder: `given`, or
+    outputs/<kind>/<time>."""
+    keep_caches_out_of_home()
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    os.environ.setdefault("WANDB_MODE", "offline")
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    return (given or REPO_ROOT / "outputs" / kind / stamp).resolve()
+
+
+def say_if_busy(timed: str) -> None:
+    """Prints busy_warning's line, if the machine is busy."""
+    warning = busy_warning(timed)
+    if warning:
+        print(warning, flush=True)
 
 
 def busy_warning(timed: str) -> str | None:
