@@ -32,7 +32,7 @@ TASKS = {
     "recommendation": (k.HR10, True, "ncf", "movielens"),
 }
 # The threshold-controlled methods and what they log besides sparsifier/threshold.
-THRESHOLDED = ("micro", "exdyna", "threshold", "sage", "dgc", "gaussiank")
+THRESHOLDED = ("micro", "exdyna", "threshold", "sage", "dgc", "gaussiank", "sidco")
 SCANNING = ("micro", "exdyna", "deft")  # methods that log selection/scanned
 
 
@@ -142,7 +142,7 @@ def _rows(run: SyntheticRun, density: float, rng: np.random.Generator):
     """The train rows, with an eval row at the end of each epoch."""
     per_epoch = max(1, run.steps // run.epochs)
     k_target = max(1, int(density * NUMEL))
-    whole = run.method in ("topk", "threshold", "dgc", "sage", "gaussiank", "randomk")
+    whole = run.method in ("topk", "threshold", "dgc", "sage", "gaussiank", "sidco", "randomk")
     for step in range(run.steps):
         noise = rng.normal(0.0, 0.05)
         # Overlapping selections build up, varying with the step and the seed (so that a mean over
@@ -211,6 +211,8 @@ def _method_state(run: SyntheticRun, step: int, rng: np.random.Generator) -> dic
         state[k.sparsifier_key("d_exam")] = run.density * (1 + 0.1 * rng.normal())
     if run.method == "gaussiank":
         state[k.SCANS] = float(rng.integers(1, 4))
+    if run.method == "sidco":
+        state[k.STAGES] = 1.0
     if run.method == "dgc":
         state.update({k.DGC_DENSITY: run.density, k.DGC_RETRIES: 0.0, k.DGC_CLIP_COEF: 1.0})
     if run.method == "deft":

@@ -239,6 +239,7 @@ KERNELS_OF = {
     "threshold": {"select_at_least", "sorted_union"},
     "sage": {"select_at_least", "count_at_least", "sorted_union"},
     "gaussiank": {"select_at_least", "count_at_least", "sorted_union"},
+    "sidco": {"select_at_least"},  # sparse_allgather: no union
     "cltk": TOPK_KERNELS,
     "dgc": {"sorted_union"},
 }
