@@ -103,6 +103,13 @@ DEFT_UNIT_COMMON = "deft/unit_common"
 DEFT_UNIT_NORMS = "deft/unit_norms"
 DEFT_BIN_LOADS = "deft/bin_loads"  # one per worker
 
+# -- method state: accordion/* ----------------------------------------------------------------
+ACCORDION_HIGH = "accordion/high"  # parameters at k_high in the current plan (identical on every rank)
+ACCORDION_DETECTIONS = "accordion/detections"  # detections so far
+# Per-parameter lists, logged on the steps of a detection only:
+ACCORDION_PARAMETER_HIGH = "accordion/parameter_high"  # 1: k_high, 0: k_low
+ACCORDION_PARAMETER_NORMS = "accordion/parameter_norms"  # rank 0's raw gradient norms it decided on
+
 
 def sparsifier_key(name: str) -> str:
     """A method's own scalar under sparsifier/ (SAGE's alpha, beta, gamma, d_exam)."""

@@ -30,7 +30,8 @@ VALUE_BYTES = 4  # float32 accumulators
 
 # docs/algorithms.md: which exchange each method uses, and which split the choosing among ranks.
 EXCHANGE_OF = {"dense": "dense", "dense_bf16": "dense", "dense_fp16": "dense", "dense_overlap": "dense",
-               "dgc": "sparse_allgather", "sidco": "sparse_allgather", "cltk": "leader_broadcast", "randomk": "shared_allreduce", "powersgd": "low_rank"}
+               "dgc": "sparse_allgather", "sidco": "sparse_allgather", "cltk": "leader_broadcast", "randomk": "shared_allreduce", "powersgd": "low_rank",
+               "accordion": "sparse_allgather"}
 # The dense presets' wire types (docs/algorithms.md, "dense_bf16"): the aggregate is rounded to it,
 # the all-reduce metered at its size.
 WIRE_DTYPE_OF = {"dense_bf16": torch.bfloat16, "dense_fp16": torch.float16}
@@ -138,9 +139,12 @@ def deft_units(sizes: list[int], world_size: int) -> list[tuple[int, int]]:
 
 def plan_length(spec: str, step: RecordedStep, sizes: list[int], density: float) -> int:
     """The leader's plan in elements: DEFT's W bin sizes, the number of common units, then every
-    unit once (in a bin or common); CLT-k's top-k indices, k = floor(d N)."""
+    unit once (in a bin or common); CLT-k's top-k indices, k = floor(d N); Accordion's one choice
+    per parameter (k_low or k_high)."""
     if spec.split(":")[0] == "deft":
         return step.world_size + 1 + len(deft_units(sizes, step.world_size))
+    if spec.split(":")[0] == "accordion":
+        return len(sizes)
     return max(1, math.floor(density * sum(sizes)))
 
 
@@ -234,14 +238,15 @@ def ring_bytes(collectives: list[Collective], world_size: int) -> tuple[np.ndarr
 
 
 def expected_exchange_metrics(step: RecordedStep, spec: str, expected: ExpectedExchange, sent: np.ndarray,
-                              recv: np.ndarray, density_target: float) -> dict[str, float]:
+                              recv: np.ndarray, density_target: float, k_target: int | None = None) -> dict[str, float]:
     """docs/metrics.md, from the step's own counts: density and its error against the step's
-    target k = floor(density * N) (at least 1), build-up |U \\ C| over the mean selection (or
-    over the sum of the split selections), overlap, k, and the padding the index all-gather pays."""
+    target k = floor(density * N) (at least 1; or `k_target` where the method's target is a count,
+    Accordion's sum of K_l), build-up |U \\ C| over the mean selection (or over the sum of the split
+    selections), overlap, k, and the padding the index all-gather pays."""
     numel, world_size = step.accs[0].numel(), step.world_size
     counts = expected.counts
     total = sum(counts)
-    k_target = max(1, math.floor(density_target * numel))
+    k_target = max(1, math.floor(density_target * numel)) if k_target is None else k_target
     split = spec.split(":")[0] in SPLIT_METHODS
     dense_bytes = 2 * (world_size - 1) / world_size * numel * VALUE_BYTES
     padded = exchange_of(spec) in ("union_allreduce", "sparse_allgather")

@@ -191,6 +191,13 @@ MUTANTS = (
     Mutant("gaussiank_threshold_ignores_the_mean", "sparsifiers/gaussiank.py",
            "        threshold = float(mean) + float(std) * self.quantile", "        threshold = float(std) * self.quantile",
            ("tests/test_threshold_methods.py",)),
+    Mutant("accordion_decides_on_the_accumulator", "sparsifiers/accordion.py",
+           "        norms = self._norms.detach().float().cpu()  # one host sync per detection",
+           "        norms = torch.stack([torch.linalg.vector_norm(acc[a:b]) for a, b in self.segments])",
+           ("tests/test_accordion.py",)),
+    Mutant("accordion_lr_rise_taken_for_a_drop", "sparsifiers/accordion.py",
+           "        lr_dropped = self._lr is not None and self._prev_lr > self._lr",
+           "        lr_dropped = self._lr is not None and self._prev_lr < self._lr", ("tests/test_accordion.py",)),
     # -- analysis --------------------------------------------------------------------------------
     Mutant("first_evaluation_instead_of_the_last", "analysis/stats.py",
            '            last = rows.drop_duplicates("run_id", keep="last")', '            last = rows.drop_duplicates("run_id", keep="first")',
