@@ -142,7 +142,7 @@ def _rows(run: SyntheticRun, density: float, rng: np.random.Generator):
     """The train rows, with an eval row at the end of each epoch."""
     per_epoch = max(1, run.steps // run.epochs)
     k_target = max(1, int(density * NUMEL))
-    whole = run.method in ("topk", "threshold", "dgc", "sage", "gaussiank", "sidco", "randomk")
+    whole = run.method in ("topk", "threshold", "dgc", "sage", "gaussiank", "sidco", "accordion", "randomk")
     for step in range(run.steps):
         noise = rng.normal(0.0, 0.05)
         # Overlapping selections build up, varying with the step and the seed (so that a mean over
@@ -213,6 +213,10 @@ def _method_state(run: SyntheticRun, step: int, rng: np.random.Generator) -> dic
         state[k.SCANS] = float(rng.integers(1, 4))
     if run.method == "sidco":
         state[k.STAGES] = 1.0
+    if run.method == "accordion":  # every parameter at k_high after the first detection, at step 0
+        state.update({k.ACCORDION_HIGH: float(UNITS), k.ACCORDION_DETECTIONS: 1.0})
+        if step == 0:
+            state.update({k.ACCORDION_PARAMETER_HIGH: [1.0] * UNITS, k.ACCORDION_PARAMETER_NORMS: [1.0] * UNITS})
     if run.method == "dgc":
         state.update({k.DGC_DENSITY: run.density, k.DGC_RETRIES: 0.0, k.DGC_CLIP_COEF: 1.0})
     if run.method == "deft":

@@ -19,7 +19,9 @@ from experiments import metric_keys as keys
 from experiments.errors import ConfigError
 from sparsifiers.accordion import Accordion, decide, parameter_k
 from sparsifiers.layout import Layout
-from tests.stepped_ranks import SteppedRanks
+from tests.compiled_calls import CompiledCalls
+from tests.compiled_calls import kernel_backend
+from tests.stepped_ranks import SteppedRanks, gradients
 
 LAYOUT = Layout.from_shapes([("a", (2, 5)), ("b", (3,)), ("c", (4, 5))])
 SIZES = [10, 3, 20]
@@ -199,3 +201,21 @@ def test_describe_and_density_is_ignored():
     assert described["requested_density"] == 0.001 and described["k"] == 30
     assert (described["k_all_low"], described["k_all_high"], described["exchange"]) == (4, 30, "sparse_allgather")
     assert sparsifier.current_density == 30 / 33
+
+
+def test_both_kernel_paths_select_the_same():
+    """k_high 0.1: 4 K_l < n_l, so ExactTopK takes its compiled path under kernels=auto (at the
+    default k_high 0.99 it takes the reference, 4 K_l >= n_l, so tests/test_kernels.py's
+    whole-step comparison would compare the reference with itself: it does not list accordion)."""
+    sizes = [40_000, 5_000, 10]
+    layout = Layout.from_shapes((f"p{i}", (size,)) for i, size in enumerate(sizes))
+
+    def history(backend: str):
+        with kernel_backend(backend), CompiledCalls().watching() as spy:
+            world = SteppedRanks([Accordion(layout, 2, rank, density=0.01, k_high=0.1) for rank in range(2)])
+            steps = [world.step(gradients(sizes, 2, t), t) for t in range(3)]
+        return [([s.tolist() for s in step.selections], step.aggregate.tolist()) for step in steps], set(spy.calls)
+
+    reference, _ = history("torch")
+    fast, calls = history("auto")
+    assert fast == reference and "topk_at_cut" in calls
