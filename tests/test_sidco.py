@@ -245,6 +245,16 @@ def test_mode_minus_three_keeps_its_direction_only_while_returning_to_the_band()
     assert sparsifier._cur_stages == 2 and sparsifier._direction == -1
 
 
+@pytest.mark.parametrize("mode,direction", [(-2, 1), (-3, -1)])
+def test_modes_two_and_three_differ_inside_the_band(mode, direction):
+    # est 0.9, then 0.95 (d N = 20): closer to 1, so -2 keeps its direction; -3 flips it, since
+    # the last estimate was inside the band (not returning to it from outside).
+    sparsifier = one(2000, 0.01, stages=mode)
+    feed(sparsifier, 18)
+    feed(sparsifier, 19)
+    assert sparsifier._direction == direction and sparsifier._cur_stages == 1
+
+
 def test_adaptive_state_resumes_exactly():
     assert_resume_is_exact(lambda r: SIDCo(LAYOUT, 2, r, 0.01, distribution="gpareto", stages=-2), 2,
                            drifting_stream(LAYOUT.numel, 2, seed=5), warm_steps=13, later_steps=12)
