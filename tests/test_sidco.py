@@ -9,6 +9,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.special import gammaincinv
 
 from experiments import metric_keys as keys
@@ -196,6 +198,39 @@ def test_a_single_element_model_is_handled():
     for distribution in ("exp", "gpareto", "gamma"):
         chosen, threshold, _ = run(one(1, 1.0, distribution=distribution), torch.tensor([-2.0]))
         assert math.isfinite(threshold) and chosen == [0]  # d = 1: q1 = 1, th = 0 < x = 1
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    values=st.lists(st.floats(-1e3, 1e3, width=32), min_size=1, max_size=60),
+    distribution=st.sampled_from(["exp", "gpareto", "gamma"]),
+    stages=st.integers(-3, 4),
+    density=st.sampled_from([0.02, 0.1, 0.3, 1.0]),
+)
+def test_the_selection_is_every_x_above_the_reported_threshold(values, distribution, stages, density):
+    """Whatever the data (zeros, ties, one element, a single spike): the selection is exactly
+    {x > threshold} with the threshold rounded to float32, increasing and unique, and error
+    feedback keeps the rest exactly (acc = what was sent + the residual)."""
+    acc = torch.tensor(values, dtype=torch.float32)
+    n = acc.numel()
+    if math.floor(density * n) < 1:
+        density = 1.0
+    world = SteppedRanks([SIDCo(Layout.from_shapes([("w", (n,))]), 1, 0, density, distribution=distribution,
+                                stages=stages)])
+    step = world.step([acc], 0)
+    chosen = step.selections[0].tolist()
+    threshold = world.sparsifiers[0].metrics()[keys.THRESHOLD]
+    norm = float(torch.linalg.vector_norm(acc))
+    if norm == 0:
+        assert chosen == [] and math.isnan(threshold)
+    else:
+        x = acc.abs() / norm
+        threshold32 = torch.tensor(threshold, dtype=torch.float64).float()
+        assert chosen == torch.nonzero(x > threshold32).view(-1).tolist()
+    sent = torch.zeros(n)
+    sent[chosen] = acc[chosen]
+    assert torch.equal(sent + step.residuals[0], acc)
+    assert torch.equal(step.residuals[0][chosen], torch.zeros(len(chosen)))
 
 
 # -- adaptive stages -------------------------------------------------------------------------------
