@@ -66,6 +66,7 @@ def _run(cfg, steps: int, world, record_tensors: bool) -> dict:
             _one_step(world, session, epoch_batches, step, record)
     for recorded_step in recorded:
         recorded_step.parameter_sizes = [p.numel() for p in session.model.parameters()]
+        recorded_step.parameter_shapes = [tuple(p.shape) for p in session.model.parameters()]  # PowerSGD's matrices
     record["steps"] = recorded  # with --record-steps: what every step did (tests/step_recorder.py)
     record["params"] = torch.cat([p.detach().cpu().flatten() for p in session.model.parameters()])
     record["local_ranks"] = list(world.local_ranks)
