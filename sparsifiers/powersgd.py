@@ -170,17 +170,17 @@ class PowerSGD(Sparsifier):
         return q
 
     def low_rank_decompress(self, uncompressed: torch.Tensor, q: torch.Tensor, out: torch.Tensor | None) -> None:
-        self._q = q.clone()  # the warm start of the next compressed step
-        if out is None:
-            return
-        offset = 0  # 7. the mean where sent whole, P Q^T elsewhere
-        for segment in self.whole:
-            out[segment.offset : segment.end].copy_(uncompressed[offset : offset + segment.numel])
-            offset += segment.numel
-        for f in self.factored:
-            torch.bmm(self._p_of(self._p, f), self._q_of(self._q, f).transpose(1, 2), out=self._matrix(out, f))
-        if not self.warm_start:
-            self._q = None  # torch clears its P and Q memories: a fresh random Q next step
+        if out is not None:
+            offset = 0  # 7. the mean where sent whole, P Q^T elsewhere
+            for segment in self.whole:
+                out[segment.offset : segment.end].copy_(uncompressed[offset : offset + segment.numel])
+                offset += segment.numel
+            for f in self.factored:
+                torch.bmm(self._p_of(self._p, f), self._q_of(q, f).transpose(1, 2), out=self._matrix(out, f))
+        # The warm start of the next compressed step; without warm start torch clears its P and Q
+        # memories (a fresh random Q next step), on every hosted rank alike, not only the one
+        # that wrote `out` (a checkpoint holds the same state whatever rank it comes from).
+        self._q = q.clone() if self.warm_start else None
 
     # -- step 4: the Q the power iteration starts from ----------------------------------------
     def _start_q(self, acc: torch.Tensor) -> torch.Tensor:

@@ -194,6 +194,22 @@ def test_powersgd_resumes_exactly():
         assert torch.equal(first.step(grads, t).aggregate, second.step(grads, t).aggregate)
 
 
+@pytest.mark.parametrize("warm_start", [True, False])
+def test_powersgd_state_is_the_same_on_every_hosted_rank(warm_start):
+    """Only the first hosted rank writes the aggregate, but every rank keeps (or, without warm
+    start, clears) the same Q: a checkpoint holds the same state whatever rank it comes from."""
+    world = SteppedRanks([PowerSGD(LAYOUT, 4, r, start_iter=2, warm_start=warm_start) for r in range(4)])
+    for t, grads in zip(range(4), noise(LAYOUT.numel, 4, seed=6)):
+        world.step(grads, t)
+    states = [s.state_dict() for s in world.sparsifiers]
+    for state in states:
+        assert state["draws"] == (1 if warm_start else 2)
+        if warm_start:
+            assert torch.equal(state["q"], states[0]["q"])
+        else:
+            assert state["q"] is None
+
+
 @pytest.mark.parametrize("knobs, message", [
     ({"start_iter": 1}, "sparsifier.start_iter must be >= 2"),
     ({"matrix_approximation_rank": 0}, "matrix_approximation_rank must be >= 1"),
