@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from experiments import metric_keys as keys
+from experiments.core import ledger
+from experiments.core.traffic import Collective
 from experiments.core.world import init_world
 from experiments.launcher.compose import compose_job
 from experiments.rank.train import train
@@ -31,3 +33,23 @@ def test_every_step_meters_its_own_traffic(tmp_path: Path, monkeypatch: pytest.M
     assert [row[keys.SENT_MAX] for row in train_rows] == [4.0 * numel] * 3
     assert [row[keys.RECV_MEAN] for row in train_rows] == [4.0 * numel] * 3
     assert summary[keys.SENT_TOTAL_MAX] == 3 * 4.0 * numel
+
+
+@pytest.mark.parametrize("every, steps, evaluated", [(2, 5, [1, 3, 4]), (1, 3, [0, 1, 2])])
+def test_eval_every_steps_evaluates_between_epoch_ends_once_per_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      every: int, steps: int, evaluated: list[int]) -> None:
+    """eval_every_steps=n: an evaluation after every n-th step (logged at the step it follows),
+    and the run's last step evaluated once, by the end-of-loop evaluation, never twice. Every
+    logging step writes its ledger, the meter's collectives as text."""
+    for variable in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(variable, raising=False)
+    cfg = compose_job(["sparsifier=dense", "dataset=digits", "model=mlp", "workers=2", f"max_steps={steps}", "epochs=1",
+                       "logger=local", "logger.log_every=1", "logger.progress=false", "warmup_steps=0",
+                       f"eval_every_steps={every}", "eval_limit=64", f"output_root={tmp_path}"])
+    world = init_world(2, "cpu", "gloo", timeout_s=30)
+    sink = ListSink()
+    summary = train(cfg, world, sink, tmp_path)
+    assert [row["step"] for row in sink.rows if row["kind"] == keys.KIND_EVAL] == evaluated
+    train_rows = [row for row in sink.rows if row["kind"] == keys.KIND_TRAIN]
+    assert len(train_rows) == steps
+    assert all(ledger.decode(row[keys.LEDGER]) == [Collective("all_reduce", summary["numel"], 4)] for row in train_rows)
