@@ -45,6 +45,16 @@ def test_the_sparse_allgather_takes_k_max_for_indices_and_values():
     assert [c.elements for c in scaled] == [1, 650, 650]
 
 
+def test_a_leaders_plan_takes_its_fitted_length_and_its_header_stays():
+    deft = (Collective("broadcast", 1, 8, 20), Collective("broadcast", 105, 4, 20), *UNION_LEDGER)
+    scaled = at_workers(deft, "union_allreduce", {"k_max": 718, "union": 2301}, {"k_max": 40, "union": 700, "plan": 1032.4})
+    assert [c.elements for c in scaled] == [1, 1032, 1, 40, 700]
+    # DEFT's allocation grew 105 -> 1032 elements from W = 32 to 256 in the check: a line in W
+    stats = fit_statistics([8, 16, 32], [700.0] * 3, [100.0, 60.0, 40.0], [1.0] * 3, numel=10_000, split=True,
+                           plans=[32, 64, 128])
+    assert stats.at(256)["plan"] == pytest.approx(1024)
+
+
 def test_ledgers_that_do_not_depend_on_w_are_kept_whole():
     dense = (Collective("all_reduce", 71802, 2),)
     assert at_workers(dense, "dense", {"k_max": 71802, "union": 71802}, {"k_max": 1, "union": 1}) == list(dense)
@@ -79,14 +89,13 @@ def test_beyond_the_hosted_range_a_curve_that_turns_back_is_held():
 
 
 def test_a_split_methods_busiest_rank_follows_u_over_w_times_the_imbalance():
-    # |U| constant 1000, imbalance r = W k_max / |U| = 1 + 0.25 log2 W: at W = 64, r = 2.5, k_max = 1000/64*2.5
+    # |U| constant 1000, imbalance r = W k_max / |U| = W ** 0.25 (a power law): at W = 64, r = 2.83
     workers = [2, 4, 8, 16, 32]
-    ratios = [1 + 0.25 * math.log2(w) for w in workers]
-    stats = fit_statistics(workers, [1000.0] * 5, [1000 / w * r for w, r in zip(workers, ratios)], [1.0] * 5,
+    stats = fit_statistics(workers, [1000.0] * 5, [1000 / w * w**0.25 for w in workers], [1.0] * 5,
                            numel=100_000, split=True)
     assert stats.at(64)["union"] == pytest.approx(1000)
-    assert stats.at(64)["k_max"] == pytest.approx(1000 / 64 * 2.5, rel=0.02)
-    assert stats.at(8)["k_max"] == 1000 / 8 * 1.75  # hosted: measured
+    assert stats.at(64)["k_max"] == pytest.approx(1000 / 64 * 64**0.25)
+    assert stats.at(8)["k_max"] == 1000 / 8 * 8**0.25  # hosted: measured
 
 
 def test_a_whole_vector_methods_count_is_its_median_and_the_union_stays_below_n():

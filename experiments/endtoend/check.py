@@ -45,7 +45,8 @@ def compare(runs: list[RunStats], fit_workers: list[int], check_workers: list[in
     by_workers = {r.workers: r for r in runs}
     fitted = [w for w in fit_workers if w in by_workers]
     stats = fit_statistics(fitted, [by_workers[w].union for w in fitted], [by_workers[w].k_max for w in fitted],
-                           [by_workers[w].select_ms for w in fitted], runs[0].numel, runs[0].scope == "split")
+                           [by_workers[w].select_ms for w in fitted], runs[0].numel, runs[0].scope == "split",
+                           plans=[by_workers[w].plan for w in fitted] if runs[0].plan is not None else None)
     template = by_workers[fitted[-1]]
     rows = []
     for w in check_workers:

@@ -11,9 +11,12 @@ k_max (the busiest rank's count) and the selection time. The rule, per statistic
 - k_max, for methods whose every rank selects over the whole vector (Top-k, DGC, CLT-k's leader):
   the median over the hosted W (each rank's count does not depend on W).
 - k_max, for methods that split the vector (DEFT, MiCRO, ExDyna): |U| / W times the imbalance
-  ratio r = W k_max / |U| (the busiest rank over the mean), r fitted as |U| is (log r quadratic
-  in log W, held monotone beyond the hosted W): the busiest rank's share falls as 1/W, slowed by
-  an imbalance that grows with W.
+  ratio r = W k_max / |U| (the busiest rank over the mean), r a power law in W fitted over the
+  hosted W (a line in log-log: a quadratic bends it down past the hosted range, where the check
+  found the imbalance still growing): the busiest rank's share falls as 1/W, slowed by an
+  imbalance that grows with W.
+- a leader's plan (the payload of its broadcast: DEFT's allocation grows about 4 elements per
+  worker, CLT-k's k indices do not): a line a + b W over the hosted W (its value with one).
 - every value within bounds: |U| <= N, k_max <= |U|.
 - selection ms: a + b / W, least squares over the hosted W, for methods that split the work
   (their ranks scan N / W coordinates), when the fit finds such a trend (a, b >= 0); else, and
@@ -41,13 +44,13 @@ class LogFit:
     increasing: bool  # the direction the curve keeps beyond the largest hosted W
 
     @classmethod
-    def fit(cls, workers: list[int], values: list[float]) -> "LogFit":
+    def fit(cls, workers: list[int], values: list[float], max_degree: int = 2) -> "LogFit":
         pairs = sorted((w, v) for w, v in zip(workers, values) if v > 0)
         if not pairs:
             return cls(tuple(workers), tuple(values), (0.0,), True)
         x = np.log([w for w, _ in pairs])
         y = np.log([v for _, v in pairs])
-        degree = min(2, len(pairs) - 1)
+        degree = min(max_degree, len(pairs) - 1)
         coefficients = tuple(np.polyfit(x, y, degree)) if degree else (float(y[0]),)
         increasing = pairs[-1][1] >= pairs[0][1]
         return cls(tuple(w for w, _ in pairs), tuple(v for _, v in pairs), coefficients, increasing)
@@ -100,6 +103,28 @@ class SelectionFit:
 
 
 @dataclass(frozen=True)
+class LinearFit:
+    """value = a + b W over the hosted W; the measured value where hosted."""
+
+    a: float
+    b: float
+    workers: tuple[int, ...]
+    values: tuple[float, ...]
+
+    @classmethod
+    def fit(cls, workers: list[int], values: list[float]) -> "LinearFit":
+        if len(set(workers)) < 2:
+            return cls(statistics.median(values), 0.0, tuple(workers), tuple(values))
+        b, a = np.polyfit(np.array(workers, dtype=float), np.array(values, dtype=float), 1)
+        return cls(float(a), float(b), tuple(workers), tuple(values))
+
+    def at(self, workers: int) -> float:
+        if workers in self.workers:
+            return self.values[self.workers.index(workers)]
+        return max(0.0, self.a + self.b * workers)
+
+
+@dataclass(frozen=True)
 class Statistics:
     """One method's fitted statistics (module docstring) and the bounds they keep."""
 
@@ -109,6 +134,7 @@ class Statistics:
     measured_k_max: dict[int, float]
     selection: SelectionFit
     numel: int
+    plan: LinearFit | None = None  # a leader's plan payload, when the method broadcasts one
 
     def at(self, workers: int) -> dict[str, float]:
         union = min(self.union.at(workers), float(self.numel))
@@ -118,15 +144,21 @@ class Statistics:
             k_max = union / workers * max(1.0, self.imbalance.at(workers))
         else:
             k_max = self.k_max
-        return {"union": union, "k_max": min(k_max, union), "select_ms": self.selection.at(workers)}
+        stats = {"union": union, "k_max": min(k_max, union), "select_ms": self.selection.at(workers)}
+        if self.plan is not None:
+            stats["plan"] = self.plan.at(workers)
+        return stats
 
 
 def fit_statistics(workers: list[int], unions: list[float], k_maxes: list[float], select_ms: list[float],
-                   numel: int, split: bool) -> Statistics:
+                   numel: int, split: bool, plans: list[int] | None = None) -> Statistics:
+    """The fitted statistics of one method from its hosted W (module docstring); `plans`: the
+    payload of its leader's plan at each W, when it broadcasts one."""
     measured = dict(zip(workers, k_maxes))
+    plan = LinearFit.fit(workers, [float(p) for p in plans]) if plans else None
+    selection = SelectionFit.fit(workers, select_ms, split)
     if split:
         ratios = [w * k / u if u > 0 else 1.0 for w, k, u in zip(workers, k_maxes, unions)]
-        return Statistics(LogFit.fit(workers, unions), None, LogFit.fit(workers, ratios), measured,
-                          SelectionFit.fit(workers, select_ms, True), numel)
-    return Statistics(LogFit.fit(workers, unions), statistics.median(k_maxes), None, measured,
-                      SelectionFit.fit(workers, select_ms, False), numel)
+        return Statistics(LogFit.fit(workers, unions), None, LogFit.fit(workers, ratios, max_degree=1), measured,
+                          selection, numel, plan)
+    return Statistics(LogFit.fit(workers, unions), statistics.median(k_maxes), None, measured, selection, numel, plan)

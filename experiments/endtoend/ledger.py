@@ -7,9 +7,10 @@ Only two sizes of an exchange depend on the data (experiments/core/exchange.py):
   value all-reduce is |U| long; they are the exchange's last two collectives;
 - sparse_allgather: the index and the value all-gathers are both k_max wide, its last two.
 
-Every other collective (the size header, a leader's plan and its header, DEFT's averaged norms,
-CLT-k's and Random-k's k values, a dense or low-rank all-reduce) keeps the size it was logged
-with. The template's tail must hold exactly the sizes its run logged for that step, or the exchange
+A leader's plan (the payload of its broadcast, the last broadcast of the ledger) takes its
+fitted length at W when the statistics carry one (DEFT's allocation grows with W). Every other
+collective (the size header, the plan's header, DEFT's averaged norms, CLT-k's and Random-k's k
+values, a dense or low-rank all-reduce) keeps the size it was logged with. The template's tail must hold exactly the sizes its run logged for that step, or the exchange
 changed shape and this module says so instead of pricing a wrong step.
 """
 from __future__ import annotations
@@ -31,6 +32,10 @@ def at_workers(template: tuple[Collective, ...], exchange: str, template_stats: 
     """`template` (a logged step's ledger) with its data-dependent sizes set to `stats`
     (k_max and union, rounded); `template_stats` are the values the template was logged with."""
     collectives = list(template)
+    if "plan" in stats:
+        last = max((i for i, c in enumerate(collectives) if c.op == "broadcast"), default=None)
+        if last is not None:
+            collectives[last] = replace(collectives[last], elements=max(1, round(stats["plan"])))
     tail = DATA_DEPENDENT_TAIL.get(exchange, ())
     if not tail or (exchange == "union_allreduce" and template_stats["k_max"] == 0):
         return collectives  # nothing depends on W (or nobody selected: no index all-gather was issued)

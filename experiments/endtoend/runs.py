@@ -44,6 +44,7 @@ class RunStats:
     template: tuple[Collective, ...]  # a logged step's ledger (module docstring)
     template_union: int
     template_k_max: int
+    plan: int | None  # the payload of the template's leader broadcast (its last broadcast), if any
     compute_ms: float
     select_ms: float
     curve: tuple[tuple[int, float], ...]  # (steps done, headline metric) of every evaluation
@@ -82,7 +83,8 @@ def read_run(path: Path, settle: int, until: int, metric: str) -> RunStats:
         path=path, method=method, exchange=str(sparsifier["exchange"]),
         scope=str(sparsifier.get("scope", "whole")), workers=int(summary["workers"]), numel=numel,
         k=int(summary.get("k_target") or sparsifier.get("k") or numel), union=union, k_max=k_max,
-        template=tuple(ledger_text.decode(nearest[keys.LEDGER])),
+        template=(template := tuple(ledger_text.decode(nearest[keys.LEDGER]))),
+        plan=next((c.elements for c in reversed(template) if c.op == "broadcast"), None),
         template_union=round(nearest[keys.DENSITY_ACTUAL] * numel), template_k_max=int(nearest[keys.K_MAX]),
         compute_ms=statistics.median(r[keys.COMPUTE_MEAN] for r in window if keys.COMPUTE_MEAN in r),
         select_ms=statistics.median(r[keys.SELECT_MAX] for r in window if keys.SELECT_MAX in r),
