@@ -58,9 +58,10 @@ def run_harness(out: Path, workers: int, processes: int, stops: tuple[int, ...],
 # (workers, processes, stops, cases). Checkpoints come every 5 steps and at epoch ends; an epoch
 # is 11 steps at W = 4 and 22 at W = 2 (digits, batch 32), so at W = 4 the first stop resumes
 # at an epoch boundary and the second mid-epoch; at W = 2 the other way round. Hosted, the LSTM
-# (hidden state, dropout) resumes too, and MiCRO's calibrated threshold start (resumed past step 0,
-# it must not calibrate again).
-LAYOUTS = {"hosted-w4": (4, 1, (13, 18), [*METHODS, "topk+lstm", "micro:threshold_start=calibrated"]),
+# (hidden state, dropout) resumes too, MiCRO's calibrated threshold start (resumed past step 0,
+# it must not calibrate again), and Accordion detecting every epoch (resumed at step 11, a
+# detection that compares with the norms and learning rate of step 0's, from the checkpoint).
+LAYOUTS = {"hosted-w4": (4, 1, (13, 18), [*METHODS, "topk+lstm", "micro:threshold_start=calibrated", "accordion:switch_freq=1"]),
            "distributed-w2": (2, 2, (24, 33), METHODS)}
 EVERY = 5  # resume_harness.TINY's checkpoint.every_steps
 
