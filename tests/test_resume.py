@@ -60,8 +60,10 @@ def run_harness(out: Path, workers: int, processes: int, stops: tuple[int, ...],
 # at an epoch boundary and the second mid-epoch; at W = 2 the other way round. Hosted, the LSTM
 # (hidden state, dropout) resumes too, MiCRO's calibrated threshold start (resumed past step 0,
 # it must not calibrate again), and Accordion detecting every epoch (resumed at step 11, a
-# detection that compares with the norms and learning rate of step 0's, from the checkpoint).
-LAYOUTS = {"hosted-w4": (4, 1, (13, 18), [*METHODS, "topk+lstm", "micro:threshold_start=calibrated", "accordion:switch_freq=1"]),
+# detection that compares with the norms and learning rate of step 0's, from the checkpoint), and
+# SIDCo's adaptive stages (their 5-step average resumed mid-window).
+LAYOUTS = {"hosted-w4": (4, 1, (13, 18), [*METHODS, "topk+lstm", "micro:threshold_start=calibrated", "accordion:switch_freq=1",
+                                       "sidco:stages=-2"]),
            "distributed-w2": (2, 2, (24, 33), METHODS)}
 EVERY = 5  # resume_harness.TINY's checkpoint.every_steps
 
