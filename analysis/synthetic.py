@@ -170,6 +170,8 @@ def _rows(run: SyntheticRun, density: float, rng: np.random.Generator):
         if not run.legacy:
             row[k.LR] = 0.1
             row[k.ELAPSED] = (step + 1) * step_ms / 1e3
+            # the union exchange's collectives as the runner logs them (experiments/core/ledger.py)
+            row[k.LEDGER] = f"all_gather:1:4 all_gather:{round(k_target * 1.2)}:4 all_reduce:{round(actual * NUMEL)}:4"
         row.update(_method_state(run, step, rng))
         yield row
         if (step + 1) % per_epoch == 0:
