@@ -198,7 +198,7 @@ def test_quick_endtoend_writes_the_tables_the_figure_and_every_point(tmp_path):
     assert "What would I pick" in text and (out / "quickstart_speedup.png").is_file()
     points = json.loads((out / "endtoend.json").read_text())["quickstart"]["points"]
     methods = {p["method"] for p in points}
-    assert {"dense", "dense_overlap", "powersgd", "topk", "deft"} <= methods
+    assert {"dense", "dense_overlap", "powersgd", "deft"} <= methods
     assert {p["workers"] for p in points} == {2**i for i in range(2, 11)}
     assert len(points) == len(methods) * 3 * 9
     for p in points:
