@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from experiments.core.network import NetworkModel
 from experiments.core.traffic import Collective, TrafficMeter
 
 DATA_DEPENDENT_TAIL = {
@@ -65,7 +64,3 @@ def sent_bytes_max(collectives: list[Collective], world_size: int) -> float:
             getattr(meter, c.op)(c.elements, c.element_bytes)
     return float(meter.sent.max())
 
-
-def price_s(collectives: list[Collective], world_size: int, network: NetworkModel) -> float:
-    """Seconds the cluster model gives the collectives, one after another."""
-    return network.price(collectives, world_size)

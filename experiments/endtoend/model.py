@@ -26,7 +26,7 @@ from experiments.core.network import NetworkModel
 from experiments.core.traffic import Collective
 from experiments.endtoend.compute import ComputeProfile, StepWork, ddp_buckets, exposed_exchange_s
 from experiments.endtoend.extrapolate import Statistics
-from experiments.endtoend.ledger import at_workers, price_s, sent_bytes_max
+from experiments.endtoend.ledger import at_workers, sent_bytes_max
 from experiments.endtoend.runs import RunStats
 
 # The dense baselines: the sparsifiers are compared with the fastest of them.
@@ -100,7 +100,7 @@ class Study:
         if method.overlap:
             exchange_ms, exposed_ms = self._bucketed_ms(ledger, workers, network, compute_ms)
         else:
-            exchange_ms = exposed_ms = price_s(ledger, workers, network) * 1e3
+            exchange_ms = exposed_ms = network.price(ledger, workers) * 1e3
         overlapped = exchange_ms - exposed_ms
         return Point(method.name, workers, network.name, compute_ms, stats["select_ms"] * scale, exchange_ms,
                      overlapped, sent_bytes_max(ledger, workers), stats["union"], stats["k_max"],
@@ -119,7 +119,7 @@ class Study:
             share = elements / numel
             scaled = [Collective(c.op, max(1, round(c.elements * share)), c.element_bytes, c.root, c.peer) for c in ledger]
             ready.append(fraction * backward_ms)
-            cost.append(price_s(scaled, workers, network) * 1e3)
+            cost.append(network.price(scaled, workers) * 1e3)
         return sum(cost), exposed_exchange_s(ready, cost, backward_ms)
 
 
