@@ -28,7 +28,9 @@ run: $(STAMP) data
 # ARGS="-n 0" runs one test at a time; test-fast and mutants run one at a time.
 XDIST := -n 2 --dist loadscope
 
-test: $(STAMP)
+# `data` too: the reproduce and selection-study tests compose make reproduce's own jobs, whose
+# pre-flight checks that Fashion-MNIST is there (a machine without it failed 17 of them).
+test: $(STAMP) data
 	WANDB_MODE=disabled $(PY) -m pytest $(XDIST) $(ARGS)
 
 # The papers' claims judged at laptop scale: the laptop studies, then claims.md with a verdict per
