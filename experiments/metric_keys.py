@@ -64,6 +64,11 @@ K_MAX = "selection/k_max"
 K_MEAN = "selection/k_mean"
 LOAD_IMBALANCE = "selection/load_imbalance"
 SCANNED = "selection/scanned"  # coordinates this rank's selection looked at
+# metrics.jsonl only, with position_bins > 0 (experiments/core/positions.py): where in the vector a
+# step's coordinates lie, in position_bins equal bins of N: the aggregated coordinates (|U| per
+# bin) and the squared entries of rank 0's accumulator before selection (its energy per bin).
+POSITIONS = "selection/positions"
+ENERGY = "selection/energy"
 
 # -- ef/* (error feedback) --------------------------------------------------------------------
 RESIDUAL = "ef/residual_norm"

@@ -147,6 +147,7 @@ PREFLIGHT_CASES = [
     ("checkpoint.every_steps=1.5", [], r"checkpoint\.every_steps=1\.5: .*checkpoint\.every_steps takes an integer"),
     ("launcher.rdzv_endpoint=garbage", ["workers=2", "launcher.nnodes=2"], r"launcher\.rdzv_endpoint=<node0-host>:29400"),
     ("seed=-1", [], r"seed must be >= 0"),
+    ("position_bins=-1", [], r"position_bins must be >= 0"),
     ("logger.progress=maybe", [], r"logger\.progress=maybe: Value 'maybe' is not a valid bool"),
     ("launcher.max_restarts=-1", [], r"launcher\.max_restarts must be >= 0"),
     ("launcher.threads_per_process=0", [], r"launcher\.threads_per_process must be >= 1 or null"),

@@ -53,3 +53,25 @@ def test_eval_every_steps_evaluates_between_epoch_ends_once_per_step(tmp_path: P
     train_rows = [row for row in sink.rows if row["kind"] == keys.KIND_TRAIN]
     assert len(train_rows) == steps
     assert all(ledger.decode(row[keys.LEDGER]) == [Collective("all_reduce", summary["numel"], 4)] for row in train_rows)
+
+
+def test_position_bins_log_where_the_union_and_rank_0s_accumulator_lie(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """position_bins=n: every logged train row holds n counts of U's coordinates, adding up to
+    |U|, and n energies of rank 0's accumulator; the summary holds the layout the end-to-end
+    model replays DEFT's units on (experiments/endtoend/structure.py)."""
+    for variable in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(variable, raising=False)
+    cfg = compose_job(["sparsifier=deft", "dataset=digits", "model=mlp", "workers=2", "max_steps=3", "epochs=1",
+                       "logger=local", "logger.log_every=2", "logger.progress=false", "warmup_steps=0",
+                       "position_bins=16", "eval_limit=64", f"output_root={tmp_path}"])
+    world = init_world(2, "cpu", "gloo", timeout_s=30)
+    sink = ListSink()
+    summary = train(cfg, world, sink, tmp_path)
+    train_rows = [row for row in sink.rows if row["kind"] == keys.KIND_TRAIN]
+    assert [row["step"] for row in train_rows] == [0, 2]
+    for row in train_rows:
+        assert len(row[keys.POSITIONS]) == len(row[keys.ENERGY]) == 16
+        assert sum(row[keys.POSITIONS]) == round(row[keys.DENSITY_ACTUAL] * summary["numel"])
+        assert min(row[keys.ENERGY]) >= 0 and sum(row[keys.ENERGY]) > 0
+    assert sum(summary["tensor_numels"]) == summary["numel"]

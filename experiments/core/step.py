@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from experiments.core import positions
 from experiments.core.error_feedback import accumulate, keep_residual
 from experiments.core.exchange import INDEX_DTYPE, ExchangeResult, exchange
 from experiments.core.finite import PARAMETERS, NonFiniteValue, check_accumulator, check_aggregate, check_loss, check_parameters
@@ -47,6 +48,10 @@ class SparsifyOutcome:
     exchange_ms: float
     acc_norms: list[float] | None  # per hosted rank, when measured (logging steps)
     residual_norms: list[float] | None
+    # With position_bins (logging steps, on the process hosting rank 0): where U and rank 0's
+    # accumulator energy lie (experiments/core/positions.py).
+    positions: list[int] | None = None
+    energy: list[float] | None = None
 
 
 @dataclass
@@ -82,8 +87,10 @@ def train_step(
     step: int,
     measure_norms: bool,
     guard: SkipGuard | None = None,
+    position_bins: int = 0,
 ) -> StepOutcome:
-    """One step; a non-finite value fails it (NonFiniteValue), or with `guard` skips it."""
+    """One step; a non-finite value fails it (NonFiniteValue), or with `guard` skips it.
+    `position_bins` > 0 (with `measure_norms`): the step also histograms where its coordinates lie."""
     step_start = time.perf_counter()
     if guard is not None:
         guard.save(replicas, model)
@@ -114,7 +121,8 @@ def train_step(
 
     # 2.-5. the aggregate overwrites the flat buffer (param.grad views).
     sparsified = sparsify_and_exchange(
-        world, [r.sparsifier for r in replicas], [r.residual for r in replicas], flat, step, measure_norms
+        world, [r.sparsifier for r in replicas], [r.residual for r in replicas], flat, step, measure_norms,
+        position_bins=position_bins if measure_norms else 0,
     )
 
     # 6. update: identical aggregate, identical optimizer state -> identical parameters.
@@ -150,10 +158,12 @@ def sparsify_and_exchange(
     step: int,
     measure_norms: bool = False,
     clock: PhaseClock = NO_CLOCK,
+    position_bins: int = 0,
 ) -> SparsifyOutcome:
     """Phases 2 to 5 for the hosted ranks: `accs` (one per rank, the residual buffers holding
     acc) become residuals in place, and the aggregate is written into `out`. `clock` times the
-    phases (the step benchmark); the default does nothing."""
+    phases (the step benchmark); the default does nothing. `position_bins` > 0: the process
+    hosting rank 0 also histograms U and rank 0's accumulator (experiments/core/positions.py)."""
     method = sparsifiers[0]  # every rank runs the same method
     ranks = world.local_ranks
 
@@ -184,6 +194,8 @@ def sparsify_and_exchange(
     clock.mark("select")
 
     acc_norms = [float(acc.norm()) for acc in accs] if measure_norms else None
+    histogram = bool(position_bins) and ranks[0] == 0  # rank 0's process logs
+    acc_energy = positions.energy(accs[0], position_bins) if histogram else None
     clock.start()  # norms are measured on logging steps only: no phase of the step
 
     # 4. exchange, with the coordinates every rank adds unexchanged (DEFT's common units): the
@@ -201,4 +213,6 @@ def sparsify_and_exchange(
         sparsifier.observe(feedback)
     clock.mark("residual")
     residual_norms = [float(acc.norm()) for acc in accs] if measure_norms else None
-    return SparsifyOutcome(result, leader, plan, selections, select_ms, exchange_ms, acc_norms, residual_norms)
+    union_positions = positions.position_counts(out, position_bins) if histogram else None
+    return SparsifyOutcome(result, leader, plan, selections, select_ms, exchange_ms, acc_norms, residual_norms,
+                           union_positions, acc_energy)

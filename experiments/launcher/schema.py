@@ -90,6 +90,7 @@ class RunConfig:
     warmup_steps: int = 5  # steps left out of timing summaries
     checksum_every: int = 50  # steps between cross-rank parameter checks (0: never)
     eval_every_steps: int = 0  # also evaluate every this many steps (time-to-accuracy); 0: at epoch ends only
+    position_bins: int = 0  # histograms of where U and rank 0's acc lie, on logging steps; 0: never
     eval_limit: Optional[int] = None  # evaluate on the first this-many test examples (smoke runs); None: all
     kernels: str = "auto"  # selection kernels: auto | torch (the reference) | compiled (numba)
     reduction: str = "ring"  # ring (gloo's all-reduce) | rank_order (bitwise equal however ranks are hosted)

@@ -98,6 +98,10 @@ def _check_sizes(cfg: DictConfig) -> None:
         cfg.eval_every_steps >= 0,
         f"eval_every_steps must be >= 0 (0: at epoch ends only), got {cfg.eval_every_steps}: set e.g. eval_every_steps=50",
     )
+    require(
+        cfg.position_bins >= 0,
+        f"position_bins must be >= 0 (0: no histograms), got {cfg.position_bins}: set e.g. position_bins=4096",
+    )
     require(cfg.warmup_steps >= 0, f"warmup_steps must be >= 0, got {cfg.warmup_steps}")
     require(cfg.checksum_every >= 0, f"checksum_every must be >= 0 (0 disables), got {cfg.checksum_every}")
     require(cfg.launcher.timeout_s > 0, f"launcher.timeout_s must be > 0, got {cfg.launcher.timeout_s}")

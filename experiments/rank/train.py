@@ -143,7 +143,8 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path, resumed: Resumed |
             lr = schedule.set_epoch(epoch + (step - epoch * steps_per_epoch) / steps_per_epoch)
             for replica in replicas:  # before the step: Accordion's detection compares learning rates
                 replica.sparsifier.set_learning_rate(lr)
-            outcome = train_step(world, model, task, flat, optimizer, replicas, list(batches), step, logging_step, guard)
+            outcome = train_step(world, model, task, flat, optimizer, replicas, list(batches), step, logging_step, guard,
+                                 position_bins=cfg.position_bins)
             if guard is not None:
                 guard.count(outcome.skipped)
             if outcome.skipped is not None:  # on_nonfinite=skip: logged, then failed past the limit
@@ -156,6 +157,9 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path, resumed: Resumed |
                     metrics.update(rank_metrics(_gather_rank_stats(world, outcome)))
                     metrics.update(method.metrics())
                     metrics[keys.LEDGER] = ledger.encode(world.comm.meter.collectives)
+                    if outcome.sparsified.positions is not None:  # position_bins > 0
+                        metrics[keys.POSITIONS] = outcome.sparsified.positions
+                        metrics[keys.ENERGY] = outcome.sparsified.energy
                     metrics["epoch"] = epoch
                     metrics[keys.LR] = lr
                     metrics[keys.ELAPSED] = time.perf_counter() - started
@@ -195,6 +199,7 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path, resumed: Resumed |
         workers=cfg.workers,
         processes=world.processes,
         numel=layout.numel,
+        tensor_numels=[segment.numel for segment in layout.segments],  # the layout, in parameter order
         k_target=context.k_target,
         sparsifier=method.describe(),
         # The configured target: density/target is, like every headline, the mean of the logged
