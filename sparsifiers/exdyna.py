@@ -115,7 +115,7 @@ class ExDyna(Sparsifier):
 
     def minimum_allows_shrinking(self, partition: int) -> bool:
         """True if the partition keeps at least B / (4 W) blocks after giving one away."""
-        return 4 * self.world_size * (self.partition_blocks[partition] - 1) >= self.blocks
+        return keeps_minimum(self.partition_blocks, partition, self.blocks)
 
     # -- threshold_start=calibrated: the world averages the first step's k-th largest |acc| ----
     def averaged_inputs(self, acc: torch.Tensor, step: int) -> torch.Tensor | None:
@@ -154,24 +154,7 @@ class ExDyna(Sparsifier):
         estimated = [0] * workers
         for rank, count in enumerate(counts):
             estimated[(step + rank) % workers] = int(count)  # the partition rank r scanned
-        mean = aggregated // workers
-        shift = self.block_size * aggregated // self.numel  # block size x previous density, floored
-        moved = 0
-        for i in range(workers - 1):
-            if estimated[i] > SURPLUS * mean and estimated[i + 1] < mean / SURPLUS:
-                giver, taker = i, i + 1
-            elif estimated[i] < mean / SURPLUS and estimated[i + 1] > SURPLUS * mean:
-                giver, taker = i + 1, i
-            else:
-                continue
-            if not self.minimum_allows_shrinking(giver):
-                continue
-            self.partition_blocks[giver] -= 1
-            self.partition_blocks[taker] += 1
-            estimated[giver] -= shift
-            estimated[taker] += shift
-            moved += 1
-        return moved
+        return move_blocks(self.partition_blocks, estimated, aggregated, self.block_size, self.numel, self.blocks)
 
     # -- reporting and resume ------------------------------------------------------------------
     def metrics(self) -> dict[str, float | list[float]]:
@@ -225,3 +208,37 @@ class ExDyna(Sparsifier):
             "scanned": int(used["scanned"]),
             "moved": int(used["moved"]),
         }
+
+
+def keeps_minimum(partition_blocks: list[int], partition: int, blocks: int) -> bool:
+    """True if `partition` keeps at least B / (4 W) blocks after giving one away."""
+    return 4 * len(partition_blocks) * (partition_blocks[partition] - 1) >= blocks
+
+
+def move_blocks(partition_blocks: list[int], estimated: list[int], aggregated: int, block_size: int, numel: int,
+                blocks: int) -> int:
+    """2. Dynamic allocation, one sweep over the boundaries: moves blocks between neighbouring
+    partitions of `partition_blocks` (in place) from each partition's count at the last step
+    (`estimated`, in partition order) and |U| (`aggregated`); returns how many blocks moved. A
+    function of its arguments alone, so the end-to-end model replays it at any W
+    (experiments/endtoend/structure.py)."""
+    estimated = list(estimated)
+    workers = len(partition_blocks)
+    mean = aggregated // workers
+    shift = block_size * aggregated // numel  # block size x previous density, floored
+    moved = 0
+    for i in range(workers - 1):
+        if estimated[i] > SURPLUS * mean and estimated[i + 1] < mean / SURPLUS:
+            giver, taker = i, i + 1
+        elif estimated[i] < mean / SURPLUS and estimated[i + 1] > SURPLUS * mean:
+            giver, taker = i + 1, i
+        else:
+            continue
+        if not keeps_minimum(partition_blocks, giver, blocks):
+            continue
+        partition_blocks[giver] -= 1
+        partition_blocks[taker] += 1
+        estimated[giver] -= shift
+        estimated[taker] += shift
+        moved += 1
+    return moved
