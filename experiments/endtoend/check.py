@@ -1,6 +1,7 @@
 """Checks the extrapolation rule where both numbers exist: statistics runs hosted at every W up
-to 256, the rule fitted on W <= 32 only, and its |U|, k_max and bytes sent per rank compared with
-the hosted runs at W = 64, 128 and 256 (the study's acceptance: within 10%).
+to 256, the rule fitted on W <= 32 only (the split methods replayed from the W = 32 run's
+positions, experiments/endtoend/structure.py), and its |U|, k_max and bytes sent per rank compared
+with the hosted runs at W = 64, 128 and 256 (the study's acceptance: within 10%).
 
     python -m experiments.endtoend.check [--out DIR] [--methods topk,deft,micro,exdyna]
         [--fit 4,8,16,32] [--check 64,128,256] [--skip-runs]
@@ -46,7 +47,8 @@ def compare(runs: list[RunStats], fit_workers: list[int], check_workers: list[in
     fitted = [w for w in fit_workers if w in by_workers]
     stats = fit_statistics(fitted, [by_workers[w].union for w in fitted], [by_workers[w].k_max for w in fitted],
                            [by_workers[w].select_ms for w in fitted], runs[0].numel, runs[0].scope == "split",
-                           plans=[by_workers[w].plan for w in fitted] if runs[0].plan is not None else None)
+                           plans=[by_workers[w].plan for w in fitted] if runs[0].plan is not None else None,
+                           structure=by_workers[fitted[-1]].structure)
     template = by_workers[fitted[-1]]
     rows = []
     for w in check_workers:

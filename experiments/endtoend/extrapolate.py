@@ -10,13 +10,16 @@ k_max (the busiest rank's count) and the selection time. The rule, per statistic
   fitted curve is held monotone (it may not turn back) and anchored at the largest hosted value.
 - k_max, for methods whose every rank selects over the whole vector (Top-k, DGC, CLT-k's leader):
   the median over the hosted W (each rank's count does not depend on W).
-- k_max, for methods that split the vector (DEFT, MiCRO, ExDyna): |U| / W times the imbalance
-  ratio r = W k_max / |U| (the busiest rank over the mean), r a power law in W fitted over the
-  hosted W (a line in log-log: a quadratic bends it down past the hosted range, where the check
-  found the imbalance still growing): the busiest rank's share falls as 1/W, slowed by an
-  imbalance that grows with W.
-- a leader's plan (the payload of its broadcast: DEFT's allocation grows about 4 elements per
-  worker, CLT-k's k indices do not): a line a + b W over the hosted W (its value with one).
+- k_max, for methods that split the vector (DEFT, MiCRO, ExDyna), when their largest hosted run
+  logged where its coordinates lay (position_bins > 0): the method's own partition rule replayed
+  at W on those positions (structure.py), scaled by measured / replayed at that run's W. DEFT's
+  |U| too: its k_l >= 1 on every unit adds up to a coordinate per unit, and units multiply with W.
+  A power law cannot follow these: ExDyna's last partition keeps the remainder of its blocks
+  whatever W is, and a dense region (the classifier) fills MiCRO's busiest partition.
+- k_max, for split methods logged without positions: |U| / W times the imbalance ratio
+  r = W k_max / |U| (the busiest rank over the mean), r a power law in W fitted over the hosted W.
+- a leader's plan (the payload of its broadcast): DEFT's replayed length, W + 1 + its units at W;
+  else a line a + b W over the hosted W (its value with one; CLT-k's k indices do not grow).
 - every value within bounds: |U| <= N, k_max <= |U|.
 - selection ms: a + b / W, least squares over the hosted W, for methods that split the work
   (their ranks scan N / W coordinates), when the fit finds such a trend (a, b >= 0); else, and
@@ -29,9 +32,11 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+
+from experiments.endtoend.structure import Structure
 
 
 @dataclass(frozen=True)
@@ -135,30 +140,55 @@ class Statistics:
     selection: SelectionFit
     numel: int
     plan: LinearFit | None = None  # a leader's plan payload, when the method broadcasts one
+    # A split method's replay at other W (structure.py), from its run at `replayed_at` hosted
+    # workers, whose measured values anchor it.
+    structure: Structure | None = None
+    replayed_at: int | None = None
+    measured_union: dict[int, float] = field(default_factory=dict)
+
+    def _replayed(self, statistic: str, workers: int) -> float | None:
+        """The replay at `workers`, scaled by measured / replayed at the replayed run's W."""
+        if self.structure is None or statistic not in self.structure.at(self.replayed_at):
+            return None
+        here, there = self.structure.at(workers)[statistic], self.structure.at(self.replayed_at)[statistic]
+        measured = (self.measured_k_max if statistic == "k_max" else self.measured_union)[self.replayed_at]
+        return here * measured / there if there > 0 else here
 
     def at(self, workers: int) -> dict[str, float]:
-        union = min(self.union.at(workers), float(self.numel))
+        union = self.union.at(workers)
+        if workers not in self.union.workers:
+            union = self._replayed("union", workers) or union
+        union = min(union, float(self.numel))
         if workers in self.measured_k_max:
             k_max = self.measured_k_max[workers]
+        elif (replayed := self._replayed("k_max", workers)) is not None:
+            k_max = replayed
         elif self.imbalance is not None:
             k_max = union / workers * max(1.0, self.imbalance.at(workers))
         else:
             k_max = self.k_max
         stats = {"union": union, "k_max": min(k_max, union), "select_ms": self.selection.at(workers)}
-        if self.plan is not None:
+        if self.structure is not None and "plan" in self.structure.at(workers):
+            stats["plan"] = self.structure.at(workers)["plan"]  # the layout's, exactly
+        elif self.plan is not None:
             stats["plan"] = self.plan.at(workers)
         return stats
 
 
 def fit_statistics(workers: list[int], unions: list[float], k_maxes: list[float], select_ms: list[float],
-                   numel: int, split: bool, plans: list[int] | None = None) -> Statistics:
+                   numel: int, split: bool, plans: list[int] | None = None,
+                   structure: Structure | None = None) -> Statistics:
     """The fitted statistics of one method from its hosted W (module docstring); `plans`: the
-    payload of its leader's plan at each W, when it broadcasts one."""
+    payload of its leader's plan at each W, when it broadcasts one; `structure`: a split method's
+    replay, from its run at the largest of `workers`."""
     measured = dict(zip(workers, k_maxes))
     plan = LinearFit.fit(workers, [float(p) for p in plans]) if plans else None
     selection = SelectionFit.fit(workers, select_ms, split)
+    replay = {"structure": structure, "replayed_at": max(workers), "measured_union": dict(zip(workers, unions))} \
+        if structure is not None else {}
     if split:
         ratios = [w * k / u if u > 0 else 1.0 for w, k, u in zip(workers, k_maxes, unions)]
         return Statistics(LogFit.fit(workers, unions), None, LogFit.fit(workers, ratios, max_degree=1), measured,
-                          selection, numel, plan)
-    return Statistics(LogFit.fit(workers, unions), statistics.median(k_maxes), None, measured, selection, numel, plan)
+                          selection, numel, plan, **replay)
+    return Statistics(LogFit.fit(workers, unions), statistics.median(k_maxes), None, measured, selection, numel, plan,
+                      **replay)

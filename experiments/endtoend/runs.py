@@ -11,7 +11,8 @@ them:
 - the ledger (traffic/ledger) of the logged step whose (k_max, |U|) is nearest those medians: the
   template a modelled step replays (experiments/endtoend/ledger.py);
 - compute and selection ms: the medians of time/compute_ms_mean (one rank's forward+backward) and
-  time/select_ms_max (the slowest rank's selection, the plan included).
+  time/select_ms_max (the slowest rank's selection, the plan included);
+- for a split method logged with position_bins > 0, its replay at other W (structure.py).
 """
 from __future__ import annotations
 
@@ -20,11 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from experiments import metric_keys as keys
 from experiments.core import ledger as ledger_text
 from experiments.core.traffic import Collective
+from experiments.endtoend.structure import Histograms, Structure, structure_of
 from experiments.run_dir import CONFIG, METRICS, SUMMARY, read_json, read_metrics
 
 
@@ -50,6 +53,7 @@ class RunStats:
     curve: tuple[tuple[int, float], ...]  # (steps done, headline metric) of every evaluation
     metric: str  # the headline eval key
     overlap: bool  # DDP runs its exchange bucket by bucket (a dense baseline with overlap, PowerSGD)
+    structure: Structure | None = None  # a split method's replay at other W (position_bins > 0)
 
     @property
     def label(self) -> str:
@@ -79,10 +83,13 @@ def read_run(path: Path, settle: int, until: int, metric: str) -> RunStats:
     method = str((config.get("sparsifier") or {}).get("name") or sparsifier["name"])
     curve = tuple((int(r[keys.ROW_STEP]) + 1, float(r[metric])) for r in rows
                   if r.get(keys.ROW_KIND) == keys.KIND_EVAL and r.get(metric) is not None)
+    histograms = [Histograms(int(r[keys.ROW_STEP]), np.asarray(r[keys.POSITIONS], dtype=np.float64),
+                             np.asarray(r[keys.ENERGY], dtype=np.float64)) for r in train if keys.POSITIONS in r]
+    k = int(summary.get("k_target") or sparsifier.get("k") or numel)
     return RunStats(
         path=path, method=method, exchange=str(sparsifier["exchange"]),
         scope=str(sparsifier.get("scope", "whole")), workers=int(summary["workers"]), numel=numel,
-        k=int(summary.get("k_target") or sparsifier.get("k") or numel), union=union, k_max=k_max,
+        k=k, union=union, k_max=k_max,
         template=(template := tuple(ledger_text.decode(nearest[keys.LEDGER]))),
         plan=next((c.elements for c in reversed(template) if c.op == "broadcast"), None),
         template_union=round(nearest[keys.DENSITY_ACTUAL] * numel), template_k_max=int(nearest[keys.K_MAX]),
@@ -90,7 +97,9 @@ def read_run(path: Path, settle: int, until: int, metric: str) -> RunStats:
         select_ms=statistics.median(r[keys.SELECT_MAX] for r in window if keys.SELECT_MAX in r),
         curve=curve, metric=metric,
         # torch's PowerSGD hook runs per bucket too; a dense preset says so with `overlap`.
-        overlap=bool(sparsifier.get("overlap", False)) or sparsifier["exchange"] == "low_rank")
+        overlap=bool(sparsifier.get("overlap", False)) or sparsifier["exchange"] == "low_rank",
+        structure=structure_of(str(sparsifier["name"]), numel, k, histograms, settle, until, sparsifier,
+                               tuple(summary.get("tensor_numels") or ())))
 
 
 def steps_to_target(curve: tuple[tuple[int, float], ...], target: float, higher_is_better: bool = True) -> int | None:
