@@ -127,15 +127,23 @@ def test_coarse_bins_replay_close_to_exact_ones():
         assert rough.at(workers)["k_max"] == pytest.approx(exact.at(workers)["k_max"], rel=0.15)
 
 
-def test_the_statistics_take_the_replay_beyond_the_hosted_w_anchored_at_the_largest():
-    rows, k_max, union = run(exdyna, 4)
-    sparsifier = exdyna(4, 0)
-    replay = structure_of("exdyna", NUMEL, sparsifier.k, rows, SETTLE, STEPS, sparsifier.describe(), tuple(SIZES))
-    measured = window_median(k_max) * 1.1  # as if the hosted run had measured a little more
-    stats = fit_statistics([2, 4], [window_median(union)] * 2, [measured * 1.5, measured], [1.0, 1.0], NUMEL,
-                           split=True, structure=replay)
-    assert stats.at(4)["k_max"] == measured
-    assert stats.at(16)["k_max"] == pytest.approx(replay.at(16)["k_max"] * 1.1)
+def test_the_statistics_average_the_replays_of_the_two_largest_hosted_w_each_anchored_at_its_own():
+    replays, measured = {}, {}
+    for workers in (2, 4):
+        rows, k_max, _ = run(exdyna, workers)
+        sparsifier = exdyna(workers, 0)
+        replays[workers] = structure_of("exdyna", NUMEL, sparsifier.k, rows, SETTLE, STEPS, sparsifier.describe(),
+                                        tuple(SIZES))
+        measured[workers] = window_median(k_max) * 1.1  # as if the hosted runs had measured a little more
+    stats = fit_statistics([1, 2, 4], [10_000.0] * 3, [999.0, measured[2], measured[4]], [1.0] * 3, NUMEL, split=True,
+                           structures={1: None, **replays})
+    assert stats.at(4)["k_max"] == measured[4]  # hosted: as measured
+    assert stats.at(16)["k_max"] == pytest.approx(
+        (replays[2].at(16)["k_max"] * measured[2] / replays[2].at(2)["k_max"]
+         + replays[4].at(16)["k_max"] * measured[4] / replays[4].at(4)["k_max"]) / 2)
+    only_largest = fit_statistics([2, 4], [10_000.0] * 2, [measured[2], measured[4]], [1.0] * 2, NUMEL, split=True,
+                                  structures={4: replays[4]})
+    assert only_largest.at(16)["k_max"] == pytest.approx(replays[4].at(16)["k_max"] * 1.1)
 
 
 def test_runs_without_histograms_or_of_other_methods_are_not_replayed():

@@ -48,7 +48,7 @@ def methods_of(spec: StudySpec, folder: Path, target: float, accuracy_workers: i
         statistics = fit_statistics(hosted, [by_workers[w].union for w in hosted], [by_workers[w].k_max for w in hosted],
                                     [by_workers[w].select_ms for w in hosted], runs[0].numel, runs[0].scope == "split",
                                     plans=[by_workers[w].plan for w in hosted] if runs[0].plan is not None else None,
-                                    structure=by_workers[hosted[-1]].structure)
+                                    structures={w: by_workers[w].structure for w in hosted})
         method = Method(name, accuracy[0], by_workers[hosted[-1]], statistics,
                         steps_to_target(accuracy[0].curve, target, higher_is_better), accuracy[0].overlap)
         methods[name] = method

@@ -1,14 +1,14 @@
 """Checks the extrapolation rule where both numbers exist: statistics runs hosted at every W up
-to 256, the rule fitted on W <= 32 only (the split methods replayed from the W = 32 run's
-positions, experiments/endtoend/structure.py), and its |U|, k_max and bytes sent per rank compared
-with the hosted runs at W = 64, 128 and 256 (the study's acceptance: within 10%).
+to 256, the rule fitted on W <= 32 only (the split methods replayed from the W = 16 and 32 runs'
+positions, experiments/endtoend/structure.py), and its |U|, k_max and bytes sent per rank
+compared with the hosted runs at W = 64, 128 and 256 (the study's acceptance: within 10%).
 
     python -m experiments.endtoend.check [--out DIR] [--methods topk,deft,micro,exdyna]
         [--fit 4,8,16,32] [--check 64,128,256] [--skip-runs]
 
 It runs `experiment=endtoend/quickstart_statistics` (40 steps of the quickstart CNN, read over
 steps 10-39) at every W of --fit and --check, MiCRO and ExDyna from a calibrated threshold start
-as in make endtoend; about 12 minutes on 2 cores for the four methods. The bytes compared are the
+as in make endtoend; about 15 minutes on 2 cores for the four methods. The bytes compared are the
 busiest rank's per step: measured, the median of traffic/sent_bytes_max over the window; modelled,
 the template ledger (the largest fitted W's) at the fitted |U| and k_max, replayed through the
 traffic meter.
@@ -48,7 +48,7 @@ def compare(runs: list[RunStats], fit_workers: list[int], check_workers: list[in
     stats = fit_statistics(fitted, [by_workers[w].union for w in fitted], [by_workers[w].k_max for w in fitted],
                            [by_workers[w].select_ms for w in fitted], runs[0].numel, runs[0].scope == "split",
                            plans=[by_workers[w].plan for w in fitted] if runs[0].plan is not None else None,
-                           structure=by_workers[fitted[-1]].structure)
+                           structures={w: by_workers[w].structure for w in fitted})
     template = by_workers[fitted[-1]]
     rows = []
     for w in check_workers:

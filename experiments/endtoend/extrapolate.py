@@ -12,8 +12,8 @@ k_max (the busiest rank's count) and the selection time. The rule, per statistic
   the median over the hosted W (each rank's count does not depend on W).
 - k_max, for methods that split the vector (DEFT, MiCRO, ExDyna), when their largest hosted run
   logged where its coordinates lay (position_bins > 0): the method's own partition rule replayed
-  at W on those positions (structure.py), scaled by measured / replayed at that run's W. DEFT's
-  |U| too: its k_l >= 1 on every unit adds up to a coordinate per unit, and units multiply with W.
+  at W on those positions (structure.py), each replay scaled by measured / replayed at its own
+  run's W, the replays of the two largest such hosted W averaged (REPLAYED). DEFT's |U| too: its k_l >= 1 on every unit adds up to a coordinate per unit, and units multiply with W.
   A power law cannot follow these: ExDyna's last partition keeps the remainder of its blocks
   whatever W is, and a dense region (the classifier) fills MiCRO's busiest partition.
 - k_max, for split methods logged without positions: |U| / W times the imbalance ratio
@@ -37,6 +37,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from experiments.endtoend.structure import Structure
+
+
+# Replays averaged: each hosted run is one sample of where the coordinates lie (its own data order
+# and training state: ExDyna's busiest rank moved 8% between runs where the partitions alone
+# predict no change); the largest hosted W are the nearest the W extrapolated to.
+REPLAYED = 2
 
 
 @dataclass(frozen=True)
@@ -140,19 +146,22 @@ class Statistics:
     selection: SelectionFit
     numel: int
     plan: LinearFit | None = None  # a leader's plan payload, when the method broadcasts one
-    # A split method's replay at other W (structure.py), from its run at `replayed_at` hosted
-    # workers, whose measured values anchor it.
-    structure: Structure | None = None
-    replayed_at: int | None = None
+    # A split method's replays at other W (structure.py): (hosted W, replay of its run), the
+    # REPLAYED largest hosted W whose runs logged positions; each anchored at its own W.
+    replays: tuple[tuple[int, Structure], ...] = ()
     measured_union: dict[int, float] = field(default_factory=dict)
 
     def _replayed(self, statistic: str, workers: int) -> float | None:
-        """The replay at `workers`, scaled by measured / replayed at the replayed run's W."""
-        if self.structure is None or statistic not in self.structure.at(self.replayed_at):
-            return None
-        here, there = self.structure.at(workers)[statistic], self.structure.at(self.replayed_at)[statistic]
-        measured = (self.measured_k_max if statistic == "k_max" else self.measured_union)[self.replayed_at]
-        return here * measured / there if there > 0 else here
+        """The mean over the replays of each one at `workers`, scaled by measured / replayed at
+        its own run's W."""
+        values = []
+        for hosted, replay in self.replays:
+            if statistic not in replay.at(hosted):
+                return None
+            here, there = replay.at(workers)[statistic], replay.at(hosted)[statistic]
+            measured = (self.measured_k_max if statistic == "k_max" else self.measured_union)[hosted]
+            values.append(here * measured / there if there > 0 else here)
+        return statistics.fmean(values) if values else None
 
     def at(self, workers: int) -> dict[str, float]:
         union = self.union.at(workers)
@@ -168,8 +177,8 @@ class Statistics:
         else:
             k_max = self.k_max
         stats = {"union": union, "k_max": min(k_max, union), "select_ms": self.selection.at(workers)}
-        if self.structure is not None and "plan" in self.structure.at(workers):
-            stats["plan"] = self.structure.at(workers)["plan"]  # the layout's, exactly
+        if self.replays and "plan" in self.replays[-1][1].at(workers):
+            stats["plan"] = self.replays[-1][1].at(workers)["plan"]  # the layout's, exactly
         elif self.plan is not None:
             stats["plan"] = self.plan.at(workers)
         return stats
@@ -177,15 +186,15 @@ class Statistics:
 
 def fit_statistics(workers: list[int], unions: list[float], k_maxes: list[float], select_ms: list[float],
                    numel: int, split: bool, plans: list[int] | None = None,
-                   structure: Structure | None = None) -> Statistics:
+                   structures: dict[int, Structure | None] | None = None) -> Statistics:
     """The fitted statistics of one method from its hosted W (module docstring); `plans`: the
-    payload of its leader's plan at each W, when it broadcasts one; `structure`: a split method's
-    replay, from its run at the largest of `workers`."""
+    payload of its leader's plan at each W, when it broadcasts one; `structures`: a split
+    method's replay of its run at each hosted W that logged positions."""
     measured = dict(zip(workers, k_maxes))
     plan = LinearFit.fit(workers, [float(p) for p in plans]) if plans else None
     selection = SelectionFit.fit(workers, select_ms, split)
-    replay = {"structure": structure, "replayed_at": max(workers), "measured_union": dict(zip(workers, unions))} \
-        if structure is not None else {}
+    replayed = sorted((w, s) for w, s in (structures or {}).items() if s is not None and w in measured)
+    replay = {"replays": tuple(replayed[-REPLAYED:]), "measured_union": dict(zip(workers, unions))}
     if split:
         ratios = [w * k / u if u > 0 else 1.0 for w, k, u in zip(workers, k_maxes, unions)]
         return Statistics(LogFit.fit(workers, unions), None, LogFit.fit(workers, ratios, max_degree=1), measured,
