@@ -67,8 +67,9 @@ def model_study(spec: StudySpec, folder: Path, networks: list[NetworkModel], pro
         f"({work.flops / 1e9:.3g} GFLOP, {work.kernels} aten ops per forward+backward at batch {work.batch})",
         f"selection: measured with hosted ranks (W = {', '.join(map(str, hosted))}), fitted beyond, "
         f"scaled by {compute_ms / study.measured_compute_ms:.3g} (the profile's compute over this machine's)",
-        "exchange: each method's logged ledger at its largest hosted W, |U| and k_max set to their fit at W, "
-        "priced by the network preset (docs/network.md); * marks an extrapolated W",
+        "exchange: each method's logged ledger at its largest hosted W, |U| and k_max set to their fit at W "
+        "(the split methods': replayed from where their coordinates lay), priced by the network preset "
+        "(docs/network.md); * marks an extrapolated W",
         "steps to the target: " + ", ".join(
             f"{m.name} {m.steps_to_target if m.steps_to_target is not None else 'never'}" for m in methods.values())
         + f" (accuracy runs at W = {next(iter(methods.values())).accuracy.workers}, kept at every W)",
