@@ -13,11 +13,13 @@ import pytest
 from experiments.core.ledger import decode, encode
 from experiments.core.network import NetworkModel
 from experiments.core.traffic import Collective
+from experiments.endtoend.assemble import methods_of
 from experiments.endtoend.compute import ComputeProfile, StepWork, ddp_buckets, exposed_exchange_s
 from experiments.endtoend.extrapolate import LogFit, SelectionFit, fit_statistics
 from experiments.endtoend.ledger import at_workers, sent_bytes_max
 from experiments.endtoend.model import Point, best
 from experiments.endtoend.runs import steps_to_target
+from experiments.endtoend.studies import QUICKSTART
 from experiments.errors import ConfigError
 from tests.conftest import REPO
 
@@ -209,3 +211,8 @@ def test_quick_endtoend_writes_the_tables_the_figure_and_every_point(tmp_path):
     for (method, network, workers), p in by.items():
         if method == "dense":
             assert by[("dense_overlap", network, workers)]["step_ms"] <= p["step_ms"] + 1e-9
+    # DEFT's statistics run logged where its coordinates lay: beyond it, DEFT is replayed, and its
+    # plan at W is the layout's exactly (W + 1 + its units)
+    deft = methods_of(QUICKSTART, out / "quickstart", 0.5, accuracy_workers=2)["deft"]
+    assert [w for w, _ in deft.statistics.replays] == [4]
+    assert deft.statistics.at(1024)["plan"] == deft.statistics.replays[0][1].at(1024)["plan"] > 1024
