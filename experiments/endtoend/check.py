@@ -4,7 +4,7 @@ positions, experiments/endtoend/structure.py), and its |U|, k_max and bytes sent
 compared with the hosted runs at W = 64, 128 and 256 (the study's acceptance: within 10%).
 
     python -m experiments.endtoend.check [--out DIR] [--methods topk,deft,micro,exdyna]
-        [--fit 4,8,16,32] [--check 64,128,256] [--skip-runs]
+        [--fit 4,8,16,32] [--check 64,128,256] [--skip-runs] [--seed N]
 
 It runs `experiment=endtoend/quickstart_statistics` (40 steps of the quickstart CNN, read over
 steps 10-39) at every W of --fit and --check, MiCRO and ExDyna from a calibrated threshold start
@@ -71,18 +71,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fit", default="4,8,16,32")
     parser.add_argument("--check", default="64,128,256")
     parser.add_argument("--skip-runs", action="store_true")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="train every run from this seed (data order, initialisation): a check on runs the rule "
+                             "was not designed on")
     options = parser.parse_args(argv)
     methods = options.methods.split(",")
     fit_workers = [int(w) for w in options.fit.split(",")]
     check_workers = [int(w) for w in options.check.split(",")]
     every = ",".join(map(str, fit_workers + check_workers))
+    seeded = (f"seed={options.seed}",) if options.seed is not None else ()
     out = options.out.resolve()
     if not options.skip_runs:
         plain = [m for m in methods if m not in CALIBRATED]
         sweeps = ([Sweep("statistics", "runs", (f"experiment={QUICKSTART.statistics}", f"sparsifier={','.join(plain)}",
-                                                f"workers={every}"), "|U| and k_max at every W")] if plain else [])
+                                                f"workers={every}", *seeded), "|U| and k_max at every W")] if plain else [])
         sweeps += [Sweep(f"statistics, {m}", "runs", (f"experiment={QUICKSTART.statistics}", f"sparsifier={m}",
-                                                     "sparsifier.threshold_start=calibrated", f"workers={every}"),
+                                                     "sparsifier.threshold_start=calibrated", f"workers={every}", *seeded),
                          "from a calibrated start") for m in methods if m in CALIBRATED]
         for number, sweep in enumerate(sweeps, 1):
             run_sweep(sweep, out, number, len(sweeps))
