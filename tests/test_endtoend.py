@@ -13,6 +13,7 @@ import pytest
 from experiments.core.ledger import decode, encode
 from experiments.core.network import NetworkModel
 from experiments.core.traffic import Collective
+from experiments.endtoend import check
 from experiments.endtoend.assemble import methods_of
 from experiments.endtoend.compute import ComputeProfile, StepWork, ddp_buckets, exposed_exchange_s
 from experiments.endtoend.extrapolate import LogFit, SelectionFit, fit_statistics
@@ -216,3 +217,12 @@ def test_quick_endtoend_writes_the_tables_the_figure_and_every_point(tmp_path):
     deft = methods_of(QUICKSTART, out / "quickstart", 0.5, accuracy_workers=2)["deft"]
     assert [w for w, _ in deft.statistics.replays] == [4]
     assert deft.statistics.at(1024)["plan"] == deft.statistics.replays[0][1].at(1024)["plan"] > 1024
+    # the extrapolation's check, on these runs: fitted on W = 2, compared with the run at W = 4
+    (out / "check").mkdir()
+    (out / "check" / "runs").symlink_to(out / "quickstart")
+    verdict = check.main(["--out", str(out / "check"), "--skip-runs", "--methods", "deft", "--fit", "2", "--check", "4"])
+    (row,) = json.loads((out / "check" / "check.json").read_text())
+    assert row["method"] == "deft" and row["workers"] == 4 and row["measured"]["sent_bytes"] > 0
+    assert row["error"]["union"] == pytest.approx(row["extrapolated"]["union"] / row["measured"]["union"] - 1)
+    assert verdict == (0 if max(abs(row["error"]["union"]), abs(row["error"]["sent_bytes"])) <= 0.10 else 1)
+    assert "largest |error| of |U| and bytes" in (out / "check" / "check.md").read_text()
