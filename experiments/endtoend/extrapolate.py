@@ -177,8 +177,9 @@ class Statistics:
         else:
             k_max = self.k_max
         stats = {"union": union, "k_max": min(k_max, union), "select_ms": self.selection.at(workers)}
-        if self.replays and "plan" in self.replays[-1][1].at(workers):
-            stats["plan"] = self.replays[-1][1].at(workers)["plan"]  # the layout's, exactly
+        replayed_plan = self.replays[-1][1].at(workers).get("plan") if self.replays else None
+        if replayed_plan is not None:
+            stats["plan"] = replayed_plan  # the layout's, exactly
         elif self.plan is not None:
             stats["plan"] = self.plan.at(workers)
         return stats

@@ -11,7 +11,7 @@ from its own partition rule applied to them, run with the method's own code:
   for the steps until the next); the last partition also holds the remainder.
 - DEFT: the units at W (make_units), unit norms from the energy in each unit, k per unit
   (unit_k), the common units, the leader's allocation (allocate): |U| is the sum of k_l plus the
-  common units, k_max the fullest bin, the plan W + 1 + the number of units.
+  common units, k_max the fullest bin, the plan as encode_plan writes it (W + 1 + the units).
 
 Within a bin the histograms are taken as uniform (a boundary inside a bin takes its share). Each
 statistic is the median over the logged steps of the window [settle, until), as the measured ones
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from experiments.core.positions import bin_edges
-from sparsifiers.deft_allocation import allocate, common_units, make_units, unit_cost, unit_k
+from sparsifiers.deft_allocation import allocate, common_units, encode_plan, make_units, unit_cost, unit_k
 from sparsifiers.exdyna import move_blocks
 from sparsifiers.layout import Layout, even_splits
 
@@ -85,16 +85,14 @@ class Structure:
         return self._cache[workers]
 
     def _micro(self, workers: int) -> dict[str, float]:
-        boundaries = [0] + [end for _, end in even_splits(self.numel, workers)]
-        k_max = [max(1.0, float(masses(self.edges, _cumulative(r.positions), boundaries).max())) for r in self.window]
+        boundaries, edges = [0] + [end for _, end in even_splits(self.numel, workers)], self.edges
+        k_max = [max(1.0, float(masses(edges, _cumulative(r.positions), boundaries).max())) for r in self.window]
         return {"k_max": statistics.median(k_max)}
 
     def _exdyna(self, workers: int) -> dict[str, float]:
-        blocks, align = int(self.knobs["blocks"]), int(self.knobs.get("block_align", 32))
+        blocks, block_size = int(self.knobs["blocks"]), int(self.knobs["block_size"])  # as the run cut them
         if workers > blocks:
             raise ValueError(f"exdyna cannot run W = {workers} workers on B = {blocks} blocks")
-        per_block = self.numel // blocks
-        block_size = per_block - per_block % (align if per_block >= align else 1)  # as ExDyna cuts them
         partition_blocks = [end - start for start, end in even_splits(blocks, workers)]
         edges, window = self.edges, {r.step for r in self.window}
         rows = iter(self.rows)
@@ -117,7 +115,7 @@ class Structure:
         units = make_units(layout, workers)
         sizes = [end - start for start, end in units]
         boundaries = [units[0][0]] + [end for _, end in units]
-        unions, k_maxes = [], []
+        unions, k_maxes, plan = [], [], 0
         for row in self.window:
             energies = masses(self.edges, _cumulative(row.energy), boundaries)
             ks = unit_k([math.sqrt(e) for e in energies], sizes, self.k)
@@ -130,8 +128,8 @@ class Structure:
                 counts[(row.step + leader) % workers] += whole
             unions.append(sum(counts) + (whole if self.knobs.get("common_units") != "leader" else 0))
             k_maxes.append(max(counts))
-        return {"k_max": statistics.median(k_maxes), "union": statistics.median(unions),
-                "plan": float(workers + 1 + len(units))}
+            plan = encode_plan(assignment, common).numel()  # W + 1 + every unit, whatever the data
+        return {"k_max": statistics.median(k_maxes), "union": statistics.median(unions), "plan": float(plan)}
 
 
 def structure_of(method: str, numel: int, k: int, rows: list[Histograms], settle: int, until: int, knobs: dict,
