@@ -18,7 +18,8 @@ failed (blame.py):
 
 When run.py dies without a word (SIGKILL), the kernel sends this process SIGTERM
 (PR_SET_PDEATHSIG, lifetime.py), and this process, having outlived its parent, marks the run
-failed itself ($SPARSEBENCH_STATUS_FILE), naming run.py's pid.
+failed itself ($SPARSEBENCH_STATUS_FILE), naming run.py's pid. The kernel sends that signal
+again as each of run.py's threads dies: once torchrun has stopped, later ones are ignored.
 
 One change to torchrun's behaviour: closing a rank also continues it (SIGCONT). A stopped rank
 keeps torchrun's SIGTERM pending until it is continued, and torchrun waits 30 s before it sends
@@ -124,6 +125,12 @@ def main(argv: list[str]) -> int:
         print(f"{line_start()}torchrun failed: {report['error']}", file=sys.stderr, flush=True)
         code = 1
     finally:
+        # The job is over; what is left is bookkeeping. run.py dying thread by thread hands this
+        # process from one of its threads to the next, with a death signal (SIGTERM) each time,
+        # and torchrun's handler, still installed, would turn the next one into an exception
+        # here, losing the report and the run's failed status.
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
         report["ended"] = time.time()
         path = os.environ.get(REPORT_VARIABLE)
         if path:
