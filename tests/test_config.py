@@ -11,7 +11,7 @@ from experiments.errors import ConfigError
 from experiments.core.flat_grad import bind_flat_grad
 from experiments.launcher.validate import validate
 from sparsifiers.base import Sparsifier
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
 
 SMALL = ["dataset=synthetic", "dataset.num_train=64", "dataset.num_test=16", "model=mlp", "model.hidden=16", "batch_size=8"]
 
@@ -207,3 +207,41 @@ def test_a_sweeping_experiment_without_m_says_it_runs_one_job(capsys, tmp_path):
     preflight(["experiment=quickstart", "dataset=digits", "sparsifier=micro", f"output_root={tmp_path}"])
     preflight(["-m", "experiment=quickstart", "dataset=digits", "workers=2", "max_steps=1", f"output_root={tmp_path}"])
     assert capsys.readouterr().err == ""  # the swept key set by hand, or -m: nothing to say
+
+
+def test_preflight_leaves_the_ranks_heavy_imports_to_the_ranks():
+    """run.py validates the default job (digits data, SGD built over a dummy parameter, what only
+    torch's SGD refuses still refused) without importing scikit-learn or torch._dynamo: 1.4 s each, which every run
+    paid before its ranks paid them again."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from experiments.launcher.compose import preflight\n"
+        "from experiments.errors import ConfigError\n"
+        "assert preflight(['dataset=digits', 'logger=local']) == 1\n"
+        "try:\n"
+        "    preflight(['dataset=digits', 'logger=local', '+optimizer.nesterov=true', 'optimizer.momentum=0'])\n"
+        "except ConfigError as error:\n"
+        "    print('refused:', error)\n"
+        "print('loaded:', sorted(m for m in ('sklearn', 'torch._dynamo') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "refused: optimizer=sgd: Nesterov momentum requires a momentum" in result.stdout, result.stdout
+    assert "loaded: []" in result.stdout, result.stdout
+
+
+def test_the_digits_are_scikit_learns_own():
+    """datasets/digits.py reads scikit-learn's bundled file itself (without importing scikit-learn):
+    the same images and labels, bit for bit, as load_digits."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    from datasets.digits import bundled_digits
+
+    images, labels = bundled_digits()
+    reference = load_digits()
+    assert images.dtype == reference.images.dtype and labels.dtype == reference.target.dtype
+    assert np.array_equal(images, reference.images) and np.array_equal(labels, reference.target)
