@@ -16,6 +16,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from tests.compose_cache import CACHE_VARIABLE as COMPOSE_CACHE  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 # Small tasks that need no download, for runs the tests launch.
 TINY_RUN = ["dataset=digits", "logger=local", "logger.log_every=1", "logger.progress=false", "warmup_steps=0"]
@@ -41,6 +43,7 @@ def _quiet_environment(tmp_path_factory):
     os.environ["WANDB_CACHE_DIR"] = str(cache / "wandb")
     os.environ["WANDB_CONFIG_DIR"] = str(cache / "wandb")
     os.environ["SPARSEBENCH_CACHE_DIR"] = str(cache / "sparsebench")  # decoded datasets (datasets/cache.py)
+    os.environ[COMPOSE_CACHE] = str(cache / "composed")  # the test worlds' configs (tests/compose_cache.py)
     torch.set_num_threads(1)
     yield
 

@@ -20,13 +20,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from experiments.launcher.compose import compose_job  # noqa: E402
 from experiments.core.metrics import exchange_metrics  # noqa: E402
 from experiments.core.step import train_step  # noqa: E402
 from experiments.rank.train import build_session  # noqa: E402
 from experiments.rank.worker import exit_now  # noqa: E402
 from experiments.core.world import close_world, init_world  # noqa: E402
 from sparsifiers.kernels import current_backend  # noqa: E402
+from tests.compose_cache import compose_cached  # noqa: E402
 from tests.step_recorder import record_steps  # noqa: E402
 
 TINY = ["dataset=synthetic", "dataset.num_train=512", "dataset.num_test=64", "model=mlp", "model.hidden=32", "batch_size=8"]
@@ -46,7 +46,7 @@ def spec_overrides(spec: str) -> list[str]:
 def run_method(spec: str, workers: int, steps: int, extra: list[str], world, record_tensors: bool = False) -> dict:
     """`spec` is a sparsifier option, optionally with knobs: `topk:exchange=sparse_allgather`;
     `reduction=ring` among them sets the world's reduction mode for this method only."""
-    cfg = compose_job([f"workers={workers}", *TINY, *extra, *spec_overrides(spec)])  # the spec's knobs win
+    cfg = compose_cached([f"workers={workers}", *TINY, *extra, *spec_overrides(spec)])  # the spec's knobs win
     default_reduction, world.comm.reduction = world.comm.reduction, cfg.reduction
     try:
         return _run(cfg, steps, world, record_tensors)

@@ -28,12 +28,12 @@ from omegaconf import open_dict
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import experiments.rank.train  # noqa: E402
-from experiments.launcher.compose import compose_job  # noqa: E402
 from experiments.launcher.launch import prepare_run_dir  # noqa: E402
 from experiments.run_dir import ENV
 from experiments.store import RunStore  # noqa: E402
 from experiments.rank.worker import exit_now, train_run  # noqa: E402
 from experiments.core.world import close_world, init_world  # noqa: E402
+from tests.compose_cache import compose_cached  # noqa: E402
 from tests.harness import spec_overrides  # noqa: E402
 
 TINY = ["dataset=digits", "model=mlp", "model.hidden=32", "batch_size=32", "logger=local", "logger.log_every=1",
@@ -77,8 +77,8 @@ def run_method(case: str, workers: int, processes: int, stops: list[int], out: P
     """`case`: a sparsifier spec (`micro`, or with knobs: `micro:threshold_start=calibrated`),
     optionally `+<task>`."""
     spec, *task = case.split("+")
-    cfg = compose_job([*spec_overrides(spec), f"workers={workers}", f"processes={processes}", *TINY,
-                       *(TASKS[task[0]] if task else [])])
+    cfg = compose_cached([*spec_overrides(spec), f"workers={workers}", f"processes={processes}", *TINY,
+                          *(TASKS[task[0]] if task else [])])
     out = out / case
     with open_dict(cfg):
         del cfg["hydra"]

@@ -34,8 +34,10 @@ def run_harness(out, workers: int, processes: int) -> None:
 
 @pytest.fixture(scope="module")
 def worlds(tmp_path_factory):
-    """(workers, processes) -> out dir; each world runs every method once."""
-    layouts = {(2, 2): None, (2, 1): None, (4, 4): None, (4, 1): None, (4, 2): None}
+    """(workers, processes) -> out dir; each world runs every method once. The one-process world
+    of each W goes first: it composes every method's config once into the session's cache
+    (tests/compose_cache.py), which the worlds of several processes then read."""
+    layouts = {(2, 1): None, (2, 2): None, (4, 1): None, (4, 4): None, (4, 2): None}
     for workers, processes in layouts:
         out = tmp_path_factory.mktemp(f"w{workers}p{processes}")
         run_harness(out, workers, processes)
