@@ -27,11 +27,13 @@ run: $(STAMP) data
 # module's tests on one worker, so a world its module-scoped fixture builds is built once.
 # ARGS="-n 0" runs one test at a time; test-fast and mutants run one at a time.
 XDIST := -n 2 --dist loadscope
+# The suite's budget is 20 minutes here: its 25 slowest steps, printed at the end, say where it goes.
+DURATIONS := --durations=25
 
 # `data` too: the reproduce and selection-study tests compose make reproduce's own jobs, whose
 # pre-flight checks that Fashion-MNIST is there (a machine without it failed 17 of them).
 test: $(STAMP) data
-	WANDB_MODE=disabled $(PY) -m pytest $(XDIST) $(ARGS)
+	WANDB_MODE=disabled $(PY) -m pytest $(XDIST) $(DURATIONS) $(ARGS)
 
 # The papers' claims judged at laptop scale: the laptop studies, then claims.md with a verdict per
 # claim (docs/reproduce.md). About 25 minutes on 2 cores; ARGS="--out DIR" chooses where.
