@@ -16,8 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
+from hydra.core.utils import _save_config
+from omegaconf import open_dict, read_write
 
-from experiments.launcher.compose import preflight
+from experiments.launcher.compose import compose_job, preflight
 from experiments.launcher.environment_checks import check_wandb_reachable
 from experiments.errors import ConfigError
 from experiments.store import RunStore
@@ -281,3 +283,26 @@ def test_a_sweep_into_an_existing_sweep_is_refused_naming_the_job_dir(tmp_path):
     assert preflight(["-m", "workers=1,2", *BASE, f"hydra.sweep.dir={tmp_path / 'other'}"]) == 2
     with pytest.raises(ConfigError, match=rf"hydra\.sweep\.dir: {re.escape(str(job))} already holds a run"):
         preflight(["-m", "workers=1,2", *BASE, f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+
+
+def _hydra_writes_config(run_dir: Path, overrides: list[str]) -> None:
+    """.hydra/config.yaml as Hydra's run_job writes it: the task config, hydra key removed, unresolved."""
+    cfg = compose_job(overrides)
+    with read_write(cfg), open_dict(cfg):
+        del cfg["hydra"]
+    _save_config(cfg, "config.yaml", run_dir / ".hydra")
+
+
+@pytest.mark.parametrize("differs", [[], ["seed=7"], ["launcher.nnodes=1"]], ids=["same", "other-seed", "one-node"])
+def test_a_node_starting_in_the_same_run_dir_is_joined_not_refused(tmp_path, differs):
+    """Two nodes started together: Hydra has written the first node's .hydra/config.yaml and the
+    node has not yet marked the run running. The second node joins if it is the same multi-node
+    run (found by CI, where the second node was refused); any other config is still refused."""
+    run_dir = tmp_path / "run"
+    nodes = [*BASE, "workers=2", "launcher.nnodes=2", "launcher.rdzv_endpoint=127.0.0.1:29533", f"hydra.run.dir={run_dir}"]
+    _hydra_writes_config(run_dir, nodes)
+    if not differs:
+        assert preflight(nodes) == 1
+        return
+    with pytest.raises(ConfigError, match=r"already holds a run \(\.hydra/config\.yaml exists\)"):
+        preflight([*nodes, *differs])

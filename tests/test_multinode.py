@@ -73,7 +73,12 @@ def test_two_agents_on_localhost_as_two_nodes_end_done_in_one_run_directory(tmp_
         for _ in range(2):
             nodes.append(subprocess.Popen([sys.executable, "run.py", *args], cwd=REPO, env=env, text=True,
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-            time.sleep(1.0)  # the second node joins a run directory the first has begun
+            # The second node starts once Hydra has begun the first's run directory: it must join
+            # it, whether or not the first node has marked the run running by then (CI caught
+            # the second node refusing it; test_bad_input.py pins that moment down).
+            begun = time.monotonic() + 60
+            while not (run_dir / ".hydra" / "config.yaml").exists() and time.monotonic() < begun:
+                time.sleep(0.05)
         trees = process_tree(nodes[0].pid) | process_tree(nodes[1].pid)
         outputs = wait_for_nodes(nodes, DEADLINE_S)
         for node, (stdout, stderr) in zip(nodes, outputs):

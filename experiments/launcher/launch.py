@@ -45,6 +45,21 @@ def joins_a_running_node(cfg: DictConfig, existing: dict[str, Any]) -> bool:
             and existing.get("rdzv_id") == rendezvous_id(cfg))
 
 
+def joins_a_starting_node(cfg: DictConfig, run_dir: Path) -> bool:
+    """Nodes started together race: Hydra writes the first node's .hydra/config.yaml a moment
+    before that node marks the run running. Such a directory is no reason to refuse either, when
+    it is several nodes' run and its config is this one's (as Hydra writes it: unresolved, no
+    hydra key)."""
+    written = run_dir / ".hydra" / "config.yaml"
+    if cfg.launcher.nnodes == 1 or RunStore(run_dir).status() is not None or not written.is_file():
+        return False
+    task = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])
+    try:
+        return OmegaConf.to_container(OmegaConf.load(written)) == OmegaConf.to_container(task)
+    except Exception:  # noqa: BLE001 - a file being written, or not a config: not a sibling's
+        return False
+
+
 def prepare_run_dir(cfg: DictConfig, run_dir: Path, job: dict[str, Any]) -> tuple[RunStore, dict[str, Any]]:
     """Writes config.yaml and env.json (env.<node>.json on several nodes), and marks the run
     (and the node) as running."""
