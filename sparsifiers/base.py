@@ -44,6 +44,8 @@ class ExchangeKind(str, Enum):
     LEADER_BROADCAST = "leader_broadcast"  # the leader's indices, allreduce values there
     SHARED_ALLREDUCE = "shared_allreduce"  # identical indices on every rank by construction
     # (a shared seed, Random-k): no index traffic, allreduce the values
+    TREE_MERGE = "tree_merge"  # gTop-k: (index, value) lists merged up a binomial tree to rank 0,
+    # k kept at every merge, the result broadcast; W a power of 2
     LOW_RANK = "low_rank"  # PowerSGD: no selection; allreduce the small tensors whole, then the
     # low-rank factors P and Q of the others, through the method's low_rank_* hooks
 

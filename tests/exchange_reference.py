@@ -5,7 +5,7 @@ semantics (docs/algorithms.md "Exchange kinds", docs/metrics.md) and not from th
 - `expected_collectives`: the collectives the step must issue, padding and size headers included
   (DEFT's units, plan and common units by `deft_units`, `plan_length`, `deft_common_coordinates`);
 - `ring_bytes`: each rank's bytes sent and received for a list of collectives (ring all-gather and
-  all-reduce, binomial-tree broadcast);
+  all-reduce, binomial-tree broadcast, gTop-k's tree rounds);
 - `expected_exchange_metrics`: traffic, density, build-up and selection shape of the step;
 - `modelled_ms`: the alpha-beta model's time for a list of collectives.
 
@@ -31,7 +31,7 @@ VALUE_BYTES = 4  # float32 accumulators
 # docs/algorithms.md: which exchange each method uses, and which split the choosing among ranks.
 EXCHANGE_OF = {"dense": "dense", "dense_bf16": "dense", "dense_fp16": "dense", "dense_overlap": "dense",
                "dgc": "sparse_allgather", "sidco": "sparse_allgather", "cltk": "leader_broadcast", "randomk": "shared_allreduce", "powersgd": "low_rank",
-               "accordion": "sparse_allgather"}
+               "accordion": "sparse_allgather", "gtopk": "tree_merge"}
 # The dense presets' wire types (docs/algorithms.md, "dense_bf16"): the aggregate is rounded to it,
 # the all-reduce metered at its size.
 WIRE_DTYPE_OF = {"dense_bf16": torch.bfloat16, "dense_fp16": torch.float16}
@@ -107,6 +107,14 @@ def expected_exchange(step: RecordedStep, kind: str, wire_dtype: torch.dtype | N
         own = [_mask(numel, s) for s in step.selections]
         union = torch.stack(own).any(0)
         return ExpectedExchange(aggregate, union, own, [s.numel() for s in step.selections], int(union.sum()), int(union.sum()))
+    if kind == "tree_merge":
+        final = gtopk_tree(step.selections, step.accs)
+        exchanged = _mask(numel, torch.tensor(sorted(final), dtype=torch.int64))
+        aggregate = torch.zeros(numel, dtype=torch.float64)
+        for index, value in final.items():
+            aggregate[index] = float(value) / world_size
+        own = [_mask(numel, s) & exchanged for s in step.selections]
+        return ExpectedExchange(aggregate, exchanged, own, [s.numel() for s in step.selections], len(final), len(final))
     if kind == "leader_broadcast":  # every rank holds the leader's broadcast indices
         indices, counts = step.plan, [0] * world_size
         counts[step.leader] = indices.numel()
@@ -121,6 +129,24 @@ def expected_exchange(step: RecordedStep, kind: str, wire_dtype: torch.dtype | N
     exchanged = selected | (_mask(numel, step.shared) if step.shared is not None else selected)
     aggregate = torch.where(exchanged, mean, torch.zeros_like(mean))
     return ExpectedExchange(aggregate, exchanged, [exchanged] * world_size, counts, int(exchanged.sum()), int(selected.sum()))
+
+
+def gtopk_tree(selections: list[torch.Tensor], accs: list[torch.Tensor]) -> dict[int, np.float32]:
+    """docs/algorithms.md, gtopk: rank r's k pairs (index: acc_r[index], in float32 as sent);
+    rounds s = 1, 2, ...: rank r (a multiple of 2s) takes rank r + s's pairs, sums the values at
+    a common index (in float32) and keeps the k largest |sum|, the lower index first on a tie.
+    Rank 0's pairs at the end."""
+    k = selections[0].numel()
+    lists = [{int(i): np.float32(acc[i]) for i in selection} for selection, acc in zip(selections, accs)]
+    stride = 1
+    while stride < len(lists):
+        for rank in range(0, len(lists), 2 * stride):
+            merged = dict(lists[rank])
+            for index, value in lists[rank + stride].items():
+                merged[index] = merged[index] + value if index in merged else value
+            lists[rank] = dict(sorted(merged.items(), key=lambda pair: (-abs(pair[1]), pair[0]))[:k])
+        stride *= 2
+    return lists[0]
 
 
 def deft_units(sizes: list[int], world_size: int) -> list[tuple[int, int]]:
@@ -189,6 +215,13 @@ def expected_collectives(step: RecordedStep, kind: str, expected: ExpectedExchan
         if width:  # every unit common: nobody has indices to send
             issued.append(Collective("all_gather", width, INDEX_BYTES))
         issued.append(summed(expected.union))
+    elif kind == "tree_merge":  # a round's indices, then its values; rank 0's list broadcast, header first
+        stride = 1
+        while stride < step.world_size:
+            issued += [Collective("tree_round", width, INDEX_BYTES, stride), Collective("tree_round", width, VALUE_BYTES, stride)]
+            stride *= 2
+        for element_bytes in (INDEX_BYTES, VALUE_BYTES):
+            issued += [Collective("broadcast", 1, HEADER_BYTES, 0), Collective("broadcast", expected.union, element_bytes, 0)]
     else:  # leader_broadcast, shared_allreduce: the ranks already hold the index set
         issued.append(summed(expected.union))
     return issued
@@ -208,6 +241,8 @@ def modelled_ms(collectives: list[Collective], world_size: int, latency_us: floa
             total += (world_size - 1) * message(size)
         elif c.op == "all_reduce":
             total += 2 * (world_size - 1) * message(size / world_size)
+        elif c.op == "tree_round":  # its messages travel at once
+            total += message(size)
         else:
             total += math.ceil(math.log2(world_size)) * message(size)
     return total * 1e3
@@ -229,6 +264,10 @@ def ring_bytes(collectives: list[Collective], world_size: int) -> tuple[np.ndarr
         elif c.op == "all_reduce":
             sent += 2 * (world_size - 1) / world_size * size
             recv += 2 * (world_size - 1) / world_size * size
+        elif c.op == "tree_round":  # every rank r with r mod 2s = s sends to r - s
+            for rank in range(c.root, world_size, 2 * c.root):
+                sent[rank] += size
+                recv[rank - c.root] += size
         else:
             for rank in range(world_size):
                 relative = (rank - c.root) % world_size

@@ -30,8 +30,9 @@ UNION_LEDGER = (Collective("all_gather", 1, 4), Collective("all_gather", 718, 4)
 # -- the ledger ---------------------------------------------------------------------------------
 def test_a_ledger_line_round_trips_every_kind_of_collective():
     ledger = [Collective("broadcast", 1, 8, 3), Collective("all_gather", 224, 4), Collective("all_reduce", 760, 2),
-              Collective("all_to_all", 5, 4), Collective("point_to_point", 9, 4, 1, 2)]
-    assert encode(ledger) == "broadcast:1:8@3 all_gather:224:4 all_reduce:760:2 all_to_all:5:4 point_to_point:9:4@1>2"
+              Collective("all_to_all", 5, 4), Collective("point_to_point", 9, 4, 1, 2), Collective("tree_round", 7, 4, 2)]
+    assert encode(ledger) == ("broadcast:1:8@3 all_gather:224:4 all_reduce:760:2 all_to_all:5:4 point_to_point:9:4@1>2 "
+                              "tree_round:7:4@2")
     assert decode(encode(ledger)) == ledger
     with pytest.raises(ValueError, match="not a ledger token"):
         decode("all_gather:12")
@@ -40,6 +41,14 @@ def test_a_ledger_line_round_trips_every_kind_of_collective():
 def test_the_union_exchange_takes_k_max_and_u_at_the_new_w_and_keeps_the_rest():
     scaled = at_workers(UNION_LEDGER, "union_allreduce", {"k_max": 718, "union": 2301}, {"k_max": 90.4, "union": 9990.6})
     assert scaled == [Collective("all_gather", 1, 4), Collective("all_gather", 90, 4), Collective("all_reduce", 9991, 4)]
+
+
+def test_a_tree_merge_ledger_is_replayed_at_its_own_w_and_not_set_to_another():
+    """gTop-k's rounds depend on W (log2 W of them): its ledger prices its own W only."""
+    ledger = [Collective("tree_round", 10, 4, 1), Collective("tree_round", 10, 4, 2)]
+    assert sent_bytes_max(ledger, 4) == 40.0  # rank 1 or 3 (round 1), or 2 (round 2): one message each
+    with pytest.raises(ValueError, match="tree_merge .* log2 W rounds"):
+        at_workers(tuple(ledger), "tree_merge", {"k_max": 10, "union": 10}, {"k_max": 10, "union": 10})
 
 
 def test_the_sparse_allgather_takes_k_max_for_indices_and_values():

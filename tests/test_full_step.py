@@ -41,6 +41,8 @@ WORLDS = (2, 3, 4)  # an odd world too: ring and binomial-tree formulas at a W t
 SPECS = [*EVERY_METHOD, "topk:error_feedback=false", "dense:reduction=rank_order", "deft:norms=global:reduction=rank_order",
          "micro:threshold_start=calibrated:reduction=rank_order"]
 NETWORK = "network=10gbe"  # so that the modelled times are logged too
+# gTop-k's tree needs W a power of 2 (W = 3 is refused: tests/test_gtopk.py).
+CASES = [(spec, workers) for spec in SPECS for workers in WORLDS if not (spec.startswith("gtopk") and workers == 3)]
 
 
 def hosted_world(cfg):
@@ -71,7 +73,7 @@ def run(spec: str, out: Path, workers: int = WORKERS, overrides: tuple[str, ...]
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[tuple[str, int], tuple[list[dict], list[RecordedStep], object]]:
     """(spec, W) -> the train rows, the recorded steps and the config of its run."""
-    return {(spec, workers): run(spec, tmp_path_factory.mktemp(f"w{workers}"), workers) for spec in SPECS for workers in WORLDS}
+    return {(spec, workers): run(spec, tmp_path_factory.mktemp(f"w{workers}"), workers) for spec, workers in CASES}
 
 
 def check_semantics(steps: list[RecordedStep], spec: str) -> None:
@@ -103,7 +105,10 @@ def check_semantics(steps: list[RecordedStep], spec: str) -> None:
         for rank, (acc, residual, zeroed) in enumerate(zip(step.accs, step.residuals, expected.zeroed, strict=True)):
             kept = torch.where(zeroed, torch.zeros_like(acc), acc) if step.error_feedback else torch.zeros_like(acc)
             assert torch.equal(residual, kept), (spec, step.step, rank)  # acc = transmitted + residual, exactly
-            assert torch.count_nonzero(acc[zeroed]) > 0  # something was really sent
+            # something was really sent (gTop-k: by the ranks whose pairs reached the final k)
+            assert torch.count_nonzero(acc[zeroed]) > 0 or kind == "tree_merge"
+        if kind == "tree_merge":
+            assert any(torch.count_nonzero(acc[zeroed]) for acc, zeroed in zip(step.accs, expected.zeroed))
 
 
 def check_low_rank(step: RecordedStep, spec: str) -> None:
@@ -157,8 +162,7 @@ def check_traffic(steps: list[RecordedStep], spec: str, density: float) -> None:
         assert step.recv.tolist() == pytest.approx(recv.tolist(), rel=1e-12)
 
 
-@pytest.mark.parametrize("workers", WORLDS)
-@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("spec, workers", CASES)
 def test_aggregate_and_residuals_follow_the_exchange_semantics(runs, spec, workers):
     rows, steps, _ = runs[spec, workers]
     check_semantics(steps, spec)
@@ -166,8 +170,7 @@ def test_aggregate_and_residuals_follow_the_exchange_semantics(runs, spec, worke
         assert any(s.shared_count for s in steps) == (spec == "deft:density=0.3")
 
 
-@pytest.mark.parametrize("workers", WORLDS)
-@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("spec, workers", CASES)
 def test_traffic_is_the_collectives_by_hand(runs, spec, workers):
     _, steps, cfg = runs[spec, workers]
     check_traffic(steps, spec, cfg.sparsifier.density)
@@ -206,8 +209,7 @@ def check_logged_metrics(rows: list[dict], steps: list[RecordedStep], cfg, spec:
         assert row[keys.LOSS] == pytest.approx(sum(step.losses) / workers, rel=1e-12)
 
 
-@pytest.mark.parametrize("workers", WORLDS)
-@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("spec, workers", CASES)
 def test_every_logged_metric_is_recomputed_from_the_step(runs, spec, workers):
     check_logged_metrics(*runs[spec, workers], spec)
 

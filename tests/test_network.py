@@ -205,3 +205,16 @@ def test_the_papers_cluster_presets():
         assert (net.gpus_per_node, net.intra_bandwidth_gbit, net.bandwidth_gbit) == (4, 1200, inter)
     with pytest.raises(ConfigError, match="no such preset"):
         NetworkModel.preset("carrier_pigeon")
+
+
+def test_a_tree_round_takes_its_slowest_message_and_meters_each_pair():
+    """gTop-k's round of stride s: rank r (r mod 2s = s) sends to r - s, all at once. On the
+    cluster (4 GPUs a node), W = 16: strides 1 and 2 pair ranks of one node (5e-6 + 1e6 / 150e9);
+    stride 4 sends 4 -> 0, 12 -> 8 across nodes (825e-6), stride 8 sends 8 -> 0 across."""
+    intra, inter = 5e-6 + 1e6 / 150e9, 825e-6
+    assert [cluster().tree_round_s(16, 1e6, s) for s in (1, 2, 4, 8)] == pytest.approx([intra, intra, inter, inter], rel=1e-12)
+    assert cluster().tree_round_s(1, 1e6, 1) == 0.0  # no pair
+    meter = TrafficMeter(8, NET)
+    meter.tree_round(10, 4, 2)  # 2 -> 0, 6 -> 4
+    assert list(meter.sent) == [0, 0, 40, 0, 0, 0, 40, 0] and list(meter.recv) == [40, 0, 0, 0, 40, 0, 0, 0]
+    assert meter.model_s == pytest.approx(20e-6 + 40 / 1.25e9, rel=1e-12)  # one message's time, not two

@@ -106,11 +106,11 @@ def test_ncf_splits_its_global_batch_over_the_workers():
 
 # What each smoke run below sweeps besides workers=2: part of the experiment's sweep where its
 # jobs repeat another experiment's (the same method on the same ResNet-18 at W = 2), the whole
-# sweep elsewhere. compression_error runs the 5 of its 10 methods that no other smoke run trains on
+# sweep elsewhere. compression_error runs the 6 of its 11 methods that no other smoke run trains on
 # the ResNet-18; convergence and step_breakdown add dense: every method of every sweep still runs
 # (the test below checks it).
 SMOKE_SUBSET = {
-    "paper/compression_error": {"sparsifier": "cltk,threshold,gaussiank,sidco,accordion"},
+    "paper/compression_error": {"sparsifier": "cltk,threshold,gaussiank,sidco,accordion,gtopk"},
     "paper/selection_time": {"sparsifier": "topk,deft"},
     "paper/buildup_density": {"sparsifier": "topk,micro"},
     "paper/convergence": {"sparsifier": "dense,deft"},

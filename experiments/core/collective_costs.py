@@ -120,3 +120,18 @@ def all_to_all_s(c: Placement, bytes_per_pair: float) -> float:
 def point_to_point_s(c: Placement, nbytes: float, source: int, destination: int) -> float:
     """One message, over the link between the two ranks: msg_i(n) on one node, msg_e(n) across."""
     return 0.0 if source == destination else c.link_between(source, destination).message_s(nbytes)
+
+
+def tree_round_pairs(stride: int, world_size: int) -> list[tuple[int, int]]:
+    """(source, destination) of every message in a binomial-tree reduce round of `stride`:
+    each rank r with r mod 2 stride = stride sends to r - stride (the rank that keeps merging)."""
+    return [(source, source - stride) for source in range(stride, world_size, 2 * stride)]
+
+
+def tree_round_s(c: Placement, nbytes: float, stride: int) -> float:
+    """One round of a binomial-tree reduce: its messages travel at once, so the round takes its
+    slowest. No two share a NIC: a message leaves its node only from the node's first `stride`
+    ranks (its destination is `stride` below), and senders are 2 stride apart, so at most one
+    message leaves (and one enters) any node."""
+    pairs = tree_round_pairs(stride, c.world_size)
+    return max((point_to_point_s(c, nbytes, source, destination) for source, destination in pairs), default=0.0)

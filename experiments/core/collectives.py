@@ -29,6 +29,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from experiments.core.collective_costs import tree_round_pairs
 from experiments.core.network import NetworkModel
 from experiments.core.traffic import TrafficMeter
 
@@ -36,7 +37,7 @@ REDUCTIONS = ("ring", "rank_order")
 
 
 class RankCollectives:
-    """Rank-level all-gather, all-reduce and broadcast for the ranks this process hosts."""
+    """Rank-level all-gather, all-reduce, broadcast and tree rounds for the ranks this process hosts."""
 
     def __init__(
         self,
@@ -108,6 +109,28 @@ class RankCollectives:
         if self.processes > 1:
             dist.broadcast(payload, src=self.process_of(root))
         return payload
+
+    def tree_round(self, outgoing: dict[int, torch.Tensor], stride: int, length: int, dtype: torch.dtype,
+                   device: torch.device) -> dict[int, torch.Tensor]:
+        """One round of a binomial-tree reduce toward rank 0 (gTop-k's merge): every rank r with
+        r mod 2 stride = stride sends its `length`-element message to r - stride. `outgoing`:
+        the hosted senders' messages, by rank; returns the hosted receivers' messages, by rank.
+        Pairs on one process hand the tensor over; the others go point to point, all at once.
+        With W a power of 2 (so L too) a process holds at most one pair that crosses processes."""
+        self.meter.tree_round(length, torch.empty(0, dtype=dtype).element_size(), stride)
+        received: dict[int, torch.Tensor] = {}
+        requests = []
+        for source, destination in tree_round_pairs(stride, self.world_size):
+            if source in self.local_ranks and destination in self.local_ranks:
+                received[destination] = outgoing[source]
+            elif source in self.local_ranks:
+                requests.append(dist.isend(outgoing[source].contiguous(), dst=self.process_of(destination)))
+            elif destination in self.local_ranks:
+                received[destination] = torch.empty(length, dtype=dtype, device=device)
+                requests.append(dist.irecv(received[destination], src=self.process_of(source)))
+        for request in requests:
+            request.wait()
+        return received
 
     # -- unmetered: bookkeeping that is not part of the algorithm ----------------------------
     def gather_stats(self, local_rows: torch.Tensor) -> torch.Tensor:

@@ -5,7 +5,8 @@ the other ranks only through `RankCollectives`, writes the aggregate (identical 
 into `out`, and says which coordinates each hosted rank must zero in its residual (or, for the
 low-rank exchange, that the residual is acc - aggregate). Three of them (union, leader, shared)
 differ only in how the ranks come to hold one index set; from there they are one operation,
-`allreduce_at`. The dense exchange may round every contribution to a 16-bit wire type (the
+`allreduce_at`. The tree merge (gTop-k) goes its own way: point-to-point rounds up a tree,
+then a broadcast. The dense exchange may round every contribution to a 16-bit wire type (the
 method's `wire_dtype`), and the low-rank one computes its messages through the method's
 `low_rank_*` hooks: those two need the hosted ranks' sparsifiers (`methods`).
 
@@ -75,6 +76,8 @@ def exchange(
         return leader_allreduce(selections, accs, out, comm, leader, clock)
     if kind is ExchangeKind.SHARED_ALLREDUCE:
         return shared_allreduce(selections, accs, out, comm, clock)
+    if kind is ExchangeKind.TREE_MERGE:
+        return tree_merge(selections, accs, out, comm, clock)
     raise ValueError(f"unknown exchange kind {kind}")
 
 
@@ -227,6 +230,59 @@ def shared_allreduce(
     selection = selections[0].long()
     counts = torch.full((comm.world_size,), selection.numel(), dtype=torch.int64)
     return allreduce_at(selection, accs, out, comm, counts, clock)
+
+
+def tree_merge(
+    selections: list[torch.Tensor],
+    accs: list[torch.Tensor],
+    out: torch.Tensor,
+    comm: RankCollectives,
+    clock: PhaseClock = NO_CLOCK,
+) -> ExchangeResult:
+    """gTop-k's tree (docs/algorithms.md, "gtopk"): every rank starts from its k (index, value)
+    pairs; in round s = 1, 2, 4, ..., W/2 rank r + s sends its list to rank r (r a multiple of
+    2s), which merges the two (values at a common index summed) and keeps the k largest |sum|
+    (ties: the lower index). Rank 0's list is broadcast: agg = those sums / W. A rank zeroes
+    its residual where its own selection meets the final list; what a merge dropped stays.
+
+    Every list has exactly k entries (two lists of k distinct indices hold at least k), so the
+    messages need no size header. The sums are the tree's, whatever the hosting: bit for bit
+    the same hosted or distributed."""
+    world_size, k, device = comm.world_size, selections[0].numel(), out.device
+    lists = {rank: (selection.to(INDEX_DTYPE), acc[selection]) for rank, selection, acc
+             in zip(comm.local_ranks, selections, accs)}
+    stride = 1
+    while stride < world_size:
+        senders = {rank: pair for rank, pair in lists.items() if rank % (2 * stride) == stride}
+        indices = comm.tree_round({rank: pair[0] for rank, pair in senders.items()}, stride, k, INDEX_DTYPE, device)
+        values = comm.tree_round({rank: pair[1] for rank, pair in senders.items()}, stride, k, out.dtype, device)
+        for rank in senders:
+            del lists[rank]  # out of the tree from here on
+        for rank in indices:
+            lists[rank] = merge_top_k(*lists[rank], indices[rank], values[rank], k)
+        stride *= 2
+    clock.mark("value_exchange")
+    final_indices, final_values = lists.get(0, (None, None))
+    final_indices = comm.broadcast(final_indices, 0, INDEX_DTYPE, device).long()
+    final_values = comm.broadcast(final_values, 0, out.dtype, device)
+    out.zero_()
+    out.index_copy_(0, final_indices, final_values.div_(world_size))
+    zeroed = [selection[torch.isin(selection, final_indices)] for selection in selections]
+    clock.mark("scatter")
+    counts = torch.full((world_size,), k, dtype=torch.int64)
+    return ExchangeResult(counts, int(final_indices.numel()), zeroed)
+
+
+def merge_top_k(indices: torch.Tensor, values: torch.Tensor, incoming_indices: torch.Tensor,
+                incoming_values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two (index, value) lists as one: values at a common index summed, then the k largest
+    |value|, ties to the lower index (the released code leaves ties to numpy's sort). Sorted by
+    index, so that a stable sort by magnitude breaks ties by index."""
+    merged, slot = torch.unique(torch.cat([indices, incoming_indices]), sorted=True, return_inverse=True)
+    sums = torch.zeros(merged.numel(), dtype=values.dtype, device=values.device)
+    sums.index_add_(0, slot, torch.cat([values, incoming_values]))  # two terms at most: any order, one sum
+    kept = torch.sort(sums.abs(), descending=True, stable=True).indices[:k]
+    return merged[kept], sums[kept]
 
 
 def allreduce_at(

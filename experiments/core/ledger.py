@@ -6,7 +6,7 @@ that list under `traffic/ledger`, one token per collective in the order issued:
     all_gather:1:4 all_gather:718:4 all_reduce:2301:4 broadcast:719:4@3
 
 (`op:elements:element_bytes`, then `@root` for a broadcast, `@source>destination` for a
-point-to-point message). A string rather than nested lists:
+point-to-point message, `@stride` for a tree round). A string rather than nested lists:
 the analysis reads metrics.jsonl with Arrow, which wants one type per column. Pricing a step on
 another network, or at another worker count, replays these tokens (experiments/endtoend/), never
 a second accounting of what the exchange sent.

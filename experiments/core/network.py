@@ -160,6 +160,9 @@ class NetworkModel:
     def point_to_point_s(self, world_size: int, nbytes: float, source: int, destination: int) -> float:
         return costs.point_to_point_s(self.placement(world_size), nbytes, source, destination)
 
+    def tree_round_s(self, world_size: int, nbytes: float, stride: int) -> float:
+        return costs.tree_round_s(self.placement(world_size), nbytes, stride)
+
     # -- a step's ledger ------------------------------------------------------------------------
     def collective_s(self, collective: "Collective", world_size: int) -> float:
         """One ledger entry (traffic.Collective): `elements` is per rank for all_gather, per
@@ -176,6 +179,8 @@ class NetworkModel:
             return self.all_to_all_s(world_size, nbytes)
         if op == "point_to_point":
             return self.point_to_point_s(world_size, nbytes, collective.root, collective.peer)
+        if op == "tree_round":
+            return self.tree_round_s(world_size, nbytes, collective.root)
         raise ValueError(f"unknown collective {op!r}")
 
     def price(self, collectives: Iterable["Collective"], world_size: int) -> float:

@@ -8,7 +8,9 @@ headers), turned into per-rank bytes with the standard algorithms' formulas:
 - binomial-tree broadcast of m elements: every non-root rank receives m once; a rank sends m to
   each of its children (the root has ceil(log2 W) of them);
 - all-to-all of m elements per (source, destination) pair: every rank sends and receives (W-1)*m;
-- point-to-point of m elements: the source sends m, the destination receives m.
+- point-to-point of m elements: the source sends m, the destination receives m;
+- a tree round of stride s (one round of a binomial-tree reduce toward rank 0, gTop-k's merge):
+  every rank r with r mod 2s = s sends m to r - s, all pairs at once.
 
 These bytes are the flat algorithms' whatever network the run models. The modelled time is
 `NetworkModel.price` over the ledger (`collectives`): one accounting, priced, never a second one.
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from experiments.core.collective_costs import tree_round_pairs
 from experiments.core.network import NetworkModel
 
 
@@ -31,10 +34,10 @@ class Collective:
     Hosted and real-process worlds must issue the same list for the same step (the tests
     compare them), so a size is never counted from one world's shortcut."""
 
-    op: str  # "all_gather" | "all_reduce" | "broadcast" | "all_to_all" | "point_to_point"
-    elements: int  # per rank for all_gather, per pair for all_to_all; the whole tensor otherwise
+    op: str  # "all_gather" | "all_reduce" | "broadcast" | "all_to_all" | "point_to_point" | "tree_round"
+    elements: int  # per rank for all_gather, per pair for all_to_all and tree_round; the whole tensor otherwise
     element_bytes: int
-    root: int | None = None  # broadcast's root; point_to_point's source
+    root: int | None = None  # broadcast's root; point_to_point's source; tree_round's stride
     peer: int | None = None  # point_to_point's destination
 
 
@@ -100,6 +103,12 @@ class TrafficMeter:
         self.collectives.append(Collective("point_to_point", elements, element_bytes, source, destination))
         self.sent[source] += elements * element_bytes
         self.recv[destination] += elements * element_bytes
+
+    def tree_round(self, elements: int, element_bytes: int, stride: int) -> None:
+        self.collectives.append(Collective("tree_round", elements, element_bytes, stride))
+        for source, destination in tree_round_pairs(stride, self.world_size):
+            self.sent[source] += elements * element_bytes
+            self.recv[destination] += elements * element_bytes
 
 
 def dense_allreduce_bytes(numel: int, world_size: int, element_bytes: int = 4) -> float:

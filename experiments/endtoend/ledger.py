@@ -30,6 +30,8 @@ def at_workers(template: tuple[Collective, ...], exchange: str, template_stats: 
                stats: dict[str, float]) -> list[Collective]:
     """`template` (a logged step's ledger) with its data-dependent sizes set to `stats`
     (k_max and union, rounded); `template_stats` are the values the template was logged with."""
+    if exchange == "tree_merge":  # its rounds are log2 W: a ledger of one W is no template for another
+        raise ValueError("a tree_merge (gTop-k) ledger has log2 W rounds: it cannot be set to another worker count")
     collectives = list(template)
     if "plan" in stats:
         last = max((i for i, c in enumerate(collectives) if c.op == "broadcast"), default=None)
@@ -60,6 +62,8 @@ def sent_bytes_max(collectives: list[Collective], world_size: int) -> float:
             meter.broadcast(c.elements, c.element_bytes, c.root % world_size)
         elif c.op == "point_to_point":
             meter.point_to_point(c.elements, c.element_bytes, c.root % world_size, c.peer % world_size)
+        elif c.op == "tree_round":
+            meter.tree_round(c.elements, c.element_bytes, c.root)
         else:
             getattr(meter, c.op)(c.elements, c.element_bytes)
     return float(meter.sent.max())
