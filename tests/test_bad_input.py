@@ -22,6 +22,7 @@ from omegaconf import open_dict, read_write
 from experiments.launcher.compose import compose_job, preflight
 from experiments.launcher.environment_checks import check_wandb_reachable
 from experiments.errors import ConfigError
+from experiments.run_dir import CONFIG
 from experiments.store import RunStore
 from tests.conftest import run_cli
 
@@ -290,7 +291,7 @@ def _hydra_writes_config(run_dir: Path, overrides: list[str]) -> None:
     cfg = compose_job(overrides)
     with read_write(cfg), open_dict(cfg):
         del cfg["hydra"]
-    _save_config(cfg, "config.yaml", run_dir / ".hydra")
+    _save_config(cfg, CONFIG, run_dir / ".hydra")
 
 
 @pytest.mark.parametrize("differs", [[], ["seed=7"], ["launcher.nnodes=1"]], ids=["same", "other-seed", "one-node"])

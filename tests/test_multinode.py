@@ -77,7 +77,7 @@ def test_two_agents_on_localhost_as_two_nodes_end_done_in_one_run_directory(tmp_
             # it, whether or not the first node has marked the run running by then (CI caught
             # the second node refusing it; test_bad_input.py pins that moment down).
             begun = time.monotonic() + 60
-            while not (run_dir / ".hydra" / "config.yaml").exists() and time.monotonic() < begun:
+            while not (run_dir / ".hydra" / run_files.CONFIG).exists() and time.monotonic() < begun:
                 time.sleep(0.05)
         trees = process_tree(nodes[0].pid) | process_tree(nodes[1].pid)
         outputs = wait_for_nodes(nodes, DEADLINE_S)

@@ -50,7 +50,7 @@ def joins_a_starting_node(cfg: DictConfig, run_dir: Path) -> bool:
     before that node marks the run running. Such a directory is no reason to refuse either, when
     it is several nodes' run and its config is this one's (as Hydra writes it: unresolved, no
     hydra key)."""
-    written = run_dir / ".hydra" / "config.yaml"
+    written = run_dir / ".hydra" / CONFIG  # Hydra's name for it is the run's own
     if cfg.launcher.nnodes == 1 or RunStore(run_dir).status() is not None or not written.is_file():
         return False
     task = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])
