@@ -23,23 +23,21 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from datasets.cache import CACHE_VARIABLE
 from experiments.launcher.compose import check_top_level_keys, preflight
-from experiments.caches import REPO_CACHE, keep_caches_out_of_home
+from experiments.caches import DATASET_CACHE_VARIABLE, REPO_CACHE, keep_caches_out_of_home
 from experiments.errors import ConfigError
 from experiments.launcher.help import PRIMARY_CONFIG, print_help, wants_help
 from experiments.launcher.launch import launch
 from experiments.rank.lifetime import Stopped
 from experiments.launcher.resume import resume, resume_argument
 from experiments.launcher.schema import register
-from experiments.launcher.validate import validate
 
 register()
 FAILED_JOBS: list[str] = []
 # Decoded datasets are kept for the next process (datasets/cache.py): validation here and every
 # rank, which inherits the variable, load them instead of decoding. Inside the repository's
 # outputs/ (hidden: the analysis never searches it), never under $HOME; empty turns it off.
-os.environ.setdefault(CACHE_VARIABLE, str(REPO_CACHE))
+os.environ.setdefault(DATASET_CACHE_VARIABLE, str(REPO_CACHE))
 keep_caches_out_of_home()  # the sweep's report draws with matplotlib in this process
 
 
@@ -60,6 +58,8 @@ def run(cfg: DictConfig) -> dict:
         "overrides": list(hydra_cfg.overrides.task),
         "choices": {key: value for key, value in hydra_cfg.runtime.choices.items() if not key.startswith("hydra")},
     }
+    from experiments.launcher.validate import validate  # loads torch: after preflight, like launch's
+
     try:
         check_top_level_keys(cfg)
         validate(cfg)

@@ -37,7 +37,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-CACHE_VARIABLE = "SPARSEBENCH_CACHE_DIR"
+from experiments.caches import DATASET_CACHE_VARIABLE
+
+CACHE_VARIABLE = DATASET_CACHE_VARIABLE
 MANIFEST = "manifest.json"  # written last: an entry without it is incomplete
 KEEP = 4  # entries kept per dataset, the most recently used: an edited loader leaves its old ones
 CHUNK = 1 << 20

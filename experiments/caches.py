@@ -16,6 +16,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # outputs/.cache/: hidden, so the analysis never searches it for runs; ignored by git.
 REPO_CACHE = REPO_ROOT / "outputs" / CACHE_DIR
 MATPLOTLIB_CACHE = REPO_CACHE / "matplotlib"
+# The decoded-dataset cache's folder (datasets/cache.py), named here so that run.py sets it
+# without importing torch (bad input is answered before torch loads).
+DATASET_CACHE_VARIABLE = "SPARSEBENCH_CACHE_DIR"
 
 
 def keep_caches_out_of_home() -> None:

@@ -2,6 +2,8 @@
 before launch with one line naming the key and the fix, exit code 2, no traceback."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -231,6 +233,27 @@ def test_preflight_leaves_the_ranks_heavy_imports_to_the_ranks():
     assert result.returncode == 0, result.stderr[-2000:]
     assert "refused: optimizer=sgd: Nesterov momentum requires a momentum" in result.stdout, result.stdout
     assert "loaded: []" in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("bad, says", [
+    (["workers=four"], "error: workers=four: Value 'four' of type 'str' could not be converted to Integer"),
+    (["-m", "workers=2,4", "sparsifier=topk,nope"], "error: sparsifier=nope: no such option"),
+    (["resume=outputs/runs/x", "workers=2"], "error: resume=DIR continues a run with its own config.yaml"),
+], ids=["type", "sweep-option", "resume"])
+def test_input_that_does_not_compose_is_answered_before_torch_loads(bad, says):
+    """A typo is answered in about a second: run.py loads torch (2-4 s here) only to validate
+    what composed, every job of a sweep first composed. The real command line, its imports
+    listed by Python itself."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-X", "importtime", "run.py", *bad], cwd=REPO, capture_output=True,
+                            text=True, timeout=120, env={**os.environ, "WANDB_MODE": "disabled"})
+    assert result.returncode == 2
+    imported = {line.rsplit("|", 1)[1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
+    assert "hydra" in imported and "torch" not in imported
+    assert [line for line in result.stderr.splitlines() if not line.startswith("import time:")] == [
+        next(line for line in result.stderr.splitlines() if line.startswith(says))]
 
 
 def test_the_digits_are_scikit_learns_own():

@@ -21,7 +21,6 @@ from experiments.errors import ConfigError
 from experiments.launcher.launch import joins_a_running_node, joins_a_starting_node
 from experiments.store import RunStore
 from experiments.launcher.schema import RunConfig, register
-from experiments.launcher.validate import validate
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"  # experiments/launcher/ is two below the repository
 MULTIRUN_FLAGS = {"-m", "--multirun"}
@@ -138,9 +137,14 @@ def preflight(args: list[str]) -> int:
     if multirun:
         overrides += _config_sweep(overrides)
     jobs = job_overrides(overrides + (["-m"] if multirun else []))
-    for num, job in enumerate(jobs):
-        cfg = compose_job(job)
+    configs = [compose_job(job) for job in jobs]
+    for cfg in configs:
         check_top_level_keys(cfg)
+    # Validation builds the model, the data and the sparsifier, so it loads torch (2-4 s): only
+    # once every job has composed, so that a typo is answered at once.
+    from experiments.launcher.validate import validate
+
+    for num, cfg in enumerate(configs):
         validate(cfg)
         if parsed.cfg is None:  # --cfg prints and exits: Hydra creates no directory then
             check_run_dir(cfg, multirun, num)

@@ -19,7 +19,6 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
-from datasets.files import endpoint
 from experiments.run_dir import STATUS
 from experiments.errors import ConfigError
 
@@ -76,6 +75,8 @@ def check_wandb_reachable(origin: str = "logger.wandb_mode=online", timeout_s: f
     """W&B online needs its host (WANDB_BASE_URL, or api.wandb.ai) reachable: a TCP connect
     that fails or takes longer than `timeout_s` fails here, in one line. `origin`: where "online"
     came from, as the message names it."""
+    from datasets.files import endpoint  # here: it loads torch, which bad input never needs
+
     url = os.environ.get("WANDB_BASE_URL") or WANDB_DEFAULT_HOST
     host, port = endpoint(url)
     try:

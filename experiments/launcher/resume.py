@@ -18,12 +18,10 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from experiments.rank.checkpoint import complete_steps
 from experiments.errors import ConfigError
 from experiments.launcher.launch import run_to_end
 from experiments.run_dir import CONFIG, ENV, ERROR_FILES, RESUME_LOCK
 from experiments.store import RunStore
-from experiments.launcher.validate import validate
 
 
 def resume_argument(args: list[str]) -> str | None:
@@ -91,6 +89,9 @@ def resume(directory: str) -> dict[str, Any]:
     if "checkpoint" not in cfg:
         raise ConfigError(f"resume={directory}: that run was started by a sparsebench without checkpoints "
                           "(no checkpoint section in its config.yaml): start it again")
+    from experiments.launcher.validate import validate  # here: they load torch, which
+    from experiments.rank.checkpoint import complete_steps  # `resume=` with bad input never needs
+
     validate(cfg)  # the data, the output directory and W&B may have changed since
     steps = complete_steps(store.dir)
     from_step = steps[-1] if steps else 0
