@@ -215,13 +215,12 @@ def expected_collectives(step: RecordedStep, kind: str, expected: ExpectedExchan
         if width:  # every unit common: nobody has indices to send
             issued.append(Collective("all_gather", width, INDEX_BYTES))
         issued.append(summed(expected.union))
-    elif kind == "tree_merge":  # a round's indices, then its values; rank 0's list broadcast, header first
+    elif kind == "tree_merge":  # one message of k (index, value) pairs a round; rank 0's pairs broadcast, no header
         stride = 1
         while stride < step.world_size:
-            issued += [Collective("tree_round", width, INDEX_BYTES, stride), Collective("tree_round", width, VALUE_BYTES, stride)]
+            issued.append(Collective("tree_round", width, INDEX_BYTES + VALUE_BYTES, stride))
             stride *= 2
-        for element_bytes in (INDEX_BYTES, VALUE_BYTES):
-            issued += [Collective("broadcast", 1, HEADER_BYTES, 0), Collective("broadcast", expected.union, element_bytes, 0)]
+        issued.append(Collective("broadcast", expected.union, INDEX_BYTES + VALUE_BYTES, 0))
     else:  # leader_broadcast, shared_allreduce: the ranks already hold the index set
         issued.append(summed(expected.union))
     return issued

@@ -39,27 +39,32 @@ def test_a_ledger_line_round_trips_every_kind_of_collective():
 
 
 def test_the_union_exchange_takes_k_max_and_u_at_the_new_w_and_keeps_the_rest():
-    scaled = at_workers(UNION_LEDGER, "union_allreduce", {"k_max": 718, "union": 2301}, {"k_max": 90.4, "union": 9990.6})
+    scaled = at_workers(UNION_LEDGER, "union_allreduce", {"k_max": 718, "union": 2301}, {"k_max": 90.4, "union": 9990.6}, 64)
     assert scaled == [Collective("all_gather", 1, 4), Collective("all_gather", 90, 4), Collective("all_reduce", 9991, 4)]
 
 
-def test_a_tree_merge_ledger_is_replayed_at_its_own_w_and_not_set_to_another():
-    """gTop-k's rounds depend on W (log2 W of them): its ledger prices its own W only."""
-    ledger = [Collective("tree_round", 10, 4, 1), Collective("tree_round", 10, 4, 2)]
-    assert sent_bytes_max(ledger, 4) == 40.0  # rank 1 or 3 (round 1), or 2 (round 2): one message each
-    with pytest.raises(ValueError, match="tree_merge .* log2 W rounds"):
-        at_workers(tuple(ledger), "tree_merge", {"k_max": 10, "union": 10}, {"k_max": 10, "union": 10})
+def test_a_tree_merge_ledger_takes_log2_w_rounds_of_the_same_k_pairs():
+    """gTop-k's sizes are k's alone, its round count log2 W: a W = 4 run's ledger at W = 16 is
+    four rounds (strides 1, 2, 4, 8) of its k pairs, then its broadcast; busiest sender: one
+    message of each round it takes part in (rank 0 forwards the broadcast to 4 children)."""
+    logged = (Collective("tree_round", 10, 8, 1), Collective("tree_round", 10, 8, 2), Collective("broadcast", 10, 8, 0))
+    at_16 = at_workers(logged, "tree_merge", {"k_max": 10, "union": 10}, {"k_max": 10, "union": 10}, 16)
+    assert at_16 == [Collective("tree_round", 10, 8, s) for s in (1, 2, 4, 8)] + [logged[-1]]
+    assert at_workers(logged, "tree_merge", {"k_max": 10, "union": 10}, {"k_max": 10, "union": 10}, 4) == list(logged)
+    assert sent_bytes_max(at_16, 16) == 4 * 80.0  # rank 0 sends the broadcast to ranks 1, 2, 4 and 8
+    with pytest.raises(ValueError, match="power of 2 workers"):
+        at_workers(logged, "tree_merge", {"k_max": 10, "union": 10}, {"k_max": 10, "union": 10}, 12)
 
 
 def test_the_sparse_allgather_takes_k_max_for_indices_and_values():
     ledger = (Collective("all_gather", 1, 4), Collective("all_gather", 700, 4), Collective("all_gather", 700, 4))
-    scaled = at_workers(ledger, "sparse_allgather", {"k_max": 700, "union": 2000}, {"k_max": 650, "union": 9000})
+    scaled = at_workers(ledger, "sparse_allgather", {"k_max": 700, "union": 2000}, {"k_max": 650, "union": 9000}, 64)
     assert [c.elements for c in scaled] == [1, 650, 650]
 
 
 def test_a_leaders_plan_takes_its_fitted_length_and_its_header_stays():
     deft = (Collective("broadcast", 1, 8, 20), Collective("broadcast", 105, 4, 20), *UNION_LEDGER)
-    scaled = at_workers(deft, "union_allreduce", {"k_max": 718, "union": 2301}, {"k_max": 40, "union": 700, "plan": 1032.4})
+    scaled = at_workers(deft, "union_allreduce", {"k_max": 718, "union": 2301}, {"k_max": 40, "union": 700, "plan": 1032.4}, 64)
     assert [c.elements for c in scaled] == [1, 1032, 1, 40, 700]
     # DEFT's allocation grew 105 -> 1032 elements from W = 32 to 256 in the check: a line in W
     stats = fit_statistics([8, 16, 32], [700.0] * 3, [100.0, 60.0, 40.0], [1.0] * 3, numel=10_000, split=True,
@@ -69,12 +74,12 @@ def test_a_leaders_plan_takes_its_fitted_length_and_its_header_stays():
 
 def test_ledgers_that_do_not_depend_on_w_are_kept_whole():
     dense = (Collective("all_reduce", 71802, 2),)
-    assert at_workers(dense, "dense", {"k_max": 71802, "union": 71802}, {"k_max": 1, "union": 1}) == list(dense)
+    assert at_workers(dense, "dense", {"k_max": 71802, "union": 71802}, {"k_max": 1, "union": 1}, 64) == list(dense)
 
 
 def test_a_ledger_that_does_not_end_as_its_exchange_is_refused():
     with pytest.raises(ValueError, match="does not end as the exchange issues it"):
-        at_workers(UNION_LEDGER, "union_allreduce", {"k_max": 700, "union": 2301}, {"k_max": 1, "union": 1})
+        at_workers(UNION_LEDGER, "union_allreduce", {"k_max": 700, "union": 2301}, {"k_max": 1, "union": 1}, 64)
 
 
 def test_bytes_sent_by_the_busiest_rank_follow_the_meters_formulas():

@@ -42,14 +42,14 @@ def test_four_ranks_by_hand_sums_duplicates_keeps_k_and_breaks_ties_by_index():
     assert out.tolist() == [1.0, 0.75, 0, 0, 0, 0, 0, 0]
     assert [z.tolist() for z in result.zeroed] == [[0, 1], [1], [], []]
     assert result.counts.tolist() == [2, 2, 2, 2] and result.aggregated == 2
-    # Two rounds of k int32 indices then k float32 values; then rank 0's list, a header before each.
+    # One message of k (int32 index, float32 value) pairs per round, then rank 0's pairs broadcast
+    # alone: every rank knows k, so no size header goes anywhere.
     assert [(c.op, c.elements, c.element_bytes, c.root) for c in meter.collectives] == [
-        ("tree_round", 2, 4, 1), ("tree_round", 2, 4, 1), ("tree_round", 2, 4, 2), ("tree_round", 2, 4, 2),
-        ("broadcast", 1, 8, 0), ("broadcast", 2, 4, 0), ("broadcast", 1, 8, 0), ("broadcast", 2, 4, 0)]
+        ("tree_round", 2, 8, 1), ("tree_round", 2, 8, 2), ("broadcast", 2, 8, 0)]
     # Every sender sends its 16 bytes once; rank 0 receives 16 per round; the broadcast on top
-    # (binomial tree from 0: rank 0 forwards to 1 and 2, rank 1 to 3; each receives 2 x (8 + 8) bytes).
+    # (binomial tree from 0: rank 0 forwards to 1 and 2, rank 1 to 3; each receives 16 bytes).
     tree_sent, tree_recv = [0, 16, 16, 16], [32, 0, 16, 0]
-    broadcast_sent, broadcast_recv = [2 * 32, 32, 0, 0], [0, 32, 32, 32]
+    broadcast_sent, broadcast_recv = [32, 16, 0, 0], [0, 16, 16, 16]
     assert meter.sent.tolist() == [t + b for t, b in zip(tree_sent, broadcast_sent)]
     assert meter.recv.tolist() == [t + b for t, b in zip(tree_recv, broadcast_recv)]
 
@@ -67,7 +67,7 @@ def test_one_rank_sends_nothing_and_keeps_its_own_top_k():
     out, result, meter = merged([{3: -2.0, 5: 1.0}])
     assert out.tolist() == [0, 0, 0, -2.0, 0, 1.0, 0, 0]
     assert [z.tolist() for z in result.zeroed] == [[3, 5]]
-    assert [c.op for c in meter.collectives] == ["broadcast"] * 4 and meter.sent.tolist() == [0.0]
+    assert [c.op for c in meter.collectives] == ["broadcast"] and meter.sent.tolist() == [0.0]
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -26,6 +26,8 @@ for every hosting), while the meter and the network model count the 2-byte wire 
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.distributed as dist
 
@@ -95,29 +97,34 @@ class RankCollectives:
         rows = [row for block in per_process for row in block.unbind(0)]  # rank order 0..W-1
         return sum_in_rank_order(out if out is not None else torch.empty_like(parts[0]), rows)
 
-    def broadcast(self, tensor: torch.Tensor | None, root: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        """A 1-D tensor from rank `root` to all ranks; a one-element size header goes first so
-        receivers need not know the length. `tensor` is read only where `root` is hosted."""
+    def broadcast(self, tensor: torch.Tensor | None, root: int, dtype: torch.dtype, device: torch.device,
+                  shape: tuple[int, ...] | None = None) -> torch.Tensor:
+        """A tensor from rank `root` to all ranks; `tensor` is read only where `root` is hosted.
+        A 1-D tensor of any length goes after a one-element size header; a tensor whose `shape`
+        every rank knows goes alone, metered as shape[0] elements of the other dimensions' bytes
+        (gTop-k's k (index, value) pairs)."""
         is_root_here = root in self.local_ranks
-        header = torch.tensor([tensor.numel() if is_root_here else 0], dtype=torch.int64, device=device)
-        self.meter.broadcast(1, header.element_size(), root)
-        if self.processes > 1:
-            dist.broadcast(header, src=self.process_of(root))
-        length = int(header.item())
-        payload = tensor.to(dtype) if is_root_here else torch.empty(length, dtype=dtype, device=device)
-        self.meter.broadcast(length, payload.element_size(), root)
+        if shape is None:
+            header = torch.tensor([tensor.numel() if is_root_here else 0], dtype=torch.int64, device=device)
+            self.meter.broadcast(1, header.element_size(), root)
+            if self.processes > 1:
+                dist.broadcast(header, src=self.process_of(root))
+            shape = (int(header.item()),)
+        payload = tensor.to(dtype) if is_root_here else torch.empty(shape, dtype=dtype, device=device)
+        self.meter.broadcast(shape[0], _row_bytes(shape, dtype), root)
         if self.processes > 1:
             dist.broadcast(payload, src=self.process_of(root))
         return payload
 
-    def tree_round(self, outgoing: dict[int, torch.Tensor], stride: int, length: int, dtype: torch.dtype,
+    def tree_round(self, outgoing: dict[int, torch.Tensor], stride: int, shape: tuple[int, ...], dtype: torch.dtype,
                    device: torch.device) -> dict[int, torch.Tensor]:
         """One round of a binomial-tree reduce toward rank 0 (gTop-k's merge): every rank r with
-        r mod 2 stride = stride sends its `length`-element message to r - stride. `outgoing`:
-        the hosted senders' messages, by rank; returns the hosted receivers' messages, by rank.
-        Pairs on one process hand the tensor over; the others go point to point, all at once.
-        With W a power of 2 (so L too) a process holds at most one pair that crosses processes."""
-        self.meter.tree_round(length, torch.empty(0, dtype=dtype).element_size(), stride)
+        r mod 2 stride = stride sends its message of `shape` to r - stride, metered as shape[0]
+        elements of the other dimensions' bytes. `outgoing`: the hosted senders' messages, by
+        rank; returns the hosted receivers' messages, by rank. Pairs on one process hand the
+        tensor over; the others go point to point, all at once. With W a power of 2 (so L too)
+        a process holds at most one pair that crosses processes."""
+        self.meter.tree_round(shape[0], _row_bytes(shape, dtype), stride)
         received: dict[int, torch.Tensor] = {}
         requests = []
         for source, destination in tree_round_pairs(stride, self.world_size):
@@ -126,7 +133,7 @@ class RankCollectives:
             elif source in self.local_ranks:
                 requests.append(dist.isend(outgoing[source].contiguous(), dst=self.process_of(destination)))
             elif destination in self.local_ranks:
-                received[destination] = torch.empty(length, dtype=dtype, device=device)
+                received[destination] = torch.empty(shape, dtype=dtype, device=device)
                 requests.append(dist.irecv(received[destination], src=self.process_of(source)))
         for request in requests:
             request.wait()
@@ -143,6 +150,11 @@ class RankCollectives:
         parts = [torch.empty_like(local_rows) for _ in range(self.processes)]
         dist.all_gather(parts, local_rows.contiguous())
         return torch.cat(parts, dim=0)
+
+
+def _row_bytes(shape: tuple[int, ...], dtype: torch.dtype) -> int:
+    """Bytes of one element along the first dimension: a row of the other dimensions."""
+    return math.prod(shape[1:]) * torch.empty(0, dtype=dtype).element_size()
 
 
 def sum_in_rank_order(out: torch.Tensor | None, parts: list[torch.Tensor]) -> torch.Tensor:

@@ -245,26 +245,26 @@ def tree_merge(
     (ties: the lower index). Rank 0's list is broadcast: agg = those sums / W. A rank zeroes
     its residual where its own selection meets the final list; what a merge dropped stays.
 
-    Every list has exactly k entries (two lists of k distinct indices hold at least k), so the
-    messages need no size header. The sums are the tree's, whatever the hosting: bit for bit
-    the same hosted or distributed."""
-    world_size, k, device = comm.world_size, selections[0].numel(), out.device
+    Every list has exactly k entries (two lists of k distinct indices hold at least k), so every
+    rank knows every message's size: each round and the broadcast carry one message of k pairs
+    (an int32 index and a value, packed), with no size header. The sums are the tree's, whatever
+    the hosting: bit for bit the same hosted or distributed."""
+    world_size, k, device, dtype = comm.world_size, selections[0].numel(), out.device, out.dtype
+    shape = (k, INDEX_DTYPE.itemsize + dtype.itemsize)  # k pairs, as bytes
     lists = {rank: (selection.to(INDEX_DTYPE), acc[selection]) for rank, selection, acc
              in zip(comm.local_ranks, selections, accs)}
     stride = 1
     while stride < world_size:
-        senders = {rank: pair for rank, pair in lists.items() if rank % (2 * stride) == stride}
-        indices = comm.tree_round({rank: pair[0] for rank, pair in senders.items()}, stride, k, INDEX_DTYPE, device)
-        values = comm.tree_round({rank: pair[1] for rank, pair in senders.items()}, stride, k, out.dtype, device)
-        for rank in senders:
-            del lists[rank]  # out of the tree from here on
-        for rank in indices:
-            lists[rank] = merge_top_k(*lists[rank], indices[rank], values[rank], k)
+        senders = [rank for rank in lists if rank % (2 * stride) == stride]
+        received = comm.tree_round({rank: _packed(*lists.pop(rank)) for rank in senders}, stride, shape,
+                                   torch.uint8, device)
+        for rank, message in received.items():
+            lists[rank] = merge_top_k(*lists[rank], *_unpacked(message, dtype), k)
         stride *= 2
-    clock.mark("value_exchange")
-    final_indices, final_values = lists.get(0, (None, None))
-    final_indices = comm.broadcast(final_indices, 0, INDEX_DTYPE, device).long()
-    final_values = comm.broadcast(final_values, 0, out.dtype, device)
+    final = comm.broadcast(_packed(*lists[0]) if 0 in lists else None, 0, torch.uint8, device, shape)
+    clock.mark("value_exchange")  # indices travel with the values: no index phase of its own
+    final_indices, final_values = _unpacked(final, dtype)
+    final_indices = final_indices.long()
     out.zero_()
     out.index_copy_(0, final_indices, final_values.div_(world_size))
     zeroed = [selection[torch.isin(selection, final_indices)] for selection in selections]
@@ -273,11 +273,25 @@ def tree_merge(
     return ExchangeResult(counts, int(final_indices.numel()), zeroed)
 
 
+def _packed(indices: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """k (int32 index, value) pairs as one [k, 4 + value bytes] uint8 message (bits unchanged)."""
+    return torch.cat([indices.contiguous().view(torch.uint8).view(indices.numel(), -1),
+                      values.contiguous().view(torch.uint8).view(values.numel(), -1)], dim=1)
+
+
+def _unpacked(message: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """`_packed`'s inverse: the int32 indices and the values of `dtype`."""
+    width = INDEX_DTYPE.itemsize
+    return (message[:, :width].contiguous().view(INDEX_DTYPE).view(-1),
+            message[:, width:].contiguous().view(dtype).view(-1))
+
+
 def merge_top_k(indices: torch.Tensor, values: torch.Tensor, incoming_indices: torch.Tensor,
                 incoming_values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Two (index, value) lists as one: values at a common index summed, then the k largest
     |value|, ties to the lower index (the released code leaves ties to numpy's sort). Sorted by
-    index, so that a stable sort by magnitude breaks ties by index."""
+    index, so that a stable sort by magnitude breaks ties by index. (Summed into zeros, a lone
+    -0.0 comes out +0.0: the same magnitude, the same aggregate to the last bit but the sign.)"""
     merged, slot = torch.unique(torch.cat([indices, incoming_indices]), sorted=True, return_inverse=True)
     sums = torch.zeros(merged.numel(), dtype=values.dtype, device=values.device)
     sums.index_add_(0, slot, torch.cat([values, incoming_values]))  # two terms at most: any order, one sum

@@ -166,7 +166,8 @@ class NetworkModel:
     # -- a step's ledger ------------------------------------------------------------------------
     def collective_s(self, collective: "Collective", world_size: int) -> float:
         """One ledger entry (traffic.Collective): `elements` is per rank for all_gather, per
-        (source, destination) pair for all_to_all, the whole tensor otherwise."""
+        (source, destination) pair for all_to_all, per message for tree_round (whose `root` is
+        its stride), the whole tensor otherwise."""
         nbytes = collective.elements * collective.element_bytes
         op = collective.op
         if op == "all_reduce":

@@ -56,7 +56,7 @@ def compare(runs: list[RunStats], fit_workers: list[int], check_workers: list[in
             continue
         predicted = stats.at(w)
         ledger = at_workers(template.template, template.exchange,
-                            {"union": template.template_union, "k_max": template.template_k_max}, predicted)
+                            {"union": template.template_union, "k_max": template.template_k_max}, predicted, w)
         measured = {"union": by_workers[w].union, "k_max": by_workers[w].k_max, "sent_bytes": measured_sent(by_workers[w])}
         modelled = {"union": predicted["union"], "k_max": predicted["k_max"], "sent_bytes": sent_bytes_max(ledger, w)}
         rows.append({"method": runs[0].method, "workers": w, "measured": measured, "extrapolated": modelled,

@@ -27,11 +27,12 @@ DATA_DEPENDENT_TAIL = {
 
 
 def at_workers(template: tuple[Collective, ...], exchange: str, template_stats: dict[str, int],
-               stats: dict[str, float]) -> list[Collective]:
+               stats: dict[str, float], workers: int) -> list[Collective]:
     """`template` (a logged step's ledger) with its data-dependent sizes set to `stats`
-    (k_max and union, rounded); `template_stats` are the values the template was logged with."""
-    if exchange == "tree_merge":  # its rounds are log2 W: a ledger of one W is no template for another
-        raise ValueError("a tree_merge (gTop-k) ledger has log2 W rounds: it cannot be set to another worker count")
+    (k_max and union, rounded) at `workers`; `template_stats` are the values the template was
+    logged with. gTop-k's tree (tree_merge) depends on W instead: log2 W rounds of its k pairs."""
+    if exchange == "tree_merge":
+        return tree_at_workers(template, workers)
     collectives = list(template)
     if "plan" in stats:
         last = max((i for i, c in enumerate(collectives) if c.op == "broadcast"), default=None)
@@ -51,6 +52,19 @@ def at_workers(template: tuple[Collective, ...], exchange: str, template_stats: 
                 f"{logged.op} of {logged.elements}, expected {op} of {statistic} = {template_stats[statistic]}")
         collectives[start + offset] = replace(logged, elements=max(0, round(stats[statistic])))
     return collectives
+
+
+def tree_at_workers(template: tuple[Collective, ...], workers: int) -> list[Collective]:
+    """A tree_merge ledger (its rounds, then rank 0's broadcast; experiments/core/exchange.py)
+    at `workers`: one round of the same k pairs per stride 1, 2, ..., workers / 2, then the
+    same broadcast. Its sizes are k's alone, whatever the data."""
+    rounds = [c for c in template if c.op == "tree_round"]
+    if not rounds or template[-1].op != "broadcast" or workers & (workers - 1):
+        raise ValueError(f"a tree_merge ledger ends with its rounds and a broadcast, at a power of 2 workers: "
+                         f"got {[c.op for c in template]} at {workers}")
+    head = list(template[:template.index(rounds[0])])
+    strides = [1 << i for i in range(workers.bit_length() - 1)]
+    return head + [replace(rounds[0], root=stride) for stride in strides] + [template[-1]]
 
 
 def sent_bytes_max(collectives: list[Collective], world_size: int) -> float:

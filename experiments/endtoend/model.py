@@ -96,7 +96,7 @@ class Study:
         stats = method.statistics.at(workers)
         template = method.template
         ledger = at_workers(template.template, template.exchange,
-                            {"union": template.template_union, "k_max": template.template_k_max}, stats)
+                            {"union": template.template_union, "k_max": template.template_k_max}, stats, workers)
         if method.overlap:
             exchange_ms, exposed_ms = self._bucketed_ms(ledger, workers, network, compute_ms)
         else:

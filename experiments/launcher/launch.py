@@ -45,19 +45,27 @@ def joins_a_running_node(cfg: DictConfig, existing: dict[str, Any]) -> bool:
             and existing.get("rdzv_id") == rendezvous_id(cfg))
 
 
-def joins_a_starting_node(cfg: DictConfig, run_dir: Path) -> bool:
+def joins_a_starting_node(cfg: DictConfig, run_dir: Path, patience_s: float = 2.0) -> bool:
     """Nodes started together race: Hydra writes the first node's .hydra/config.yaml a moment
     before that node marks the run running. Such a directory is no reason to refuse either, when
     it is several nodes' run and its config is this one's (as Hydra writes it: unresolved, no
-    hydra key)."""
+    hydra key). A file still being written is read again for up to `patience_s`; a status that
+    appears meanwhile decides as `joins_a_running_node`."""
     written = run_dir / ".hydra" / CONFIG  # Hydra's name for it is the run's own
-    if cfg.launcher.nnodes == 1 or RunStore(run_dir).status() is not None or not written.is_file():
+    if cfg.launcher.nnodes == 1:
         return False
-    task = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])
-    try:
-        return OmegaConf.to_container(OmegaConf.load(written)) == OmegaConf.to_container(task)
-    except Exception:  # noqa: BLE001 - a file being written, or not a config: not a sibling's
-        return False
+    task = OmegaConf.to_container(OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"]))
+    deadline = time.monotonic() + patience_s
+    while True:
+        status = RunStore(run_dir).status()
+        if status is not None:
+            return joins_a_running_node(cfg, status)
+        try:
+            return written.is_file() and OmegaConf.to_container(OmegaConf.load(written)) == task
+        except Exception:  # noqa: BLE001 - cut short while Hydra writes it: read it again
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
 
 
 def prepare_run_dir(cfg: DictConfig, run_dir: Path, job: dict[str, Any]) -> tuple[RunStore, dict[str, Any]]:
