@@ -154,7 +154,7 @@ class RankCollectives:
 
 def _row_bytes(shape: tuple[int, ...], dtype: torch.dtype) -> int:
     """Bytes of one element along the first dimension: a row of the other dimensions."""
-    return math.prod(shape[1:]) * torch.empty(0, dtype=dtype).element_size()
+    return math.prod(shape[1:]) * dtype.itemsize
 
 
 def sum_in_rank_order(out: torch.Tensor | None, parts: list[torch.Tensor]) -> torch.Tensor:

@@ -18,8 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments.launcher.environment_checks import check_creatable, check_not_a_run, job_run_dir
 from experiments.errors import ConfigError
-from experiments.launcher.launch import joins_a_running_node, joins_a_starting_node
-from experiments.store import RunStore
+from experiments.launcher.launch import joins_another_node
 from experiments.launcher.schema import RunConfig, register
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"  # experiments/launcher/ is two below the repository
@@ -161,6 +160,5 @@ def check_run_dir(cfg: DictConfig, multirun: bool, num: int) -> None:
     # here, not an interpolation to resolve (there is no job number before Hydra runs the job).
     typed = OmegaConf.to_container(cfg.hydra.overrides.hydra, resolve=False)
     check_creatable(run_dir, key if f"{key}=" in " ".join(typed) else "output_root")
-    joins = joins_a_running_node(cfg, RunStore(run_dir).status() or {}) or joins_a_starting_node(cfg, run_dir)
-    if not joins:  # several nodes share one directory
+    if not joins_another_node(cfg, run_dir):  # several nodes share one directory
         check_not_a_run(run_dir, key)

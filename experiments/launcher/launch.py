@@ -45,12 +45,13 @@ def joins_a_running_node(cfg: DictConfig, existing: dict[str, Any]) -> bool:
             and existing.get("rdzv_id") == rendezvous_id(cfg))
 
 
-def joins_a_starting_node(cfg: DictConfig, run_dir: Path, patience_s: float = 2.0) -> bool:
-    """Nodes started together race: Hydra writes the first node's .hydra/config.yaml a moment
-    before that node marks the run running. Such a directory is no reason to refuse either, when
-    it is several nodes' run and its config is this one's (as Hydra writes it: unresolved, no
-    hydra key). A file still being written is read again for up to `patience_s`; a status that
-    appears meanwhile decides as `joins_a_running_node`."""
+def joins_another_node(cfg: DictConfig, run_dir: Path, patience_s: float = 2.0) -> bool:
+    """Whether the run already in `run_dir` is this node's own multi-node run: running under the
+    same rendezvous id (`joins_a_running_node`), or not yet marked at all. Nodes started together
+    race: Hydra writes the first node's .hydra/config.yaml a moment before that node marks the
+    run running, so an unmarked directory joins when its config is this one's (as Hydra writes
+    it: unresolved, no hydra key). A file still being written is read again for up to
+    `patience_s`; a status that appears meanwhile decides."""
     written = run_dir / ".hydra" / CONFIG  # Hydra's name for it is the run's own
     if cfg.launcher.nnodes == 1:
         return False
