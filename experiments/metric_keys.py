@@ -86,12 +86,16 @@ HOOK_REL_RESIDUAL = "hook/rel_residual"  # ||residual|| / ||acc||, this rank
 
 # -- method state: sparsifier/* (shared by several methods) -----------------------------------
 SPARSIFIER_PREFIX = "sparsifier/"
-THRESHOLD = "sparsifier/threshold"  # MiCRO, ExDyna, SAGE, DGC, the threshold baseline, Gaussian-k, SIDCo
+THRESHOLD = "sparsifier/threshold"  # MiCRO, ExDyna, SAGE, DGC, the threshold baseline, Gaussian-k, SIDCo, Ok-Topk (local)
 PARTITION_BOUNDARIES = "sparsifier/partition_boundaries"  # ExDyna: block indices, 0 to B
 BLOCKS_MOVED = "sparsifier/blocks_moved"  # ExDyna
 BLOCK_SIZE = "sparsifier/block_size"  # ExDyna
 SCANS = "sparsifier/scans"  # Gaussian-k's threshold refinements
 STAGES = "sparsifier/stages"  # SIDCo: threshold-estimation stages run this step
+
+# -- method state: oktopk/* ------------------------------------------------------------------
+GLOBAL_THRESHOLD = "oktopk/global_threshold"  # the owners' threshold (identical on every rank)
+REGION_BOUNDARIES = "oktopk/region_boundaries"  # B_0 = 0 ... B_W = N (identical on every rank)
 
 # -- method state: dgc/* ----------------------------------------------------------------------
 DGC_DENSITY = "dgc/density"  # the warm-up stage's density

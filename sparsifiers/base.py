@@ -46,6 +46,9 @@ class ExchangeKind(str, Enum):
     # (a shared seed, Random-k): no index traffic, allreduce the values
     TREE_MERGE = "tree_merge"  # gTop-k: (index, value) lists merged up a binomial tree to rank 0,
     # k kept at every merge, the result broadcast; W a power of 2
+    SPARSE_REDUCE_SCATTER = "sparse_reduce_scatter"  # Ok-Topk: each rank's pairs in W regions go to
+    # the regions' owners (uneven point-to-point rounds), each owner sums its region and keeps
+    # what passes a global threshold, and the owners' pairs are all-gathered
     LOW_RANK = "low_rank"  # PowerSGD: no selection; allreduce the small tensors whole, then the
     # low-rank factors P and Q of the others, through the method's low_rank_* hooks
 
@@ -173,7 +176,7 @@ class Sparsifier(ABC):
     @abstractmethod
     def select(self, acc: torch.Tensor, step: int, plan: torch.Tensor | None = None) -> torch.Tensor | None:
         """Returns this rank's selection: unique global int64 indices into the flat buffer, or
-        None for "every coordinate" (the dense exchange only). Must not call collectives.
+        None for "every coordinate" (the dense exchange, and Ok-Topk's dense warm-up steps). Must not call collectives.
         The returned tensor may be a reused buffer: valid until the next call."""
 
     def shared_indices(self, step: int) -> torch.Tensor | None:
@@ -221,6 +224,37 @@ class Sparsifier(ABC):
         aggregate there: `uncompressed` (the mean) at the tensors sent whole, P Q^T elsewhere.
         Identical on every rank, so the exchange passes `out` to one hosted rank only."""
         raise NotImplementedError(f"{self.name} has no low-rank exchange")
+
+    # -- the region exchange (ExchangeKind.SPARSE_REDUCE_SCATTER: Ok-Topk) --------------------
+    # The exchange owns the collectives and asks the method, identically on every hosted rank,
+    # where the regions lie and what the owners keep; none of these calls a collective.
+    def regions_due(self, step: int) -> bool:
+        """True: before `step`'s reduce-scatter the ranks agree on new region boundaries
+        (every rank proposes `region_cuts`, the exchange sums them and calls `set_regions`)."""
+        raise NotImplementedError(f"{self.name} has no region exchange")
+
+    def region_cuts(self, selection: torch.Tensor) -> torch.Tensor:
+        """This rank's proposal of the W - 1 inner boundaries (int64), from its selection."""
+        raise NotImplementedError(f"{self.name} has no region exchange")
+
+    def set_regions(self, cut_sums: torch.Tensor) -> None:
+        """The sum over ranks of the proposals (int64 [W - 1]): the method sets its boundaries."""
+        raise NotImplementedError(f"{self.name} has no region exchange")
+
+    @property
+    def region_boundaries(self) -> torch.Tensor:
+        """int64 [W + 1]: B_0 = 0 <= B_1 <= ... <= B_W = N; rank j owns [B_j, B_j+1)."""
+        raise NotImplementedError(f"{self.name} has no region exchange")
+
+    def owner_threshold(self, step: int) -> float | None:
+        """What an owner keeps of its summed region at `step`: |sum| > this, or None: every
+        non-zero sum, the aggregate then being the top k of everything gathered."""
+        raise NotImplementedError(f"{self.name} has no region exchange")
+
+    def owners_kept(self, step: int, gathered: int, kth_magnitude: float | None) -> None:
+        """After the all-gather: how many pairs the owners sent in all, and (when `owner_threshold`
+        was None) the magnitude of the k-th largest, None if nothing was gathered."""
+        raise NotImplementedError(f"{self.name} has no region exchange")
 
     # -- after the exchange ------------------------------------------------------------------
     def observe(self, feedback: Feedback) -> None:

@@ -46,6 +46,7 @@ from experiments.errors import ConfigError
 from sparsifiers.base import ExchangeKind, Feedback, SelectionScope, Sparsifier
 from sparsifiers.kernels import AtLeastSelector
 from sparsifiers.layout import Layout
+from sparsifiers.threshold_control import strict_cut
 from sparsifiers.workspace import scratch
 
 DISTRIBUTIONS = ("exp", "gpareto", "gamma")
@@ -90,15 +91,6 @@ def gamma_threshold(mean: float, mean_log: float, q: float) -> float:
 
     shape = (3.0 - s + math.sqrt((s - 3.0) ** 2 + 24.0 * s)) / (12.0 * s)
     return mean / shape * float(gammaincinv(shape, 1.0 - q))
-
-
-def strict_cut(threshold: float, dtype: torch.dtype) -> float:
-    """The cut c with `x >= c` exactly `x > threshold` for x of `dtype`, the threshold rounded to
-    that dtype first (the released code compares float32 x with a float32 threshold)."""
-    if math.isnan(threshold):
-        return math.nan
-    rounded = torch.tensor(threshold, dtype=torch.float64).to(dtype)
-    return float(torch.nextafter(rounded, torch.tensor(math.inf, dtype=dtype)))
 
 
 class SIDCo(Sparsifier):

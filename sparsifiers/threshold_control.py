@@ -89,6 +89,16 @@ def exact_cutoff(threshold: float, dtype: torch.dtype) -> float:
     return float(rounded)
 
 
+def strict_cut(threshold: float, dtype: torch.dtype) -> float:
+    """The cut c with `x >= c` exactly `x > threshold` for x of `dtype`, the threshold rounded to
+    that dtype first (SIDCo's and Ok-Topk's released code compare float32 x with a float32
+    threshold, strictly)."""
+    if math.isnan(threshold):
+        return math.nan
+    rounded = torch.tensor(threshold, dtype=torch.float64).to(dtype)
+    return float(torch.nextafter(rounded, torch.tensor(math.inf, dtype=dtype)))
+
+
 def cutoff(threshold: float, dtype: torch.dtype, comparison: str) -> float:
     """The Python float a tensor of `dtype` is compared with (`|x| >= cutoff`) to apply lambda
     under `comparison`: released passes lambda itself, and torch rounds it to nearest as the

@@ -5,7 +5,9 @@ semantics (docs/algorithms.md "Exchange kinds", docs/metrics.md) and not from th
 - `expected_collectives`: the collectives the step must issue, padding and size headers included
   (DEFT's units, plan and common units by `deft_units`, `plan_length`, `deft_common_coordinates`);
 - `ring_bytes`: each rank's bytes sent and received for a list of collectives (ring all-gather and
-  all-reduce, binomial-tree broadcast, gTop-k's tree rounds);
+  all-reduce, binomial-tree broadcast, gTop-k's tree rounds, Ok-Topk's shift rounds and ring
+  all-gatherv);
+- `OkTopkReplay`: Ok-Topk's selections, regions, thresholds and exchange, replayed step by step;
 - `expected_exchange_metrics`: traffic, density, build-up and selection shape of the step;
 - `modelled_ms`: the alpha-beta model's time for a list of collectives.
 
@@ -25,13 +27,14 @@ from experiments.core.traffic import Collective
 from tests.step_recorder import RecordedStep
 
 INDEX_BYTES = 4  # indices travel as int32
+PAIR_BYTES = 8  # an int32 index and a float32 value, packed (gTop-k's and Ok-Topk's messages)
 HEADER_BYTES = 8  # the broadcast's size header: one int64
 VALUE_BYTES = 4  # float32 accumulators
 
 # docs/algorithms.md: which exchange each method uses, and which split the choosing among ranks.
 EXCHANGE_OF = {"dense": "dense", "dense_bf16": "dense", "dense_fp16": "dense", "dense_overlap": "dense",
                "dgc": "sparse_allgather", "sidco": "sparse_allgather", "cltk": "leader_broadcast", "randomk": "shared_allreduce", "powersgd": "low_rank",
-               "accordion": "sparse_allgather", "gtopk": "tree_merge"}
+               "accordion": "sparse_allgather", "gtopk": "tree_merge", "oktopk": "sparse_reduce_scatter"}
 # The dense presets' wire types (docs/algorithms.md, "dense_bf16"): the aggregate is rounded to it,
 # the all-reduce metered at its size.
 WIRE_DTYPE_OF = {"dense_bf16": torch.bfloat16, "dense_fp16": torch.float16}
@@ -149,6 +152,118 @@ def gtopk_tree(selections: list[torch.Tensor], accs: list[torch.Tensor]) -> dict
     return lists[0]
 
 
+# conf/sparsifier/oktopk.yaml's schedule and density, by hand.
+OKTOPK_DEFAULTS = {"density": 0.01, "warmup_steps": 128, "threshold_every": 32, "regions_every": 64}
+
+
+class OkTopkReplay:
+    """docs/algorithms.md, oktopk, steps 1-7, replayed over a run's recorded steps in order (the
+    thresholds and regions carry over), in numpy float32 as the released tensors compute:
+    `selections` are what each rank must select, `exchange` the aggregate, residuals and counts,
+    `collectives` what the step must issue."""
+
+    def __init__(self, spec: str, numel: int, world_size: int) -> None:
+        knobs = dict(OKTOPK_DEFAULTS)
+        for knob in spec.split(":")[1:]:
+            key, _, value = knob.partition("=")
+            if key in knobs:
+                knobs[key] = float(value) if key == "density" else int(value)
+        self.k = math.floor(knobs["density"] * numel)
+        self.warmup, self.every, self.regions_every = knobs["warmup_steps"], knobs["threshold_every"], knobs["regions_every"]
+        self.numel, self.world_size = numel, world_size
+        self.local = [np.float32(0.0)] * world_size
+        self.glob = np.float32(0.0)
+        self.bounds = [0] + [numel] * world_size
+
+    def _due(self, t: int, every: int) -> bool:
+        return t >= self.warmup and (t - self.warmup) % every == 0
+
+    def selections(self, step: RecordedStep) -> list[torch.Tensor | None]:
+        """Steps 1-3 for every rank (and the stored local thresholds for the next step)."""
+        if step.step < self.warmup:
+            return [None] * self.world_size
+        chosen = []
+        for rank, acc in enumerate(step.accs):
+            magnitude = np.abs(acc.numpy())
+            if self._due(step.step, self.every):
+                th = np.sort(magnitude)[::-1][self.k - 1]  # the k-th largest
+            else:
+                th = self.local[rank]
+                for _ in range(5):
+                    if np.count_nonzero(magnitude > th) <= 3 * self.k // 2:
+                        break
+                    th = np.float32(th * np.float32(1.03))
+            selected = np.nonzero(magnitude > th)[0]
+            if len(selected) < 0.75 * self.k:
+                th = np.float32(th / np.float32(1.012))
+            elif len(selected) > 1.25 * self.k:
+                th = np.float32(th * np.float32(1.012))
+            self.local[rank] = th
+            chosen.append(torch.from_numpy(selected).long())
+        return chosen
+
+    def exchange(self, step: RecordedStep, reduction: str = "ring") -> tuple[ExpectedExchange, list[Collective]]:
+        """Steps 4-7 on the recorded selections, and the collectives they issue (the warm-up's
+        values and the region proposals are summed by an all-reduce, or by an all-gather under
+        `reduction` rank_order)."""
+        W, numel, t = self.world_size, self.numel, step.step
+        summed = "all_reduce" if reduction == "ring" else "all_gather"
+        if step.step < self.warmup:
+            return expected_exchange(step, "dense"), [Collective(summed, numel, VALUE_BYTES)]
+        selections = [s.numpy() for s in step.selections]
+        accs = [acc.numpy() for acc in step.accs]
+        issued = []
+        if self._due(t, self.regions_every):
+            proposals = []
+            for s in selections:
+                c = len(s) // W
+                proposals.append([int(s[i * c]) if len(s) else i * numel // W for i in range(1, W)])
+            self.bounds = [0] + [sum(p[i] for p in proposals) // W for i in range(W - 1)] + [numel]
+            issued.append(Collective(summed, W - 1, 8))
+        region = [[[int(p) for p in s if self.bounds[j] <= p < self.bounds[j + 1]] for j in range(W)] for s in selections]
+        issued.append(Collective("all_to_all", 1, INDEX_BYTES))
+        for shift in range(1, W):
+            sizes = tuple(len(region[r][(r + shift) % W]) for r in range(W))
+            issued.append(Collective("shift_round", max(sizes), PAIR_BYTES, shift, sizes=sizes))
+        recompute = self._due(t, self.every)
+        gathered: list[tuple[int, np.float32]] = []
+        blocks = []
+        for owner in range(W):
+            sums: dict[int, np.float32] = {}
+            for shift in range(W):  # sources owner, owner - 1, ... (the released order)
+                source = (owner - shift) % W
+                for p in region[source][owner]:
+                    sums[p] = np.float32(sums.get(p, np.float32(0.0)) + accs[source][p])
+            kept = [(p, v) for p, v in sorted(sums.items()) if (v != 0 if recompute else abs(v) > self.glob)]
+            blocks.append(len(kept))
+            gathered += kept
+        issued += [Collective("all_gather", 1, INDEX_BYTES),
+                   Collective("all_gather_v", max(blocks), PAIR_BYTES, sizes=tuple(blocks))]
+        if recompute:
+            gathered = sorted(gathered, key=lambda pair: (-abs(pair[1]), pair[0]))[:min(len(gathered), self.k)]
+            if gathered:
+                self.glob = np.float32(abs(gathered[-1][1]))
+        elif len(gathered) < 0.75 * self.k:
+            self.glob = np.float32(self.glob / np.float32(1.01))
+        elif len(gathered) > 1.25 * self.k:
+            self.glob = np.float32(self.glob * np.float32(1.008))
+        aggregate = torch.zeros(numel, dtype=torch.float64)
+        for p, v in gathered:
+            aggregate[p] = float(np.float32(v / np.float32(W)))
+        exchanged = _mask(numel, torch.tensor([p for p, _ in gathered], dtype=torch.int64))
+        zeroed = [_mask(numel, s) & exchanged for s in step.selections]
+        counts = [len(s) for s in selections]
+        return ExpectedExchange(aggregate, exchanged, zeroed, counts, len(gathered), len(gathered)), issued
+
+
+def oktopk_replayed(steps: list[RecordedStep], spec: str, reduction: str = "ring") -> list[tuple[list, ExpectedExchange, list[Collective]]]:
+    """Per recorded step (a run's, in order, from its first step): what every rank must select,
+    the exchange's expectation and its collectives."""
+    replay = OkTopkReplay(spec, steps[0].accs[0].numel(), steps[0].world_size)
+    assert steps[0].step == 0, "the replay starts from the run's first step"
+    return [(replay.selections(step), *replay.exchange(step, reduction)) for step in steps]
+
+
 def deft_units(sizes: list[int], world_size: int) -> list[tuple[int, int]]:
     """docs/algorithms.md, DEFT step 1: the model's tensors in order; one of more than N / W
     elements is cut into W contiguous pieces whose sizes differ by at most one (the first
@@ -236,12 +351,14 @@ def modelled_ms(collectives: list[Collective], world_size: int, latency_us: floa
     total = 0.0
     for c in collectives:
         size = c.elements * c.element_bytes
-        if c.op == "all_gather":
+        if c.op in ("all_gather", "all_to_all"):  # all-to-all: one rank per node, W - 1 messages in turn
             total += (world_size - 1) * message(size)
         elif c.op == "all_reduce":
             total += 2 * (world_size - 1) * message(size / world_size)
-        elif c.op == "tree_round":  # its messages travel at once
+        elif c.op in ("tree_round", "shift_round"):  # its messages travel at once: the largest decides
             total += message(size)
+        elif c.op == "all_gather_v":  # a ring: every step as slow as the largest block
+            total += (world_size - 1) * message(size)
         else:
             total += math.ceil(math.log2(world_size)) * message(size)
     return total * 1e3
@@ -257,7 +374,7 @@ def ring_bytes(collectives: list[Collective], world_size: int) -> tuple[np.ndarr
     sent, recv = np.zeros(world_size), np.zeros(world_size)
     for c in collectives:
         size = c.elements * c.element_bytes
-        if c.op == "all_gather":
+        if c.op in ("all_gather", "all_to_all"):  # every rank sends its m to (all-to-all: a different m to) each other
             sent += (world_size - 1) * size
             recv += (world_size - 1) * size
         elif c.op == "all_reduce":
@@ -267,6 +384,15 @@ def ring_bytes(collectives: list[Collective], world_size: int) -> tuple[np.ndarr
             for rank in range(c.root, world_size, 2 * c.root):
                 sent[rank] += size
                 recv[rank - c.root] += size
+        elif c.op == "shift_round":  # rank r sends its own size to r + s
+            for rank in range(world_size):
+                sent[rank] += c.sizes[rank] * c.element_bytes
+                recv[(rank + c.root) % world_size] += c.sizes[rank] * c.element_bytes
+        elif c.op == "all_gather_v":  # a ring: rank r forwards every block but its successor's
+            total = sum(c.sizes)
+            for rank in range(world_size):
+                sent[rank] += (total - c.sizes[(rank + 1) % world_size]) * c.element_bytes
+                recv[rank] += (total - c.sizes[rank]) * c.element_bytes
         else:
             for rank in range(world_size):
                 relative = (rank - c.root) % world_size

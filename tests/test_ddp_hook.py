@@ -28,6 +28,7 @@ from experiments.ddp.sparsifier_node import build_sparsifier
 from experiments.errors import ConfigError
 from sparsifiers.layout import Layout
 from tests.conftest import REPO, run_world
+from tests.specs import short_schedules
 from tests.stepped_ranks import SteppedRanks
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -35,7 +36,7 @@ import ddp_hook_harness as harness  # noqa: E402
 
 HARNESS = str(Path(__file__).resolve().parent / "ddp_hook_harness.py")
 # Every option of conf/sparsifier/, and the variants that exercise other exchanges and plans.
-SPECS = sparsifier_names() + ["topk:exchange=sparse_allgather", "deft:norms=global", "deft:common_units=leader"]
+SPECS = short_schedules(sparsifier_names()) + ["topk:exchange=sparse_allgather", "deft:norms=global", "deft:common_units=leader"]
 VARIANT_METHODS = ["deft", "micro", "exdyna", "topk"]  # the model-wide methods the bucket assembly is for
 VARIANTS = [v for v in harness.VARIANTS if v not in ("buckets", "nonfinite", "seed_per_rank")]
 STEPS = 6

@@ -29,11 +29,12 @@ from experiments.launcher.compose import CONF_DIR
 from datasets.fashion_mnist import DEBIAN_DIR
 from tests.conftest import REPO, run_cli, run_world
 from tests.harness import result_name
+from tests.specs import short_schedules
 
 pytestmark = pytest.mark.slow
 
 # Every sparsifier, and DEFT with global norms: its averaged inputs are a value reduction too.
-METHODS = sorted(p.stem for p in (CONF_DIR / "sparsifier").glob("*.yaml")) + ["deft:norms=global"]
+METHODS = short_schedules(sorted(p.stem for p in (CONF_DIR / "sparsifier").glob("*.yaml"))) + ["deft:norms=global"]
 WORKERS = 4
 # Two ranks per process, for one method of each exchange kind (dense in fp32 and bf16,
 # union_allreduce with and without averaged inputs, sparse_allgather, leader_broadcast,

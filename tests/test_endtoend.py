@@ -56,6 +56,24 @@ def test_a_tree_merge_ledger_takes_log2_w_rounds_of_the_same_k_pairs():
         at_workers(logged, "tree_merge", {"k_max": 10, "union": 10}, {"k_max": 10, "union": 10}, 12)
 
 
+def test_an_oktopk_ledger_takes_w_minus_1_rounds_with_its_pairs_spread_as_in_the_template():
+    """Ok-Topk at W = 4 (a repartition step): its rounds' largest messages average 25 pairs, as
+    many as k_max / W = 100 / 4 (spread 1); the largest owner's block is 40 of |U| / W = 30
+    (spread 4/3). At W = 8 with k_max 96 and |U| 150: 7 rounds of 96 / 8 = 12 pairs, a block of
+    4/3 * 150 / 8 = 25, the proposals' all-reduce W - 1 = 7 long. The busiest sender, every rank
+    sending the largest: 2 * 7/8 * 56 + 7 * 4 + 7 * 96 + 7 * 4 + 8 * (8 * 25 - 25) bytes."""
+    logged = (Collective("all_reduce", 3, 8), Collective("all_to_all", 1, 4), Collective("shift_round", 30, 8, 1),
+              Collective("shift_round", 20, 8, 2), Collective("shift_round", 25, 8, 3), Collective("all_gather", 1, 4),
+              Collective("all_gather_v", 40, 8))
+    at_8 = at_workers(logged, "sparse_reduce_scatter", {"k_max": 100, "union": 120}, {"k_max": 96, "union": 150}, 8)
+    assert at_8 == [Collective("all_reduce", 7, 8), Collective("all_to_all", 1, 4),
+                    *(Collective("shift_round", 12, 8, s) for s in range(1, 8)), Collective("all_gather", 1, 4),
+                    Collective("all_gather_v", 25, 8)]
+    assert sent_bytes_max(at_8, 8) == pytest.approx(2 * 7 / 8 * 56 + 7 * 4 + 7 * 96 + 7 * 4 + 8 * (8 * 25 - 25))
+    warm_up = (Collective("all_reduce", 5000, 4),)  # a dense warm-up step stays what it was
+    assert at_workers(warm_up, "sparse_reduce_scatter", {"k_max": 5000, "union": 5000}, {"k_max": 1, "union": 1}, 8) == list(warm_up)
+
+
 def test_the_sparse_allgather_takes_k_max_for_indices_and_values():
     ledger = (Collective("all_gather", 1, 4), Collective("all_gather", 700, 4), Collective("all_gather", 700, 4))
     scaled = at_workers(ledger, "sparse_allgather", {"k_max": 700, "union": 2000}, {"k_max": 650, "union": 9000}, 64)

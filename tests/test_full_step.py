@@ -28,7 +28,7 @@ from experiments.rank.train import train
 from tests.conftest import ListSink
 from tests.exchange_reference import (
     deft_common_coordinates, deft_units, exchange_of, expected_collectives, expected_exchange,
-    expected_exchange_metrics, low_rank_sizes, modelled_ms, plan_length, ring_bytes, wire_dtype_of,
+    expected_exchange_metrics, low_rank_sizes, modelled_ms, oktopk_replayed, plan_length, ring_bytes, wire_dtype_of,
 )
 from tests.harness import TINY, spec_overrides
 from tests.specs import EVERY_METHOD
@@ -81,7 +81,8 @@ def check_semantics(steps: list[RecordedStep], spec: str) -> None:
     reference. Shared by the real-process test (tests/test_distributed.py)."""
     kind = exchange_of(spec)
     assert len(steps) >= 4 and {s.kind.value for s in steps} == {kind}
-    for before, step in zip([None, *steps], steps):
+    replayed = oktopk_replayed(steps, spec) if kind == "sparse_reduce_scatter" else None
+    for index, (before, step) in enumerate(zip([None, *steps], steps)):
         # Phase 1: acc = the residual the last step left + this step's (preconditioned) gradient.
         for rank, (carried, gradient, acc) in enumerate(zip(step.carried, step.gradients, step.accs, strict=True)):
             assert torch.equal(carried, before.residuals[rank] if before else torch.zeros_like(acc)), (spec, step.step, rank)
@@ -92,7 +93,11 @@ def check_semantics(steps: list[RecordedStep], spec: str) -> None:
                 assert step.shared is None and bool(torch.isin(common, step.selections[step.leader]).all())
             else:
                 assert torch.equal(step.shared if step.shared is not None else torch.empty(0, dtype=torch.int64), common)
-        expected = expected_exchange(step, kind, wire_dtype_of(spec))
+        expected = expected_exchange(step, kind, wire_dtype_of(spec)) if replayed is None else replayed[index][1]
+        if replayed is not None:  # Ok-Topk: its threshold selection, replayed
+            selections = replayed[index][0]
+            assert [None if s is None else s.tolist() for s in step.selections] == \
+                [None if s is None else s.tolist() for s in selections], (spec, step.step)
         if kind == "low_rank":  # PowerSGD: its own reference is tests/test_dense_baselines.py
             check_low_rank(step, spec)
             continue
@@ -105,9 +110,9 @@ def check_semantics(steps: list[RecordedStep], spec: str) -> None:
         for rank, (acc, residual, zeroed) in enumerate(zip(step.accs, step.residuals, expected.zeroed, strict=True)):
             kept = torch.where(zeroed, torch.zeros_like(acc), acc) if step.error_feedback else torch.zeros_like(acc)
             assert torch.equal(residual, kept), (spec, step.step, rank)  # acc = transmitted + residual, exactly
-            # something was really sent (gTop-k: by the ranks whose pairs reached the final k)
-            assert torch.count_nonzero(acc[zeroed]) > 0 or kind == "tree_merge"
-        if kind == "tree_merge":
+            # something was really sent (gTop-k, Ok-Topk: by the ranks whose pairs reached the aggregate)
+            assert torch.count_nonzero(acc[zeroed]) > 0 or kind in ("tree_merge", "sparse_reduce_scatter")
+        if kind in ("tree_merge", "sparse_reduce_scatter"):
             assert any(torch.count_nonzero(acc[zeroed]) for acc, zeroed in zip(step.accs, expected.zeroed))
 
 
@@ -148,14 +153,18 @@ def check_traffic(steps: list[RecordedStep], spec: str, density: float) -> None:
     """The collectives each step issued, every size by hand, and the bytes per rank they make."""
     kind = exchange_of(spec)
     assert steps
-    for step in steps:
+    replayed = oktopk_replayed(steps, spec, reduction_of(spec)) if kind == "sparse_reduce_scatter" else None
+    for index, step in enumerate(steps):
         sizes = step.parameter_sizes
         plan = plan_length(spec, step, sizes, density) if step.leader is not None else 0
         averaged, averaged_bytes = averaged_inputs(spec, step.step, sizes, step.world_size)
         wire = wire_dtype_of(spec)
-        issued = expected_collectives(step, kind, expected_exchange(step, kind, wire), averaged, plan, reduction_of(spec),
-                                      averaged_bytes, 2 if wire is not None else 4,
-                                      low_rank_sizes(step.parameter_shapes) if kind == "low_rank" and step.step >= 2 else None)
+        if replayed is not None:  # Ok-Topk's collectives come with its replay
+            issued = replayed[index][2]
+        else:
+            issued = expected_collectives(step, kind, expected_exchange(step, kind, wire), averaged, plan, reduction_of(spec),
+                                          averaged_bytes, 2 if wire is not None else 4,
+                                          low_rank_sizes(step.parameter_shapes) if kind == "low_rank" and step.step >= 2 else None)
         assert step.collectives == issued, (spec, step.step)
         sent, recv = ring_bytes(issued, step.world_size)
         assert step.sent.tolist() == pytest.approx(sent.tolist(), rel=1e-12)
@@ -190,9 +199,12 @@ def check_logged_metrics(rows: list[dict], steps: list[RecordedStep], cfg, spec:
     network = (cfg.network.latency_us, cfg.network.bandwidth_gbit)
     dense_allreduce = [expected_collectives(steps[0], "dense", expected_exchange(steps[0], "dense"))[-1]]  # N floats, ring
     assert steps[0].accs[0].numel() == sum(steps[0].parameter_sizes)
-    for row, step in zip(rows, steps, strict=True):
-        expected = expected_exchange(step, kind, wire_dtype_of(spec))
+    replayed = oktopk_replayed(steps, spec) if kind == "sparse_reduce_scatter" else None
+    for index, (row, step) in enumerate(zip(rows, steps, strict=True)):
+        expected = expected_exchange(step, kind, wire_dtype_of(spec)) if replayed is None else replayed[index][1]
         target, k_target = density_target(cfg, row["epoch"]), None
+        if replayed is not None and step.step < cfg.sparsifier.warmup_steps:  # Ok-Topk's dense warm-up
+            target = 1.0
         if cfg.sparsifier.name == "accordion":  # the first detection (step 0) picks k_high everywhere;
             # one epoch holds no other: the target is sum_l K_l = max(1, int(k_high * n_l)) (k_high as float32)
             k_target = sum(max(1, int(float(np.float32(cfg.sparsifier.k_high)) * n)) for n in step.parameter_sizes)

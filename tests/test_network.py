@@ -218,3 +218,33 @@ def test_a_tree_round_takes_its_slowest_message_and_meters_each_pair():
     meter.tree_round(10, 4, 2)  # 2 -> 0, 6 -> 4
     assert list(meter.sent) == [0, 0, 40, 0, 0, 0, 40, 0] and list(meter.recv) == [40, 0, 0, 0, 40, 0, 0, 0]
     assert meter.model_s == pytest.approx(20e-6 + 40 / 1.25e9, rel=1e-12)  # one message's time, not two
+
+
+def test_a_shift_round_takes_its_largest_message_and_its_busiest_nic():
+    """Ok-Topk's reduce-scatter round of shift s: every rank r sends to r + s mod W, at once, each
+    message priced at the round's largest (1 MB). Cluster, W = 16 (4 a node): shift 1 sends one
+    message out of each node (25e-6 + 1e6 / 1.25e9 = 825e-6), beside intra-node ones (faster);
+    shift 2 two (ranks 2 and 3 of each node: 25e-6 + 2 * 800e-6), shift 4 all four (25e-6 + 4 *
+    800e-6). One rank per node: one message, the flat model's msg(n)."""
+    assert [cluster().shift_round_s(16, 1e6, s) for s in (1, 2, 4)] == pytest.approx([825e-6, 1625e-6, 3225e-6], rel=1e-12)
+    assert cluster().shift_round_s(3, 1e6, 1) == pytest.approx(5e-6 + 1e6 / 150e9, rel=1e-12)  # one node
+    assert NET.shift_round_s(4, 1e6, 1) == pytest.approx(820e-6, rel=1e-12)
+    assert NET.shift_round_s(1, 1e6, 1) == 0.0
+    meter = TrafficMeter(4, NET)
+    meter.shift_round([3, 0, 5, 1], 8, 1)  # r -> r + 1: uneven
+    assert list(meter.sent) == [24, 0, 40, 8] and list(meter.recv) == [8, 24, 0, 40]
+    assert meter.model_s == pytest.approx(20e-6 + 40 / 1.25e9, rel=1e-12)  # the largest message's time
+
+
+def test_an_all_gatherv_meters_each_ring_step_and_is_priced_at_its_largest_block():
+    """Ring all-gatherv of blocks 1 and 3 pairs (8 bytes) at W = 2: rank 0 sends its own block,
+    rank 1 its own; each receives the other's. At W = 4, (W - 1) ring steps, each as slow as the
+    largest block (1,000 pairs)."""
+    meter = TrafficMeter(2, NET)
+    meter.all_gather_v([1, 3], 8)
+    assert list(meter.sent) == [8, 24] and list(meter.recv) == [24, 8]
+    wide = TrafficMeter(4, NET)
+    wide.all_gather_v([10, 1000, 0, 5], 8)
+    assert wide.model_s == pytest.approx(3 * (20e-6 + 8000 / 1.25e9), rel=1e-12)
+    # Rank r forwards every block but its successor's: of 1,015 pairs in all.
+    assert list(wide.sent) == [8 * (1015 - 1000), 8 * (1015 - 0), 8 * (1015 - 5), 8 * (1015 - 10)]

@@ -27,8 +27,9 @@ from experiments import run_dir as run_files
 from experiments.rank.checkpoint import FORMAT, complete_steps, load_agreed, step_dir
 from experiments.run_dir import read_metrics
 from tests.conftest import REPO, TINY_RUN, run_cli, run_world
+from tests.specs import short_schedules
 
-METHODS = sorted(path.stem for path in (REPO / "conf" / "sparsifier").glob("*.yaml"))
+METHODS = short_schedules(sorted(path.stem for path in (REPO / "conf" / "sparsifier").glob("*.yaml")))
 TIMING = ("time/", "wall_s")
 NOT_RESULTS = ("wandb_mode",)  # where the rows went, which a test may choose per run
 

@@ -19,7 +19,8 @@ from experiments.launcher.compose import compose_job
 from experiments.rank.build import build_sparsifier
 from sparsifiers.base import ExchangeKind, Feedback
 from sparsifiers.layout import Layout
-from sparsifiers.sidco import SIDCo, gpd_threshold, strict_cut
+from sparsifiers.sidco import SIDCo, gpd_threshold
+from sparsifiers.threshold_control import strict_cut
 from tests.compiled_calls import kernel_backend
 from tests.stepped_ranks import SteppedRanks, assert_resume_is_exact, noise
 from tests.test_threshold_methods import allocation_bound, drifting_stream, measured_selects

@@ -135,3 +135,27 @@ def tree_round_s(c: Placement, nbytes: float, stride: int) -> float:
     message leaves (and one enters) any node."""
     pairs = tree_round_pairs(stride, c.world_size)
     return max((point_to_point_s(c, nbytes, source, destination) for source, destination in pairs), default=0.0)
+
+
+def shift_round_s(c: Placement, nbytes: float, shift: int) -> float:
+    """One round of Ok-Topk's reduce-scatter: every rank r sends to r + shift mod W at once, each
+    message counted at the round's largest, n bytes. The messages that stay on a node take
+    msg_i(n) side by side; those that leave a node share its NIC, the busiest node's x of them
+    (out or in) taking a_e + x n / b_e. The round lasts as long as the slower of the two:
+        max( msg_i(n) if any stays,  a_e + x n / b_e if any leaves ).
+    With one rank per node this is msg(n), the flat model's point-to-point message."""
+    W = c.world_size
+    if W == 1 or shift % W == 0:
+        return 0.0
+    leaving, entering, stays = [0] * c.nodes, [0] * c.nodes, False
+    for source in range(W):
+        destination = (source + shift) % W
+        if c.node_of(source) == c.node_of(destination):
+            stays = True
+        else:
+            leaving[c.node_of(source)] += 1
+            entering[c.node_of(destination)] += 1
+    busiest = max(max(leaving), max(entering))
+    intra = c.intra.message_s(nbytes) if stays and c.intra is not None else 0.0
+    inter = c.inter.alpha_s + busiest * nbytes / c.inter.bytes_per_s if busiest else 0.0
+    return max(intra, inter)

@@ -33,13 +33,14 @@ import torch.distributed as dist
 
 from experiments.core.collective_costs import tree_round_pairs
 from experiments.core.network import NetworkModel
-from experiments.core.traffic import TrafficMeter
+from experiments.core.traffic import TrafficMeter, shift_pairs
 
 REDUCTIONS = ("ring", "rank_order")
 
 
 class RankCollectives:
-    """Rank-level all-gather, all-reduce, broadcast and tree rounds for the ranks this process hosts."""
+    """Rank-level all-gather, all-reduce, broadcast, tree rounds and uneven all-to-all and
+    all-gather for the ranks this process hosts."""
 
     def __init__(
         self,
@@ -138,6 +139,80 @@ class RankCollectives:
         for request in requests:
             request.wait()
         return received
+
+    def all_to_all_counts(self, local_counts: torch.Tensor) -> torch.Tensor:
+        """Every rank's message sizes to every rank ([L, W] int rows, hosted ranks in order ->
+        [W, W], row r what rank r sends to each rank). Metered as the algorithm's all-to-all of
+        one int32 per pair, after which each rank knows what it will receive; the harness hands
+        every process the whole matrix (unmetered), so that each meters all W ranks' rounds."""
+        self.meter.all_to_all(1, 4)
+        return self._gather(local_counts.to(torch.int64))
+
+    def all_to_all_v(self, outgoing: dict[int, list[torch.Tensor]], sizes: torch.Tensor, row_bytes: int,
+                     device: torch.device) -> dict[int, list[torch.Tensor]]:
+        """Uneven all-to-all of uint8 rows of `row_bytes` (Ok-Topk's reduce-scatter):
+        `outgoing[r][j]` is hosted rank r's message to rank j, `sizes[r, j]` rows (the matrix
+        every rank holds, `all_to_all_counts`); returns, for every hosted rank j, the W messages
+        it receives (by source). Metered as W - 1 shift rounds (s = 1..W-1: rank r to r + s,
+        sizes[r, r + s] rows each); a rank's message to itself is a local copy. Messages between
+        hosted ranks are handed over; for each other process, one message carries all the pairs
+        between the two, concatenated in (source, destination) order, all posted at once."""
+        W = self.world_size
+        for shift in range(1, W):
+            self.meter.shift_round([int(sizes[r, destination]) for r, destination in shift_pairs(shift, W)],
+                                   row_bytes, shift)
+        received = {j: [None] * W for j in self.local_ranks}
+        for r in self.local_ranks:
+            for j in self.local_ranks:
+                received[j][r] = outgoing[r][j]
+        if self.processes == 1:
+            return received
+        me, requests, inbound = self.process_of(self.local_ranks[0]), [], {}
+        for other in range(self.processes):
+            if other == me:
+                continue
+            theirs = range(other * self.local_size, (other + 1) * self.local_size)
+            parts = [outgoing[r][j] for r in self.local_ranks for j in theirs]
+            if sum(part.shape[0] for part in parts):
+                requests.append(dist.isend(torch.cat(parts).contiguous(), dst=other))
+            rows = int(sizes[list(theirs)][:, self.local_ranks].sum())
+            if rows:
+                inbound[other] = torch.empty((rows, row_bytes), dtype=torch.uint8, device=device)
+                requests.append(dist.irecv(inbound[other], src=other))
+        for request in requests:
+            request.wait()
+        for other, message in inbound.items():
+            offset = 0
+            for r in range(other * self.local_size, (other + 1) * self.local_size):
+                for j in self.local_ranks:
+                    rows = int(sizes[r, j])
+                    received[j][r] = message[offset:offset + rows]
+                    offset += rows
+        for other in range(self.processes):  # pairs with nothing to send: empty messages, no traffic
+            for r in range(other * self.local_size, (other + 1) * self.local_size):
+                for j in self.local_ranks:
+                    if received[j][r] is None:
+                        received[j][r] = torch.empty((0, row_bytes), dtype=torch.uint8, device=device)
+        return received
+
+    def all_gather_v(self, local_rows: list[torch.Tensor], sizes: list[int], row_bytes: int,
+                     device: torch.device) -> list[torch.Tensor]:
+        """Uneven all-gather (MPI's Allgatherv) of uint8 rows of `row_bytes`: `local_rows` are the
+        hosted ranks' blocks, `sizes` every rank's block length (known to all from a size
+        all-gather); returns all W blocks, in rank order. Metered as the ring all-gatherv of the
+        exact sizes; gloo has no all-gatherv, so between processes the blocks travel padded to
+        the largest, which the meter leaves out (the algorithm's wire format is what it counts,
+        as for the 16-bit dense values carried in float32)."""
+        self.meter.all_gather_v(sizes, row_bytes)
+        width = max(sizes)
+        if self.processes == 1 or width == 0:  # every block here, or none anywhere
+            return list(local_rows) if self.processes == 1 else [
+                torch.empty((0, row_bytes), dtype=torch.uint8, device=device) for _ in range(self.world_size)]
+        padded = torch.zeros((self.local_size, width, row_bytes), dtype=torch.uint8, device=device)
+        for row, block in enumerate(local_rows):
+            padded[row, :block.shape[0]] = block
+        gathered = self._gather(padded)
+        return [gathered[rank, :sizes[rank]] for rank in range(self.world_size)]
 
     # -- unmetered: bookkeeping that is not part of the algorithm ----------------------------
     def gather_stats(self, local_rows: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,7 @@ into `out`, and says which coordinates each hosted rank must zero in its residua
 low-rank exchange, that the residual is acc - aggregate). Three of them (union, leader, shared)
 differ only in how the ranks come to hold one index set; from there they are one operation,
 `allreduce_at`. The tree merge (gTop-k) goes its own way: point-to-point rounds up a tree,
-then a broadcast. The dense exchange may round every contribution to a 16-bit wire type (the
+then a broadcast; so does Ok-Topk's sparse reduce-scatter (region_exchange.py). The dense exchange may round every contribution to a 16-bit wire type (the
 method's `wire_dtype`), and the low-rank one computes its messages through the method's
 `low_rank_*` hooks: those two need the hosted ranks' sparsifiers (`methods`).
 
@@ -20,11 +20,11 @@ from dataclasses import dataclass
 import torch
 
 from experiments.core.collectives import RankCollectives
+from experiments.core.packing import INDEX_DTYPE, packed, unpacked
 from experiments.core.phases import NO_CLOCK, PhaseClock
 from sparsifiers.base import ExchangeKind, Sparsifier
 from sparsifiers.kernels import sorted_union
 
-INDEX_DTYPE = torch.int32
 PAD = -1  # index padding: never a valid coordinate
 
 
@@ -56,8 +56,8 @@ def exchange(
     """Runs one exchange of `kind`. `leader` is the selecting rank for LEADER_BROADCAST; `shared`
     (UNION_ALLREDUCE only) the indices every rank adds to the union unexchanged
     (`Sparsifier.shared_indices`); `clock` times its phases (the step benchmark); `methods` the
-    hosted ranks' sparsifiers (DENSE reads the wire dtype, LOW_RANK calls the hooks; without
-    them DENSE is fp32) and `step` the step (LOW_RANK: the vanilla steps before compression)."""
+    hosted ranks' sparsifiers (DENSE reads the wire dtype, LOW_RANK and SPARSE_REDUCE_SCATTER
+    call the hooks; without them DENSE is fp32) and `step` the step (LOW_RANK: the vanilla steps before compression)."""
     if shared is not None and kind is not ExchangeKind.UNION_ALLREDUCE:
         raise ValueError(f"shared indices are aggregated by union_allreduce only, not {kind.value}")
     if kind is ExchangeKind.DENSE:
@@ -78,6 +78,12 @@ def exchange(
         return shared_allreduce(selections, accs, out, comm, clock)
     if kind is ExchangeKind.TREE_MERGE:
         return tree_merge(selections, accs, out, comm, clock)
+    if kind is ExchangeKind.SPARSE_REDUCE_SCATTER:
+        if not methods:
+            raise ValueError("sparse_reduce_scatter needs the hosted ranks' sparsifiers")
+        # Here, not at the top: the region exchange builds on this module's dense exchange.
+        from experiments.core.region_exchange import sparse_reduce_scatter
+        return sparse_reduce_scatter(methods, selections, accs, out, comm, step, clock)
     raise ValueError(f"unknown exchange kind {kind}")
 
 
@@ -256,14 +262,14 @@ def tree_merge(
     stride = 1
     while stride < world_size:
         senders = [rank for rank in lists if rank % (2 * stride) == stride]
-        received = comm.tree_round({rank: _packed(*lists.pop(rank)) for rank in senders}, stride, shape,
+        received = comm.tree_round({rank: packed(*lists.pop(rank)) for rank in senders}, stride, shape,
                                    torch.uint8, device)
         for rank, message in received.items():
-            lists[rank] = merge_top_k(*lists[rank], *_unpacked(message, dtype), k)
+            lists[rank] = merge_top_k(*lists[rank], *unpacked(message, dtype), k)
         stride *= 2
-    final = comm.broadcast(_packed(*lists[0]) if 0 in lists else None, 0, torch.uint8, device, shape)
+    final = comm.broadcast(packed(*lists[0]) if 0 in lists else None, 0, torch.uint8, device, shape)
     clock.mark("value_exchange")  # indices travel with the values: no index phase of its own
-    final_indices, final_values = _unpacked(final, dtype)
+    final_indices, final_values = unpacked(final, dtype)
     final_indices = final_indices.long()
     out.zero_()
     out.index_copy_(0, final_indices, final_values.div_(world_size))
@@ -271,19 +277,6 @@ def tree_merge(
     clock.mark("scatter")
     counts = torch.full((world_size,), k, dtype=torch.int64)
     return ExchangeResult(counts, int(final_indices.numel()), zeroed)
-
-
-def _packed(indices: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """k (int32 index, value) pairs as one [k, 4 + value bytes] uint8 message (bits unchanged)."""
-    return torch.cat([indices.contiguous().view(torch.uint8).view(indices.numel(), -1),
-                      values.contiguous().view(torch.uint8).view(values.numel(), -1)], dim=1)
-
-
-def _unpacked(message: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """`_packed`'s inverse: the int32 indices and the values of `dtype`."""
-    width = INDEX_DTYPE.itemsize
-    return (message[:, :width].contiguous().view(INDEX_DTYPE).view(-1),
-            message[:, width:].contiguous().view(dtype).view(-1))
 
 
 def merge_top_k(indices: torch.Tensor, values: torch.Tensor, incoming_indices: torch.Tensor,

@@ -163,16 +163,21 @@ class NetworkModel:
     def tree_round_s(self, world_size: int, nbytes: float, stride: int) -> float:
         return costs.tree_round_s(self.placement(world_size), nbytes, stride)
 
+    def shift_round_s(self, world_size: int, nbytes: float, shift: int) -> float:
+        return costs.shift_round_s(self.placement(world_size), nbytes, shift)
+
     # -- a step's ledger ------------------------------------------------------------------------
     def collective_s(self, collective: "Collective", world_size: int) -> float:
         """One ledger entry (traffic.Collective): `elements` is per rank for all_gather, per
         (source, destination) pair for all_to_all, per message for tree_round (whose `root` is
-        its stride), the whole tensor otherwise."""
+        its stride), the largest message for shift_round (`root`: its shift) and all_gather_v
+        (a ring all-gather whose every step lasts as long as its largest block), the whole
+        tensor otherwise."""
         nbytes = collective.elements * collective.element_bytes
         op = collective.op
         if op == "all_reduce":
             return self.all_reduce_s(world_size, nbytes)
-        if op == "all_gather":
+        if op in ("all_gather", "all_gather_v"):
             return self.all_gather_s(world_size, nbytes)
         if op == "broadcast":
             return self.broadcast_s(world_size, nbytes)
@@ -182,6 +187,8 @@ class NetworkModel:
             return self.point_to_point_s(world_size, nbytes, collective.root, collective.peer)
         if op == "tree_round":
             return self.tree_round_s(world_size, nbytes, collective.root)
+        if op == "shift_round":
+            return self.shift_round_s(world_size, nbytes, collective.root)
         raise ValueError(f"unknown collective {op!r}")
 
     def price(self, collectives: Iterable["Collective"], world_size: int) -> float:

@@ -10,7 +10,11 @@ headers), turned into per-rank bytes with the standard algorithms' formulas:
 - all-to-all of m elements per (source, destination) pair: every rank sends and receives (W-1)*m;
 - point-to-point of m elements: the source sends m, the destination receives m;
 - a tree round of stride s (one round of a binomial-tree reduce toward rank 0, gTop-k's merge):
-  every rank r with r mod 2s = s sends m to r - s, all pairs at once.
+  every rank r with r mod 2s = s sends m to r - s, all pairs at once;
+- a shift round of shift s (one round of Ok-Topk's reduce-scatter): every rank r sends m_r to
+  r + s mod W, all at once, the sizes uneven;
+- a ring all-gatherv of m_r elements from rank r: over W - 1 steps rank r forwards every block
+  but its successor's, so it sends T - m_(r+1) and receives T - m_r (T = sum of the m_r).
 
 These bytes are the flat algorithms' whatever network the run models. The modelled time is
 `NetworkModel.price` over the ledger (`collectives`): one accounting, priced, never a second one.
@@ -35,10 +39,21 @@ class Collective:
     compare them), so a size is never counted from one world's shortcut."""
 
     op: str  # "all_gather" | "all_reduce" | "broadcast" | "all_to_all" | "point_to_point" | "tree_round"
-    elements: int  # per rank for all_gather, per pair for all_to_all and tree_round; the whole tensor otherwise
+    # | "shift_round" | "all_gather_v"
+    elements: int  # per rank for all_gather, per pair for all_to_all and tree_round, the largest
+    # message for shift_round and all_gather_v; the whole tensor otherwise
     element_bytes: int
-    root: int | None = None  # broadcast's root; point_to_point's source; tree_round's stride
+    root: int | None = None  # broadcast's root; point_to_point's source; tree_round's stride; shift_round's shift
     peer: int | None = None  # point_to_point's destination
+    # shift_round: what each rank r sent (to r + shift); all_gather_v: each rank's block. The ledger
+    # line keeps only the largest (`elements`, what the network model prices: a round, or a ring
+    # step, lasts as long as its largest message); a replayed ledger sends it from every rank.
+    sizes: tuple[int, ...] | None = None
+
+
+def shift_pairs(shift: int, world_size: int) -> list[tuple[int, int]]:
+    """(source, destination) of every message of a shift round: r to r + shift mod W."""
+    return [(source, (source + shift) % world_size) for source in range(world_size)]
 
 
 def binomial_children(relative_rank: int, world_size: int) -> int:
@@ -109,6 +124,26 @@ class TrafficMeter:
         for source, destination in tree_round_pairs(stride, self.world_size):
             self.sent[source] += elements * element_bytes
             self.recv[destination] += elements * element_bytes
+
+    def shift_round(self, sizes: list[int] | None, element_bytes: int, shift: int, elements: int | None = None) -> None:
+        """One round of uneven messages, rank r to r + shift: `sizes[r]` elements each, or
+        `elements` from every rank (a replayed ledger knows only the largest)."""
+        sizes = list(sizes) if sizes is not None else [elements] * self.world_size
+        self.collectives.append(Collective("shift_round", max(sizes, default=0), element_bytes, shift, sizes=tuple(sizes)))
+        for source, destination in shift_pairs(shift, self.world_size):
+            self.sent[source] += sizes[source] * element_bytes
+            self.recv[destination] += sizes[source] * element_bytes
+
+    def all_gather_v(self, sizes: list[int] | None, element_bytes: int, elements: int | None = None) -> None:
+        """A ring all-gather of uneven blocks: `sizes[r]` elements from rank r (or `elements`
+        from every rank, a replayed ledger)."""
+        sizes = np.array(sizes if sizes is not None else [elements] * self.world_size, dtype=np.float64)
+        self.collectives.append(Collective("all_gather_v", int(sizes.max(initial=0)), element_bytes,
+                                           sizes=tuple(int(s) for s in sizes)))
+        if self.world_size > 1:
+            total = sizes.sum()
+            self.sent += (total - np.roll(sizes, -1)) * element_bytes  # all but the successor's block
+            self.recv += (total - sizes) * element_bytes
 
 
 def dense_allreduce_bytes(numel: int, world_size: int, element_bytes: int = 4) -> float:

@@ -1,11 +1,14 @@
 """A modelled step's collectives: a run's logged ledger, with the sizes that depend on the worker
 count set to what the statistics say at the modelled W.
 
-Only two sizes of an exchange depend on the data (experiments/core/exchange.py):
+Only two sizes of most exchanges depend on the data (experiments/core/exchange.py):
 
 - union_allreduce: the padded index all-gather is k_max wide (the busiest rank's count) and the
   value all-reduce is |U| long; they are the exchange's last two collectives;
 - sparse_allgather: the index and the value all-gathers are both k_max wide, its last two.
+
+gTop-k's tree and Ok-Topk's reduce-scatter have as many rounds as W says (`tree_at_workers`,
+`region_at_workers`).
 
 A leader's plan (the payload of its broadcast, the last broadcast of the ledger) takes its
 fitted length at W when the statistics carry one (DEFT's allocation grows with W). Every other
@@ -30,9 +33,12 @@ def at_workers(template: tuple[Collective, ...], exchange: str, template_stats: 
                stats: dict[str, float], workers: int) -> list[Collective]:
     """`template` (a logged step's ledger) with its data-dependent sizes set to `stats`
     (k_max and union, rounded) at `workers`; `template_stats` are the values the template was
-    logged with. gTop-k's tree (tree_merge) depends on W instead: log2 W rounds of its k pairs."""
+    logged with. gTop-k's tree (tree_merge) depends on W instead: log2 W rounds of its k pairs;
+    Ok-Topk's reduce-scatter (sparse_reduce_scatter) on both: `region_at_workers`."""
     if exchange == "tree_merge":
         return tree_at_workers(template, workers)
+    if exchange == "sparse_reduce_scatter":
+        return region_at_workers(template, template_stats, stats, workers)
     collectives = list(template)
     if "plan" in stats:
         last = max((i for i, c in enumerate(collectives) if c.op == "broadcast"), default=None)
@@ -67,6 +73,35 @@ def tree_at_workers(template: tuple[Collective, ...], workers: int) -> list[Coll
     return head + [replace(rounds[0], root=stride) for stride in strides] + [template[-1]]
 
 
+def region_at_workers(template: tuple[Collective, ...], template_stats: dict[str, int], stats: dict[str, float],
+                      workers: int) -> list[Collective]:
+    """An Ok-Topk ledger (experiments/core/region_exchange.py: [the region proposals' all-reduce],
+    the counts' all-to-all, W - 1 shift rounds, the owners' counts, their all-gatherv) at
+    `workers`. The rule: a rank's k_max selected pairs spread over the W regions, and the |U|
+    kept ones over the W owners, as unevenly as in the template: a round's largest message is
+    (the template's mean largest over k_max / W_t) * k_max / W, an owner's largest block (the
+    template's over |U| / W_t) * |U| / W. A warm-up step's template (one dense all-reduce)
+    stays as it is."""
+    rounds = [c for c in template if c.op == "shift_round"]
+    gathers = [c for c in template if c.op == "all_gather_v"]
+    if not gathers:
+        if [c.op for c in template] == ["all_reduce"] or [c.op for c in template] == ["all_gather"]:
+            return list(template)  # the dense warm-up
+        raise ValueError(f"a sparse_reduce_scatter ledger ends with an all-gatherv: got {[c.op for c in template]}")
+    counts = next(c for c in template if c.op == "all_to_all")
+    world = len(rounds) + 1
+    # Before the counts only a repartition step's proposals: W - 1 boundaries.
+    head = [replace(c, elements=workers - 1) for c in template[:template.index(counts)]]
+    pair_spread = (sum(c.elements for c in rounds) / len(rounds)) / (template_stats["k_max"] / world) if rounds and template_stats["k_max"] else 1.0
+    block_spread = gathers[0].elements / (template_stats["union"] / world) if template_stats["union"] else 1.0
+    pair = max(0, round(pair_spread * stats["k_max"] / workers))
+    block = max(0, round(block_spread * stats["union"] / workers))
+    owners = next(c for c in template if c.op == "all_gather")
+    shifts = [Collective("shift_round", pair, rounds[0].element_bytes if rounds else gathers[0].element_bytes, shift)
+              for shift in range(1, workers)]
+    return head + [counts, *shifts, owners, replace(gathers[0], elements=block, sizes=None)]
+
+
 def sent_bytes_max(collectives: list[Collective], world_size: int) -> float:
     """Bytes the busiest rank sends for `collectives` among `world_size` ranks: the meter's own
     accounting (experiments/core/traffic.py), replayed."""
@@ -78,6 +113,10 @@ def sent_bytes_max(collectives: list[Collective], world_size: int) -> float:
             meter.point_to_point(c.elements, c.element_bytes, c.root % world_size, c.peer % world_size)
         elif c.op == "tree_round":
             meter.tree_round(c.elements, c.element_bytes, c.root)
+        elif c.op == "shift_round":  # every rank sends the largest message: an upper bound
+            meter.shift_round(None, c.element_bytes, c.root, c.elements)
+        elif c.op == "all_gather_v":
+            meter.all_gather_v(None, c.element_bytes, c.elements)
         else:
             getattr(meter, c.op)(c.elements, c.element_bytes)
     return float(meter.sent.max())

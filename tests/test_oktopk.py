@@ -1,0 +1,221 @@
+"""Ok-Topk (docs/algorithms.md, "oktopk"): its selection, regions and thresholds, and its exchange
+(the sparse reduce-scatter and all-gather), against cases worked out by hand from the paper and
+the released `AllReducer.run` ('oktopk'), including the released code's edge cases (an empty
+region, a rank that selected nothing, a threshold that keeps nothing, a sum that cancels, W = 1);
+against the plain replay (tests/exchange_reference.py) on random inputs at W = 1 to 5; and its
+refusal of bad knobs. The whole step (every rank's selection replayed, the collectives, every
+logged metric): tests/test_full_step.py; hosted against real processes: tests/test_distributed.py."""
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+import torch
+
+from experiments.core.collectives import RankCollectives
+from experiments.core.exchange import exchange
+from experiments.core.traffic import Collective
+from experiments.errors import ConfigError
+from experiments.launcher.compose import preflight
+from sparsifiers.base import ExchangeKind
+from sparsifiers.layout import Layout
+from sparsifiers.oktopk import OkTopK, proposed_cuts
+from tests.exchange_reference import OkTopkReplay
+
+
+def methods(world_size: int, numel: int, density: float, **knobs) -> list[OkTopK]:
+    layout = Layout.from_shapes([("w", (numel,))])
+    return [OkTopK(layout, world_size, rank, density=density, warmup_steps=0, **knobs) for rank in range(world_size)]
+
+
+def exchanged(ranks: list[OkTopK], pairs_by_rank: list[dict[int, float]], step: int, numel: int):
+    """Ok-Topk's exchange on ranks whose selections and accumulator values are `pairs_by_rank`
+    (acc is 0 elsewhere), hosted in one process."""
+    world_size = len(ranks)
+    selections = [torch.tensor(sorted(pairs), dtype=torch.int64) for pairs in pairs_by_rank]
+    accs = [torch.zeros(numel) for _ in range(world_size)]
+    for acc, pairs in zip(accs, pairs_by_rank):
+        for index, value in pairs.items():
+            acc[index] = value
+    comm = RankCollectives(world_size, list(range(world_size)), use_process_group=False)
+    out = torch.full((numel,), float("nan"))
+    result = exchange(ExchangeKind.SPARSE_REDUCE_SCATTER, selections, accs, out, comm, methods=ranks, step=step)
+    return out, result, comm.meter
+
+
+# -- selection ------------------------------------------------------------------------------------
+def test_the_warm_up_is_dense_and_the_first_sparse_step_takes_the_kth_largest_strictly():
+    """warmup_steps = 2: steps 0 and 1 select everything (None) at density 1. Step 2 recomputes:
+    k = 3 of |acc| = 8, 5, 5, 4, 1 (at 1, 3, 6, 0, 2): th = 5, and |acc| > 5 strictly keeps only
+    position 1. One kept < 0.75 k: the stored th becomes 5 / 1.012 (in float32)."""
+    method = OkTopK(Layout.from_shapes([("w", (10,))]), 1, 0, density=0.3, warmup_steps=2)
+    acc = torch.tensor([4.0, -8.0, 1.0, 5.0, 0.0, 0.0, -5.0, 0.0, 0.0, 0.0])
+    for step in (0, 1):
+        assert method.select(acc, step) is None and method.current_density == 1.0 and method.current_k == 10
+    assert method.select(acc, 2).tolist() == [1]
+    assert method.current_density == 0.3 and method.current_k == 3
+    assert method.metrics()["sparsifier/threshold"] == 5.0
+    assert method.local_threshold == float(np.float32(5.0) / np.float32(1.012))
+
+
+def test_between_recomputes_the_threshold_climbs_by_3_percent_at_most_five_times():
+    """threshold_every = 4. Step 0 recomputes on a first acc (k = 2: th = 9, one kept: th / 1.012).
+    Step 1 on 20 elements of |acc| = 10: 20 > floor(3k / 2) = 3 above th, so th x 1.03 up to 5
+    times, and still above 10 only after the 4th (9 / 1.012 * 1.03^4 = 10.009...): nothing kept."""
+    method = OkTopK(Layout.from_shapes([("w", (20,))]), 1, 0, density=0.1, warmup_steps=0, threshold_every=4)
+    first = torch.zeros(20)
+    first[:3] = torch.tensor([10.0, 9.0, 1.0])
+    assert method.select(first, 0).tolist() == [0]
+    th = float(np.float32(9.0) / np.float32(1.012))
+    assert method.local_threshold == th
+    for _ in range(4):  # climbs while 20 > 3 exceed it: 8.89 -> 9.16 -> 9.43 -> 9.72 -> 10.01 (stops)
+        th = float(np.float32(th) * np.float32(1.03))
+    assert method.select(torch.full((20,), 10.0), 1).tolist() == []
+    assert method.metrics()["sparsifier/threshold"] == pytest.approx(th) and th > 10.0
+    # Nothing kept: the stored threshold comes down by 1.012 for the next step.
+    assert method.local_threshold == float(np.float32(th) / np.float32(1.012))
+
+
+def test_the_climb_stops_after_five_raises_however_many_still_exceed():
+    method = OkTopK(Layout.from_shapes([("w", (20,))]), 1, 0, density=0.1, warmup_steps=0, threshold_every=4)
+    method.select(torch.cat([torch.tensor([2.0, 1.0]), torch.zeros(18)]), 0)  # th = 1, then 1 / 1.012
+    th = method.local_threshold
+    chosen = method.select(torch.full((20,), 100.0), 1)
+    for _ in range(5):
+        th = float(np.float32(th) * np.float32(1.03))
+    assert chosen.numel() == 20 and method.metrics()["sparsifier/threshold"] == th
+    assert method.local_threshold == float(np.float32(th) * np.float32(1.012))  # 20 > 1.25 k: up for the next step
+
+
+# -- regions --------------------------------------------------------------------------------------
+def test_each_rank_proposes_every_cth_selected_position_and_the_regions_are_the_floored_mean():
+    """W = 3: S = 1, 4, 6, 9, 12, 15 gives c = 2 and (S[2], S[4]) = (6, 12); S = 0, 2, 3, 20, 21,
+    22, 23 c = 2: (3, 21); a rank with 2 selected (c = 0) proposes S[0] twice; a rank with none
+    the even split (N = 30: 10, 20; the released code fails there). B = floor(sum / W)."""
+    assert proposed_cuts(torch.tensor([1, 4, 6, 9, 12, 15]), 3, 30).tolist() == [6, 12]
+    assert proposed_cuts(torch.tensor([0, 2, 3, 20, 21, 22, 23]), 3, 30).tolist() == [3, 21]
+    assert proposed_cuts(torch.tensor([7, 8]), 3, 30).tolist() == [7, 7]
+    assert proposed_cuts(torch.tensor([], dtype=torch.int64), 3, 30).tolist() == [10, 20]
+    ranks = methods(3, 30, 0.1)
+    ranks[0].set_regions(torch.tensor([6 + 3 + 7, 12 + 21 + 7]))
+    assert ranks[0].region_boundaries.tolist() == [0, 5, 13, 30]  # floor(16 / 3), floor(40 / 3)
+
+
+def test_the_schedule_counts_from_the_end_of_the_warm_up():
+    method = OkTopK(Layout.from_shapes([("w", (100,))]), 2, 0, density=0.1, warmup_steps=128,
+                    threshold_every=32, regions_every=64)
+    assert [t for t in range(300) if method.recomputes(t)] == [128, 160, 192, 224, 256, 288]  # t % 32 == 0, t >= 128
+    assert [t for t in range(300) if method.regions_due(t)] == [128, 192, 256]  # as released: t % 64 == 0
+
+
+# -- the exchange, by hand ------------------------------------------------------------------------
+def test_two_ranks_recompute_step_by_hand():
+    """N = 8, W = 2, k = 2 (d = 0.25), a recompute and repartition step. Rank 0 selected
+    {1: 3, 2: -1, 5: 2, 6: 1}, rank 1 {2: 1, 5: 4, 7: -6}. Proposals: rank 0 S[1 * 2] = 5, rank 1
+    S[1 * 1] = 5: B = (0, 5, 8). Counts: rank 0 sends 2 pairs to each region, rank 1 1 and 2.
+    Owner 0 sums {1: 3, 2: -1 + 1 = 0}; owner 1 (itself first, then rank 0) {5: 4 + 2 = 6, 6: 1,
+    7: -6}. Recompute: every non-zero sum is sent (the cancelled 2 is not): {1: 3} and {5: 6, 6: 1,
+    7: -6}; every rank keeps the k = 2 largest, 5 and 7 (|6| = |-6|, ahead of 3 and 1),
+    th_glob = 6. agg = sums / 2. Residuals: rank 0 zeroes 5 (its 3 at 1 was sent to its
+    owner but dropped: it stays), rank 1 zeroes 5 and 7."""
+    ranks = methods(2, 8, 0.25)
+    out, result, meter = exchanged(ranks, [{1: 3.0, 2: -1.0, 5: 2.0, 6: 1.0}, {2: 1.0, 5: 4.0, 7: -6.0}], 0, 8)
+    assert ranks[0].region_boundaries.tolist() == ranks[1].region_boundaries.tolist() == [0, 5, 8]
+    assert out.tolist() == [0, 0, 0, 0, 0, 3.0, 0, -3.0]
+    assert result.counts.tolist() == [4, 3] and result.aggregated == 2
+    assert [z.tolist() for z in result.zeroed] == [[5], [5, 7]]
+    assert ranks[0].global_threshold == ranks[1].global_threshold == 6.0
+    assert meter.collectives == [
+        Collective("all_reduce", 1, 8),  # the proposals (int64)
+        Collective("all_to_all", 1, 4),  # the pair counts
+        Collective("shift_round", 2, 8, 1, sizes=(2, 1)),  # rank 0 -> 1: 2 pairs, rank 1 -> 0: 1
+        Collective("all_gather", 1, 4),  # the owners' counts
+        Collective("all_gather_v", 3, 8, sizes=(1, 3)),
+    ]
+    # In order: the ring all-reduce of 8 bytes (2 (W - 1) / W of it), one int32 to the other
+    # rank, the pairs, one int32, and the ring all-gatherv (rank r forwards every block but
+    # its successor's: rank 0 its own 1 pair, rank 1 its own 3).
+    assert meter.sent.tolist() == [8 + 4 + 2 * 8 + 4 + 1 * 8, 8 + 4 + 1 * 8 + 4 + 3 * 8]
+
+
+def test_between_recomputes_the_owners_send_what_passes_the_global_threshold_and_it_follows_the_band():
+    """The same ranks on a later step (not a recompute, not a repartition: B = (0, 5, 8) stays).
+    th_glob = 2.5: owner 0 keeps |3| > 2.5 at 1; owner 1 keeps 6 at 5 and -6 at 7 (1 at 6 is
+    below). Everything gathered is the aggregate: 3 > 1.25 k = 2.5 pairs, so th_glob x 1.008."""
+    ranks = methods(2, 8, 0.25, threshold_every=2, regions_every=2)
+    exchanged(ranks, [{1: 3.0, 2: -1.0, 5: 2.0, 6: 1.0}, {2: 1.0, 5: 4.0, 7: -6.0}], 0, 8)
+    for method in ranks:
+        method.global_threshold = 2.5
+    out, result, meter = exchanged(ranks, [{1: 3.0, 2: -1.0, 5: 2.0, 6: 1.0}, {2: 1.0, 5: 4.0, 7: -6.0}], 1, 8)
+    assert out.tolist() == [0, 1.5, 0, 0, 0, 3.0, 0, -3.0]
+    assert result.aggregated == 3 and [z.tolist() for z in result.zeroed] == [[1, 5], [5, 7]]
+    assert ranks[0].global_threshold == float(np.float32(2.5) * np.float32(1.008))
+    assert [c.op for c in meter.collectives] == ["all_to_all", "shift_round", "all_gather", "all_gather_v"]
+    # Below 0.75 k gathered: down by 1.01. A threshold that keeps nothing: an empty aggregate.
+    for method in ranks:
+        method.global_threshold = 100.0
+    out, result, _ = exchanged(ranks, [{1: 3.0}, {7: -6.0}], 1, 8)
+    assert result.aggregated == 0 and not out.any() and [z.tolist() for z in result.zeroed] == [[], []]
+    assert ranks[1].global_threshold == float(np.float32(100.0) / np.float32(1.01))
+
+
+def test_empty_regions_a_rank_that_selected_nothing_and_an_empty_gather():
+    """W = 3, N = 9, a repartition and recompute step. Rank 0 selected nothing (proposes 3, 6),
+    ranks 1 and 2 only position 8 (c = 0: propose 8, 8). B = (0, floor(19/3), floor(22/3), 9) =
+    (0, 6, 7, 9): region 1 holds nothing. Then a step where every sum cancels: nothing is
+    gathered, the aggregate is empty and th_glob keeps its value (the released code fails)."""
+    ranks = methods(3, 9, 0.25)
+    out, result, meter = exchanged(ranks, [{}, {8: 1.0}, {8: 2.0}], 0, 9)
+    assert ranks[0].region_boundaries.tolist() == [0, 6, 7, 9]
+    assert out.tolist() == [0] * 8 + [1.0]  # (1 + 2) / 3
+    assert result.counts.tolist() == [0, 1, 1] and ranks[2].global_threshold == 3.0
+    # Only rank 1 sends (its 8 to owner 2, at shift 1); rank 2's own pair stays home.
+    assert [c.sizes for c in meter.collectives if c.op == "shift_round"] == [(0, 1, 0), (0, 0, 0)]
+    out, result, _ = exchanged(ranks, [{}, {8: 1.0}, {8: -1.0}], 0, 9)
+    assert result.aggregated == 0 and not out.any() and ranks[0].global_threshold == 3.0
+
+
+def test_one_worker_owns_everything_and_sends_nothing():
+    """W = 1 (the released code fails: no boundaries to propose): one region, the whole vector;
+    k = 3 of the 3 gathered are kept; every collective moves 0 bytes."""
+    ranks = methods(1, 6, 0.5)
+    out, result, meter = exchanged(ranks, [{0: 1.0, 3: -2.0, 4: 0.5}], 0, 6)
+    assert ranks[0].region_boundaries.tolist() == [0, 6]
+    assert out.tolist() == [1.0, 0, 0, -2.0, 0.5, 0] and result.aggregated == 3
+    assert meter.sent.tolist() == [0.0] and meter.recv.tolist() == [0.0]
+
+
+# -- the exchange against the replay, on random inputs --------------------------------------------
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5])
+def test_the_exchange_is_the_replay_on_random_selections(world_size):
+    """Four steps (threshold_every = 2, regions_every = 3: a recompute and repartition, a kept
+    threshold, a recompute, a repartition on a kept threshold) of random accumulators with
+    repeated magnitudes and random selections of different sizes, hosted, against the replay."""
+    generator = torch.Generator().manual_seed(world_size)
+    numel, density = 50, 0.1
+    ranks = methods(world_size, numel, density, threshold_every=2, regions_every=3)
+    replay = OkTopkReplay(f"oktopk:density={density}:warmup_steps=0:threshold_every=2:regions_every=3", numel, world_size)
+    for step in range(4):
+        accs = [torch.randint(-4, 5, (numel,), generator=generator).float() / 4 for _ in range(world_size)]
+        selections = [torch.sort(torch.randperm(numel, generator=generator)[:int(torch.randint(0, 12, (1,), generator=generator))]).values
+                      for _ in range(world_size)]
+        comm = RankCollectives(world_size, list(range(world_size)), use_process_group=False)
+        out = torch.empty(numel)
+        result = exchange(ExchangeKind.SPARSE_REDUCE_SCATTER, selections, accs, out, comm, methods=ranks, step=step)
+        expected, issued = replay.exchange(types.SimpleNamespace(step=step, accs=accs, selections=selections))
+        assert torch.equal(out.double(), expected.aggregate), step
+        assert result.aggregated == expected.union and result.counts.tolist() == expected.counts
+        assert [torch.isin(torch.arange(numel), z).tolist() for z in result.zeroed] == [z.tolist() for z in expected.zeroed]
+        assert comm.meter.collectives == issued
+        assert ranks[0].global_threshold == float(replay.glob) and ranks[0].region_boundaries.tolist() == replay.bounds
+
+
+# -- refusal --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("knob, value", [("warmup_steps", -1), ("threshold_every", 0), ("regions_every", 2.5)])
+def test_bad_knobs_are_refused_naming_the_key(knob, value):
+    with pytest.raises(ConfigError, match=f"sparsifier.{knob}={value}: an integer >= "):
+        OkTopK(Layout.from_shapes([("w", (10,))]), 2, 0, density=0.2, **{knob: value})
+    # Before launch: the preset's type (an int) answers a float first, the method the range.
+    with pytest.raises(ConfigError, match=f"^sparsifier.{knob}(={value}: an integer >= | must be an integer, got {value})"):
+        preflight(["sparsifier=oktopk", f"sparsifier.{knob}={value}", "workers=2", "dataset=digits", "model=mlp"])
