@@ -10,10 +10,14 @@ import warnings
 import pytest
 from tqdm import tqdm
 
+from experiments import run_dir as run_files
 from experiments.console import route_warnings, say
+from experiments.run_dir import read_metrics
 from tests.conftest import TINY_RUN, run_cli
 
-FAULT = ["sparsifier._target_=tests.fault_injection.NaNGradientTopK", "+sparsifier.nan_rank=0", "+sparsifier.nan_step=3"]
+# Rank 1, hosted beside rank 0 (which draws the bar): the failing run below is also
+# tests/test_run_e2e.py's one-process case of a NaN gradient failing the run naming its rank.
+FAULT = ["sparsifier._target_=tests.fault_injection.NaNGradientTopK", "+sparsifier.nan_rank=1", "+sparsifier.nan_step=3"]
 BAR = [*TINY_RUN, "logger.progress=true", "workers=2", "processes=1", "max_steps=6", *FAULT]
 
 
@@ -51,7 +55,14 @@ def test_a_failure_over_the_progress_bar_is_printed_on_lines_of_its_own(tmp_path
     assert result.returncode == 1, result.stderr[-3000:]
     assert "epoch 0:" in result.stderr  # the bar was drawn
     assert_whole_line(result.stderr, "Traceback (most recent call last):")
-    assert "non-finite gradient at step 3 on rank 0" in assert_whole_line(result.stderr, "run failed: ")
+    assert "non-finite gradient at step 3 on rank 1" in assert_whole_line(result.stderr, "run failed: ")
+    # The run itself (test_run_e2e.py's NaN-gradient check, one process): failed at its step naming
+    # the rank; steps 0-2 are logged, and nothing after.
+    status = run_files.read_json(run_dir / run_files.STATUS)
+    assert status["status"] == "failed"
+    assert "non-finite gradient at step 3 on rank 1" in status["error"], status["error"]
+    assert [r["step"] for r in read_metrics(run_dir / run_files.METRICS) if r["kind"] == "train"] == [0, 1, 2]
+    assert not (run_dir / run_files.SUMMARY).exists()
 
 
 @pytest.mark.slow  # real runs of run.py
@@ -59,7 +70,7 @@ def test_a_skip_warning_is_printed_above_the_progress_bar(tmp_path):
     result = run_cli([*BAR, "on_nonfinite=skip", f"hydra.run.dir={tmp_path / 'run'}"], timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "epoch 0:" in result.stderr
-    assert_whole_line(result.stderr, "warning: step 3 skipped (non-finite gradient at step 3 on rank 0")
+    assert_whole_line(result.stderr, "warning: step 3 skipped (non-finite gradient at step 3 on rank 1")
 
 
 def test_say_and_python_warnings_print_above_a_drawn_bar(monkeypatch):

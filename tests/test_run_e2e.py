@@ -124,10 +124,11 @@ def test_a_crash_in_one_rank_ends_the_job_and_marks_the_run_failed(tmp_path):
     assert not (run_dir / run_files.SUMMARY).exists()
 
 
-@pytest.mark.parametrize("processes", [1, 2])
-def test_a_nan_gradient_fails_the_run_at_its_step_naming_the_rank(tmp_path, processes):
+def test_a_nan_gradient_fails_the_run_at_its_step_naming_the_rank(tmp_path):
+    """Two processes; one process hosting both ranks is checked on the run
+    tests/test_progress_lines.py launches (the same NaN at rank 1, step 3, under the bar)."""
     run_dir = tmp_path / "run"
-    result = run_cli([*TINY_RUN, "workers=2", f"processes={processes}", "max_steps=20", "logger.log_every=1",
+    result = run_cli([*TINY_RUN, "workers=2", "processes=2", "max_steps=20", "logger.log_every=1",
                       "sparsifier._target_=tests.fault_injection.NaNGradientTopK",
                       "+sparsifier.nan_rank=1", "+sparsifier.nan_step=3", f"hydra.run.dir={run_dir}"], timeout=180)
     assert result.returncode == 1
@@ -173,13 +174,9 @@ def test_a_diverging_learning_rate_fails_at_the_first_non_finite_value(tmp_path)
     assert all(math.isfinite(r["train/loss"]) for r in logged)
 
 
-def test_an_existing_run_directory_is_never_overwritten(tmp_path):
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    (run_dir / run_files.STATUS).write_text('{"status": "done"}')
-    result = run_cli([*TINY_RUN, "max_steps=2", f"hydra.run.dir={run_dir}"], timeout=120)
-    assert result.returncode == 2 and "already holds a run" in result.stderr
-    assert (run_dir / run_files.STATUS).read_text() == '{"status": "done"}'
+# An existing run directory is never overwritten: tests/test_bad_input.py
+# (test_an_existing_run_is_refused_and_left_untouched) launches run.py into one and checks exit
+# code 2, the one line and every file byte-identical; a second launch here checked less.
 
 
 def test_same_seed_same_config_gives_the_same_metrics(tmp_path):
