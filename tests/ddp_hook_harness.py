@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import yaml
 from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -71,7 +72,7 @@ def parse_spec(spec: str) -> tuple[str, dict]:
     knobs = {"density": SMALL["density"], **SMALL.get(name, {})}
     for pair in pairs:
         key, value = pair.split("=")
-        knobs[key] = value
+        knobs[key] = yaml.safe_load(value)  # as a command line's value: 1 is an int, leader a string
     return name, knobs
 
 

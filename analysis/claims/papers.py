@@ -12,6 +12,7 @@ MICRO = "MiCRO (Yoon & Oh, HiPC 2023, arXiv 2310.00967)"
 EXDYNA = "ExDyna (Yoon & Oh, arXiv 2402.13781)"
 DGC = "DGC (Lin et al., ICLR 2018, arXiv 1712.01887)"
 SCALECOM = "ScaleCom (Chen et al., NeurIPS 2020)"
+OKTOPK = "Ok-Topk (Li & Hoefler, PPoPP 2022, arXiv 2201.07598)"
 
 # The method's own paper, for claims about one of the partition methods.
 PAPER_OF = {"deft": DEFT, "micro": MICRO, "exdyna": EXDYNA}
@@ -19,7 +20,7 @@ PAPER_OF = {"deft": DEFT, "micro": MICRO, "exdyna": EXDYNA}
 # Sparsifier name -> how the claims write it.
 NAMES = {
     "dense": "dense", "topk": "Top-k", "cltk": "CLT-k", "deft": "DEFT", "micro": "MiCRO",
-    "exdyna": "ExDyna", "threshold": "hard threshold", "sage": "SAGE", "dgc": "DGC",
+    "exdyna": "ExDyna", "threshold": "hard threshold", "sage": "SAGE", "dgc": "DGC", "oktopk": "Ok-Topk",
 }
 
 PARTITION_METHODS = ("deft", "micro", "exdyna")

@@ -20,10 +20,10 @@ from analysis.figures.provenance import figure_title
 from analysis.tasks import is_stand_in
 
 # Fixed order, so a method keeps its colour whatever else a figure shows.
-KNOWN = ("topk", "dgc", "cltk", "threshold", "sage", "gaussiank", "randomk", "micro", "exdyna", "deft", "sidco", "accordion", "gtopk")
+KNOWN = ("topk", "dgc", "cltk", "threshold", "sage", "gaussiank", "randomk", "micro", "exdyna", "deft", "sidco", "accordion", "gtopk", "oktopk")
 # tab10 with its gray swapped for navy: gray is kept for legend entries that are not methods.
 PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "navy",
-           "tab:olive", "tab:cyan", "darkgoldenrod", "crimson", "teal")
+           "tab:olive", "tab:cyan", "darkgoldenrod", "crimson", "teal", "darkorchid")
 # Keys that become part of a series label only when they vary in the data shown.
 OPTIONAL_KEYS = ("density", "world", "model", "dataset", "settings")  # settings: analysis.settings
 

@@ -157,10 +157,9 @@ class RankCollectives:
         sizes[r, r + s] rows each); a rank's message to itself is a local copy. Messages between
         hosted ranks are handed over; for each other process, one message carries all the pairs
         between the two, concatenated in (source, destination) order, all posted at once."""
-        W = self.world_size
+        W, counts = self.world_size, sizes.tolist()
         for shift in range(1, W):
-            self.meter.shift_round([int(sizes[r, destination]) for r, destination in shift_pairs(shift, W)],
-                                   row_bytes, shift)
+            self.meter.shift_round([counts[r][destination] for r, destination in shift_pairs(shift, W)], row_bytes, shift)
         received = {j: [None] * W for j in self.local_ranks}
         for r in self.local_ranks:
             for j in self.local_ranks:
@@ -175,7 +174,7 @@ class RankCollectives:
             parts = [outgoing[r][j] for r in self.local_ranks for j in theirs]
             if sum(part.shape[0] for part in parts):
                 requests.append(dist.isend(torch.cat(parts).contiguous(), dst=other))
-            rows = int(sizes[list(theirs)][:, self.local_ranks].sum())
+            rows = sum(counts[r][j] for r in theirs for j in self.local_ranks)
             if rows:
                 inbound[other] = torch.empty((rows, row_bytes), dtype=torch.uint8, device=device)
                 requests.append(dist.irecv(inbound[other], src=other))
@@ -185,7 +184,7 @@ class RankCollectives:
             offset = 0
             for r in range(other * self.local_size, (other + 1) * self.local_size):
                 for j in self.local_ranks:
-                    rows = int(sizes[r, j])
+                    rows = counts[r][j]
                     received[j][r] = message[offset:offset + rows]
                     offset += rows
         for other in range(self.processes):  # pairs with nothing to send: empty messages, no traffic

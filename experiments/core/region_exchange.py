@@ -56,28 +56,25 @@ def sparse_reduce_scatter(
     bounds = method.region_boundaries.to(device)
 
     # 3. sizes: rank r's selection is ascending, so region j's share is one slice of it
-    slices = [torch.searchsorted(selection, bounds) for selection in selections]
-    sizes = comm.all_to_all_counts(torch.stack([ends.diff() for ends in slices]))
+    ends = [torch.searchsorted(selection, bounds) for selection in selections]
+    sizes = comm.all_to_all_counts(torch.stack([e.diff() for e in ends]))
     clock.mark("index_exchange")
 
-    # 4. reduce-scatter
+    # 4. reduce-scatter: each rank's pairs packed once; a message is a slice of them
     outgoing = {}
-    for rank, selection, acc, ends in zip(comm.local_ranks, selections, accs, slices):
-        parts = [selection[ends[j]:ends[j + 1]] for j in range(world_size)]
-        outgoing[rank] = [packed(part.to(INDEX_DTYPE), acc[part]) for part in parts]
+    for rank, selection, acc, edges in zip(comm.local_ranks, selections, accs, ends):
+        pairs, edges = packed(selection.to(INDEX_DTYPE), acc[selection]), edges.tolist()
+        outgoing[rank] = [pairs[edges[j]:edges[j + 1]] for j in range(world_size)]
     received = comm.all_to_all_v(outgoing, sizes, row_bytes, device)
+    sums, start = _owner_sums(received, sizes, bounds, comm, dtype, device)
 
-    # 5. owners' selection
+    # 5. owners' selection, every hosted owner's region at once (they are contiguous)
     threshold = method.owner_threshold(step)
-    blocks = []
-    for owner in comm.local_ranks:
-        start, end = int(bounds[owner]), int(bounds[owner + 1])
-        sums = torch.zeros(end - start, dtype=dtype, device=device)
-        for shift in range(world_size):  # indices within one message are distinct: each add is exact order
-            indices, values = unpacked(received[owner][(owner - shift) % world_size], dtype)
-            sums.index_add_(0, indices.long() - start, values)
-        kept = torch.nonzero(sums != 0 if threshold is None else sums.abs() > threshold).view(-1)
-        blocks.append(packed((kept + start).to(INDEX_DTYPE), sums[kept]))
+    kept = torch.nonzero(sums != 0 if threshold is None else sums.abs() > threshold).view(-1)
+    kept_pairs = packed((kept + start).to(INDEX_DTYPE), sums[kept])
+    owned = bounds[comm.local_ranks[0]:comm.local_ranks[-1] + 2] - start
+    edges = torch.searchsorted(kept, owned).tolist()
+    blocks = [kept_pairs[edges[i]:edges[i + 1]] for i in range(comm.local_size)]
 
     # 6. all-gather: the size header, then the blocks
     gathered_sizes = comm.all_gather(torch.tensor([[b.shape[0]] for b in blocks], dtype=INDEX_DTYPE, device=device))
@@ -96,7 +93,26 @@ def sparse_reduce_scatter(
     indices = indices.long()
     out.zero_()
     out.index_copy_(0, indices, values / world_size)
-    # 7. residuals
-    zeroed = [selection[torch.isin(selection, indices)] for selection in selections]
+    # 7. residuals: where a rank's selection meets the aggregate's coordinates
+    aggregated = torch.zeros(out.numel(), dtype=torch.bool, device=device)
+    aggregated[indices] = True
+    zeroed = [selection[aggregated[selection]] for selection in selections]
     clock.mark("scatter")
     return ExchangeResult(sizes.sum(dim=1).cpu(), int(indices.numel()), zeroed)
+
+
+def _owner_sums(received: dict[int, list[torch.Tensor]], sizes: torch.Tensor, bounds: torch.Tensor,
+                comm: RankCollectives, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, int]:
+    """The hosted owners' region sums, over their span [B_first, B_last+1) (returned with its
+    start). Owner j adds its sources in the released order j, j-1, ..., j-W+1 (shift s = 0, 1,
+    ...): one index_add_ per shift over every hosted owner's pairs of that shift, whose indices
+    are distinct (one owner per region, one source per owner and shift), so each sum is the same
+    sequence of float additions however the ranks are hosted, on any device."""
+    world_size, owners = comm.world_size, comm.local_ranks
+    start, end = int(bounds[owners[0]]), int(bounds[owners[-1] + 1])
+    sums = torch.zeros(end - start, dtype=dtype, device=device)
+    by_shift = [torch.cat([received[j][(j - shift) % world_size] for j in owners]) for shift in range(world_size)]
+    for rows in by_shift:
+        indices, values = unpacked(rows, dtype)
+        sums.index_add_(0, indices.long() - start, values)
+    return sums, start

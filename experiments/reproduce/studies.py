@@ -27,7 +27,7 @@ CONVERGENCE = "experiment=laptop/convergence"
 
 SWEEPS = (
     Sweep("statistics", "statistics", (STATISTICS,),
-          "build-up, traffic, density control, load balance, DEFT's allocation"),
+          "build-up, traffic, density control, load balance, DEFT's allocation, Ok-Topk's traffic bound"),
     # The released start, 1/(2 sqrt(k)), selects far more than k until the threshold has climbed
     # (hundreds of steps): the same runs from a calibrated start show what the transient costs.
     # One sweep per method: Hydra composes a sweep's base config without its comma lists, and the
@@ -38,8 +38,8 @@ SWEEPS = (
       for method, name in (("micro", "MiCRO"), ("exdyna", "ExDyna"))),
     Sweep("drifting thresholds", "statistics", (STATISTICS, "sparsifier=threshold,sage", "workers=16"),
           "density control (the hard threshold and SAGE)"),
-    Sweep("wide build-up", "statistics", (STATISTICS, "sparsifier=topk", "workers=32,64"),
-          "build-up (Top-k up to 64 workers)"),
+    Sweep("wide build-up", "statistics", (STATISTICS, "sparsifier=topk,oktopk", "workers=32,64"),
+          "build-up (Top-k up to 64 workers), Ok-Topk's traffic bound up to 64 workers"),
     Sweep("convergence", "convergence", (CONVERGENCE,), "convergence"),
     Sweep("DGC", "convergence", (CONVERGENCE, "sparsifier=dgc", "sparsifier.clip_norm=5.0"), "DGC"),
 )

@@ -27,18 +27,21 @@ from experiments import run_dir as files
 from sparsifiers.deft_allocation import allocate, bin_loads, common_units, unit_cost, unit_k
 
 WORKERS = (2, 4)
-METHODS = ("dense", "topk", "cltk", "deft", "micro", "exdyna", "threshold", "sage", "dgc")
+METHODS = ("dense", "topk", "cltk", "deft", "micro", "exdyna", "threshold", "sage", "dgc", "oktopk")
 DENSITY = 0.01
 K = math.floor(DENSITY * NUMEL)
 ROWS, EVERY, EPOCHS = 40, 12, 4
 SPLIT = ("deft", "micro", "exdyna", "cltk")
 PARTITION = ("deft", "micro", "exdyna")
 DGC_KNOBS = (("warmup", True), ("clip_norm", 5.0))
+# Ok-Topk's schedule (its preset): dense up to step 128, thresholds recomputed every 32 steps after.
+OKTOPK_KNOBS = (("warmup_steps", 128), ("threshold_every", 32))
+KNOBS = {"dgc": DGC_KNOBS, "oktopk": OKTOPK_KNOBS}
 # DEFT's units: one tiny unit (a bias) whose share exceeds its size, so it is common.
 UNIT_SIZES = [5] + [9_000] * 10 + [NUMEL - 5 - 90_000]
 # Final accuracy and ms per step: within 1 point of dense, partition methods twice as fast.
 FINAL = {"dense": 0.90, "deft": 0.898, "micro": 0.898, "exdyna": 0.898, "topk": 0.897, "cltk": 0.896,
-         "dgc": 0.895, "threshold": 0.88, "sage": 0.88}
+         "dgc": 0.895, "threshold": 0.88, "sage": 0.88, "oktopk": 0.896}
 STEP_MS = {"dense": 40.0, "topk": 40.0, "cltk": 40.0, "deft": 20.0, "micro": 20.0, "exdyna": 20.0}
 PROGRESS = (0.6, 0.85, 0.97, 1.0)  # fraction of the final accuracy at each evaluation
 
@@ -47,7 +50,7 @@ Break = Callable[[str, int, Rows], None]  # (method, W, rows) -> mutates rows
 
 
 def _buildup(method: str, workers: int) -> float:
-    return 1.0 if method in SPLIT or method == "dense" else 1.0 + 0.5 * (workers - 1)
+    return 1.0 if method in SPLIT or method in ("dense", "oktopk") else 1.0 + 0.5 * (workers - 1)
 
 
 def _density_error(method: str, workers: int, step: int, wiggle: float) -> float:
@@ -82,6 +85,17 @@ def _sent_bytes(method: str, workers: int, union: float, imbalance: float) -> fl
     selections = union / _buildup(method, w)  # mean |S_r| for whole-scope methods, sum for split ones
     widest = (1 + imbalance) * (selections / w if method in SPLIT else selections)
     return (w - 1) * widest * 4 + 2 * (w - 1) / w * union * 4 + 8 * (w - 1)
+
+
+def _oktopk_sent_max(workers: int, step: int) -> float:
+    """The busiest worker's bytes (docs/algorithms.md, oktopk): dense during the warm-up; then
+    about k selected and k kept, 4k (W-1)/W elements and the counts, two thirds of the bound
+    6k (W-1)/W; on a recompute step every non-zero region sum, here 3 times the bound."""
+    w = workers
+    if step < 128:
+        return 2 * (w - 1) / w * NUMEL * 4
+    bound = 6 * K * (w - 1) / w * 4
+    return 3 * bound if (step - 128) % 32 == 0 else (4 * K * (w - 1) / w + 2 * (w - 1)) * 4
 
 
 def _deft_state(workers: int, rng: np.random.Generator) -> dict:
@@ -124,6 +138,8 @@ def _base_rows(method: str, workers: int) -> tuple[dict, ...]:
         }
         if method == "deft":
             row.update(_deft_state(workers, rng))
+        if method == "oktopk":
+            row[k.SENT_MAX] = _oktopk_sent_max(workers, step)
         rows.append(row)
         if (i + 1) % per_epoch == 0:
             epoch = i // per_epoch
@@ -144,7 +160,7 @@ def write_study(root: Path, breaks: Break | None = None, workers: tuple[int, ...
         if breaks is not None:
             breaks(method, count, records)
         run = SyntheticRun(method=method, workers=count, density=DENSITY, steps=rows, epochs=EPOCHS, model=model,
-                           knobs=DGC_KNOBS if method == "dgc" else (), tag=tag)
+                           knobs=KNOBS.get(method, ()), tag=tag)
         write_run(root / f"{number}_{method}_w{count}", run, metrics=_text(method, count, rows, records))
     return root
 
@@ -259,6 +275,8 @@ BREAKS: dict[str, Break] = {
        for m in ("micro", "exdyna")},
     # twice the bytes at W = 4
     **{f"traffic.bytes.{m}": on(m, scale(k.SENT_MEAN, 2.0), only_workers=4) for m in PARTITION},
+    # Ok-Topk's busiest worker sending twice as much at W = 4 (4/3 of its bound)
+    "traffic.bound.oktopk": on("oktopk", scale(k.SENT_MAX, 2.0), only_workers=4),
     # a controller settled at +50%; the uncontrolled ones settled on target
     **{f"density.{m}": on(m, settle_at(0.5)) for m in ("micro", "exdyna")},
     **{f"density.{m}": on(m, settle_at(0.02)) for m in ("threshold", "sage")},

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCALING = ["selection.deft", "selection.micro", "selection.exdyna", "selection.topk", "selection.cltk",
            "buildup.topk", "traffic.count.deft", "traffic.count.micro", "traffic.count.exdyna",
            "traffic.bytes.deft", "traffic.bytes.micro", "traffic.bytes.exdyna"]
-SETTLED = ["density.micro", "density.exdyna", "density.threshold", "density.sage", "balance.exdyna"]
+SETTLED = ["density.micro", "density.exdyna", "density.threshold", "density.sage", "balance.exdyna", "traffic.bound.oktopk"]
 AGAINST_DENSE = ["convergence.dense.deft", "convergence.dense.micro", "convergence.dense.exdyna", "dgc.dense"]
 SOONER = ["convergence.sooner.deft", "convergence.sooner.micro", "convergence.sooner.exdyna"]
 
@@ -262,7 +262,7 @@ def test_the_command_line_writes_claims_md_and_json(all_hold, tmp_path):
     root, _ = all_hold
     result = run_cli(str(root), "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
-    assert "30 HOLDS, 0 DOES_NOT_HOLD, 0 NOT_MEASURABLE" in result.stdout
+    assert "31 HOLDS, 0 DOES_NOT_HOLD, 0 NOT_MEASURABLE" in result.stdout
     lines = (tmp_path / "out" / "claims.md").read_text().splitlines()
     summary = next(i for i, line in enumerate(lines) if line.startswith("| claim |"))
     assert lines[summary] == "| claim | verdict | measured |"
