@@ -23,7 +23,10 @@ import numpy as np
 import torch
 
 from experiments import metric_keys as keys
+from experiments.core.collectives import RankCollectives  # the code under test: `hosted_exchange` drives it
+from experiments.core.exchange import exchange
 from experiments.core.traffic import Collective
+from sparsifiers.base import ExchangeKind
 from tests.step_recorder import RecordedStep
 
 INDEX_BYTES = 4  # indices travel as int32
@@ -54,6 +57,22 @@ class ExpectedExchange:
     counts: list[int]  # every rank's |S_r| as the exchange reports it
     union: int  # |U|, common units included
     selected: int  # |U| without the common units
+
+
+def hosted_exchange(kind: ExchangeKind, pairs_by_rank: list[dict[int, float]], numel: int, **kwargs):
+    """Runs the exchange `kind` on ranks, all hosted in one process, whose selections and
+    accumulator values are `pairs_by_rank` (acc is 0 elsewhere); `kwargs` go to `exchange`
+    (methods, step). Returns the aggregate, the result and the traffic meter."""
+    world_size = len(pairs_by_rank)
+    selections = [torch.tensor(sorted(pairs), dtype=torch.int64) for pairs in pairs_by_rank]
+    accs = [torch.zeros(numel) for _ in range(world_size)]
+    for acc, pairs in zip(accs, pairs_by_rank):
+        for index, value in pairs.items():
+            acc[index] = value
+    comm = RankCollectives(world_size, list(range(world_size)), use_process_group=False)
+    out = torch.full((numel,), float("nan"))
+    result = exchange(kind, selections, accs, out, comm, **kwargs)
+    return out, result, comm.meter
 
 
 def _mask(numel: int, indices: torch.Tensor) -> torch.Tensor:

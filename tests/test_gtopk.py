@@ -14,22 +14,12 @@ from experiments.launcher.compose import preflight
 from sparsifiers.base import ExchangeKind
 from sparsifiers.gtopk import GTopK
 from sparsifiers.layout import Layout
-from tests.exchange_reference import gtopk_tree
+from tests.exchange_reference import gtopk_tree, hosted_exchange
 
 
 def merged(pairs_by_rank: list[dict[int, float]], numel: int = 8):
-    """Runs the tree on ranks whose selections and accumulator values are `pairs_by_rank`
-    (acc is 0 elsewhere), hosted in one process."""
-    world_size = len(pairs_by_rank)
-    selections = [torch.tensor(sorted(pairs), dtype=torch.int64) for pairs in pairs_by_rank]
-    accs = [torch.zeros(numel) for _ in range(world_size)]
-    for acc, pairs in zip(accs, pairs_by_rank):
-        for index, value in pairs.items():
-            acc[index] = value
-    comm = RankCollectives(world_size, list(range(world_size)), use_process_group=False)
-    out = torch.full((numel,), float("nan"))
-    result = exchange(ExchangeKind.TREE_MERGE, selections, accs, out, comm)
-    return out, result, comm.meter
+    """The tree on ranks whose selections and accumulator values are `pairs_by_rank`."""
+    return hosted_exchange(ExchangeKind.TREE_MERGE, pairs_by_rank, numel)
 
 
 def test_four_ranks_by_hand_sums_duplicates_keeps_k_and_breaks_ties_by_index():

@@ -21,7 +21,7 @@ from experiments.launcher.compose import preflight
 from sparsifiers.base import ExchangeKind
 from sparsifiers.layout import Layout
 from sparsifiers.oktopk import OkTopK, proposed_cuts
-from tests.exchange_reference import OkTopkReplay
+from tests.exchange_reference import OkTopkReplay, hosted_exchange
 
 
 def methods(world_size: int, numel: int, density: float, **knobs) -> list[OkTopK]:
@@ -30,18 +30,8 @@ def methods(world_size: int, numel: int, density: float, **knobs) -> list[OkTopK
 
 
 def exchanged(ranks: list[OkTopK], pairs_by_rank: list[dict[int, float]], step: int, numel: int):
-    """Ok-Topk's exchange on ranks whose selections and accumulator values are `pairs_by_rank`
-    (acc is 0 elsewhere), hosted in one process."""
-    world_size = len(ranks)
-    selections = [torch.tensor(sorted(pairs), dtype=torch.int64) for pairs in pairs_by_rank]
-    accs = [torch.zeros(numel) for _ in range(world_size)]
-    for acc, pairs in zip(accs, pairs_by_rank):
-        for index, value in pairs.items():
-            acc[index] = value
-    comm = RankCollectives(world_size, list(range(world_size)), use_process_group=False)
-    out = torch.full((numel,), float("nan"))
-    result = exchange(ExchangeKind.SPARSE_REDUCE_SCATTER, selections, accs, out, comm, methods=ranks, step=step)
-    return out, result, comm.meter
+    """Ok-Topk's exchange on ranks whose selections and accumulator values are `pairs_by_rank`."""
+    return hosted_exchange(ExchangeKind.SPARSE_REDUCE_SCATTER, pairs_by_rank, numel, methods=ranks, step=step)
 
 
 # -- selection ------------------------------------------------------------------------------------
