@@ -62,7 +62,7 @@ def float32_scaled(threshold: float, factor: float, divide: bool = False) -> flo
 def proposed_cuts(selection: torch.Tensor, world_size: int, numel: int) -> torch.Tensor:
     """Step 4, one rank's proposal: b_i = S[i c], c = floor(|S| / W), i = 1..W-1 (int64). A rank
     that selected nothing proposes the even split floor(i N / W) (the released code fails)."""
-    inner = torch.arange(1, world_size, dtype=torch.int64)
+    inner = torch.arange(1, world_size, dtype=torch.int64, device=selection.device)
     if selection.numel() == 0:
         return inner * numel // world_size
     return selection[inner * (selection.numel() // world_size)].to(torch.int64)

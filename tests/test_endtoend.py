@@ -70,6 +70,10 @@ def test_an_oktopk_ledger_takes_w_minus_1_rounds_with_its_pairs_spread_as_in_the
                     *(Collective("shift_round", 12, 8, s) for s in range(1, 8)), Collective("all_gather", 1, 4),
                     Collective("all_gather_v", 25, 8)]
     assert sent_bytes_max(at_8, 8) == pytest.approx(2 * 7 / 8 * 56 + 7 * 4 + 7 * 96 + 7 * 4 + 8 * (8 * 25 - 25))
+    # Under reduction=rank_order the proposals are an all-gather too, before the owners' count.
+    ordered = (Collective("all_gather", 3, 8), *logged[1:])
+    at_8_ordered = at_workers(ordered, "sparse_reduce_scatter", {"k_max": 100, "union": 120}, {"k_max": 96, "union": 150}, 8)
+    assert at_8_ordered == [Collective("all_gather", 7, 8), *at_8[1:]]
     warm_up = (Collective("all_reduce", 5000, 4),)  # a dense warm-up step stays what it was
     assert at_workers(warm_up, "sparse_reduce_scatter", {"k_max": 5000, "union": 5000}, {"k_max": 1, "union": 1}, 8) == list(warm_up)
 

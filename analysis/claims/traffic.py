@@ -210,7 +210,10 @@ def oktopk_traffic_vs_bound(study: Study) -> Statistic:
         if unsettled:
             gaps.append(f"{label}: the later half of the logged rows starts before step {max(SETTLED_FROM_STEP, warmup)} "
                         f"(past the warm-up and the thresholds' transient) at W={sorted(unsettled)}: run longer")
-        if not reuse:
+        if len(reuse) < 2:
+            seen = sorted(int(w) for w in group["workers"].unique())
+            gaps.append(f"{label}: no Ok-Topk runs logging {keys.SENT_MAX} on settled steps at two or more worker "
+                        f"counts >= 2 (W={seen})")
             continue
         numbers = {"worst": max(max(values) for values in reuse.values())}
         numbers.update({at("sent/bound", w): max(values) for w, values in sorted(reuse.items())})

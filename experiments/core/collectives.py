@@ -156,7 +156,8 @@ class RankCollectives:
         it receives (by source). Metered as W - 1 shift rounds (s = 1..W-1: rank r to r + s,
         sizes[r, r + s] rows each); a rank's message to itself is a local copy. Messages between
         hosted ranks are handed over; for each other process, one message carries all the pairs
-        between the two, concatenated in (source, destination) order, all posted at once."""
+        between the two, concatenated in (source, destination) order, all posted in one batch
+        (NCCL deadlocks on a send and a receive with one peer outside a group)."""
         W, counts = self.world_size, sizes.tolist()
         for shift in range(1, W):
             self.meter.shift_round([counts[r][destination] for r, destination in shift_pairs(shift, W)], row_bytes, shift)
@@ -166,19 +167,19 @@ class RankCollectives:
                 received[j][r] = outgoing[r][j]
         if self.processes == 1:
             return received
-        me, requests, inbound = self.process_of(self.local_ranks[0]), [], {}
+        me, operations, inbound = self.process_of(self.local_ranks[0]), [], {}
         for other in range(self.processes):
             if other == me:
                 continue
             theirs = range(other * self.local_size, (other + 1) * self.local_size)
             parts = [outgoing[r][j] for r in self.local_ranks for j in theirs]
             if sum(part.shape[0] for part in parts):
-                requests.append(dist.isend(torch.cat(parts).contiguous(), dst=other))
+                operations.append(dist.P2POp(dist.isend, torch.cat(parts).contiguous(), other))
             rows = sum(counts[r][j] for r in theirs for j in self.local_ranks)
             if rows:
                 inbound[other] = torch.empty((rows, row_bytes), dtype=torch.uint8, device=device)
-                requests.append(dist.irecv(inbound[other], src=other))
-        for request in requests:
+                operations.append(dist.P2POp(dist.irecv, inbound[other], other))
+        for request in dist.batch_isend_irecv(operations) if operations else ():
             request.wait()
         for other, message in inbound.items():
             offset = 0

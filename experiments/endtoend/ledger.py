@@ -96,7 +96,9 @@ def region_at_workers(template: tuple[Collective, ...], template_stats: dict[str
     block_spread = gathers[0].elements / (template_stats["union"] / world) if template_stats["union"] else 1.0
     pair = max(0, round(pair_spread * stats["k_max"] / workers))
     block = max(0, round(block_spread * stats["union"] / workers))
-    owners = next(c for c in template if c.op == "all_gather")
+    # The owners' counts: the all-gather after the counts (under rank_order a repartition's
+    # proposals are an all-gather too, before them).
+    owners = next(c for c in template[template.index(counts) + 1:] if c.op == "all_gather")
     shifts = [Collective("shift_round", pair, rounds[0].element_bytes if rounds else gathers[0].element_bytes, shift)
               for shift in range(1, workers)]
     return head + [counts, *shifts, owners, replace(gathers[0], elements=block, sizes=None)]

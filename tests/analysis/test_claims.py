@@ -27,7 +27,7 @@ from tests.analysis.claims_study import BREAKS, METHODS, on, set_train, study_ta
 REPO = Path(__file__).resolve().parents[2]
 SCALING = ["selection.deft", "selection.micro", "selection.exdyna", "selection.topk", "selection.cltk",
            "buildup.topk", "traffic.count.deft", "traffic.count.micro", "traffic.count.exdyna",
-           "traffic.bytes.deft", "traffic.bytes.micro", "traffic.bytes.exdyna"]
+           "traffic.bytes.deft", "traffic.bytes.micro", "traffic.bytes.exdyna", "traffic.bound.oktopk"]
 SETTLED = ["density.micro", "density.exdyna", "density.threshold", "density.sage", "balance.exdyna", "traffic.bound.oktopk"]
 AGAINST_DENSE = ["convergence.dense.deft", "convergence.dense.micro", "convergence.dense.exdyna", "dgc.dense"]
 SOONER = ["convergence.sooner.deft", "convergence.sooner.micro", "convergence.sooner.exdyna"]
