@@ -137,6 +137,11 @@ def tree_round_s(c: Placement, nbytes: float, stride: int) -> float:
     return max((point_to_point_s(c, nbytes, source, destination) for source, destination in pairs), default=0.0)
 
 
+def shift_pairs(shift: int, world_size: int) -> list[tuple[int, int]]:
+    """(source, destination) of every message of a shift round: r to r + shift mod W."""
+    return [(source, (source + shift) % world_size) for source in range(world_size)]
+
+
 def shift_round_s(c: Placement, nbytes: float, shift: int) -> float:
     """One round of Ok-Topk's reduce-scatter: every rank r sends to r + shift mod W at once, each
     message counted at the round's largest, n bytes. The messages that stay on a node take
@@ -148,8 +153,7 @@ def shift_round_s(c: Placement, nbytes: float, shift: int) -> float:
     if W == 1 or shift % W == 0:
         return 0.0
     leaving, entering, stays = [0] * c.nodes, [0] * c.nodes, False
-    for source in range(W):
-        destination = (source + shift) % W
+    for source, destination in shift_pairs(shift, W):
         if c.node_of(source) == c.node_of(destination):
             stays = True
         else:

@@ -31,9 +31,9 @@ import math
 import torch
 import torch.distributed as dist
 
-from experiments.core.collective_costs import tree_round_pairs
+from experiments.core.collective_costs import shift_pairs, tree_round_pairs
 from experiments.core.network import NetworkModel
-from experiments.core.traffic import TrafficMeter, shift_pairs
+from experiments.core.traffic import TrafficMeter
 
 REDUCTIONS = ("ring", "rank_order")
 
@@ -204,10 +204,11 @@ class RankCollectives:
         the largest, which the meter leaves out (the algorithm's wire format is what it counts,
         as for the 16-bit dense values carried in float32)."""
         self.meter.all_gather_v(sizes, row_bytes)
+        if self.processes == 1:  # every block is here
+            return list(local_rows)
         width = max(sizes)
-        if self.processes == 1 or width == 0:  # every block here, or none anywhere
-            return list(local_rows) if self.processes == 1 else [
-                torch.empty((0, row_bytes), dtype=torch.uint8, device=device) for _ in range(self.world_size)]
+        if width == 0:  # no block anywhere: nothing to send
+            return [torch.empty((0, row_bytes), dtype=torch.uint8, device=device) for _ in range(self.world_size)]
         padded = torch.zeros((self.local_size, width, row_bytes), dtype=torch.uint8, device=device)
         for row, block in enumerate(local_rows):
             padded[row, :block.shape[0]] = block

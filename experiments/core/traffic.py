@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from experiments.core.collective_costs import tree_round_pairs
+from experiments.core.collective_costs import shift_pairs, tree_round_pairs
 from experiments.core.network import NetworkModel
 
 
@@ -49,11 +49,6 @@ class Collective:
     # line keeps only the largest (`elements`, what the network model prices: a round, or a ring
     # step, lasts as long as its largest message); a replayed ledger sends it from every rank.
     sizes: tuple[int, ...] | None = None
-
-
-def shift_pairs(shift: int, world_size: int) -> list[tuple[int, int]]:
-    """(source, destination) of every message of a shift round: r to r + shift mod W."""
-    return [(source, (source + shift) % world_size) for source in range(world_size)]
 
 
 def binomial_children(relative_rank: int, world_size: int) -> int:

@@ -85,8 +85,8 @@ def region_at_workers(template: tuple[Collective, ...], template_stats: dict[str
     rounds = [c for c in template if c.op == "shift_round"]
     gathers = [c for c in template if c.op == "all_gather_v"]
     if not gathers:
-        if [c.op for c in template] == ["all_reduce"] or [c.op for c in template] == ["all_gather"]:
-            return list(template)  # the dense warm-up
+        if len(template) == 1 and template[0].op in ("all_reduce", "all_gather"):
+            return list(template)  # the dense warm-up (an all-gather under rank_order)
         raise ValueError(f"a sparse_reduce_scatter ledger ends with an all-gatherv: got {[c.op for c in template]}")
     counts = next(c for c in template if c.op == "all_to_all")
     world = len(rounds) + 1
