@@ -36,7 +36,7 @@ test: $(STAMP) data
 	WANDB_MODE=disabled $(PY) -m pytest $(XDIST) $(DURATIONS) $(ARGS)
 
 # The papers' claims judged at laptop scale: the laptop studies, then claims.md with a verdict per
-# claim (docs/reproduce.md). About 25 minutes on 2 cores; ARGS="--out DIR" chooses where.
+# claim (docs/reproduce.md). About 35 minutes on 2 cores; ARGS="--out DIR" chooses where.
 reproduce: $(STAMP) data
 	$(PY) -m experiments.reproduce $(ARGS)
 
