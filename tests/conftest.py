@@ -17,6 +17,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from tests.compose_cache import CACHE_VARIABLE as COMPOSE_CACHE  # noqa: E402
+from tests.shared_build import shared_temp  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 # Small tasks that need no download, for runs the tests launch.
@@ -42,8 +43,10 @@ def _quiet_environment(tmp_path_factory):
     os.environ["WANDB_DIR"] = str(cache / "wandb")
     os.environ["WANDB_CACHE_DIR"] = str(cache / "wandb")
     os.environ["WANDB_CONFIG_DIR"] = str(cache / "wandb")
-    os.environ["SPARSEBENCH_CACHE_DIR"] = str(cache / "sparsebench")  # decoded datasets (datasets/cache.py)
-    os.environ[COMPOSE_CACHE] = str(cache / "composed")  # the test worlds' configs (tests/compose_cache.py)
+    # Both safe to share between processes (written atomically), so shared by the xdist workers too:
+    shared = shared_temp(tmp_path_factory) / "shared-cache"
+    os.environ["SPARSEBENCH_CACHE_DIR"] = str(shared / "sparsebench")  # decoded datasets (datasets/cache.py)
+    os.environ[COMPOSE_CACHE] = str(shared / "composed")  # the test worlds' configs (tests/compose_cache.py)
     torch.set_num_threads(1)
     yield
 
