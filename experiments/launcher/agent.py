@@ -75,7 +75,10 @@ def continue_closed_ranks(report: dict[str, Any]) -> None:
 
     def close(self, death_sig: signal.Signals | None = None) -> None:
         pid, state = self.proc.pid, process_state(self.proc.pid)
-        if self.proc.poll() is None:
+        # Read from /proc, not self.proc.poll(): poll reaps a rank that ended since torchrun's own
+        # check, and torch's close then signals a process group that no longer exists
+        # (ProcessLookupError ended the agent). A zombie has ended; it is not counted as closed.
+        if state not in (None, "Z"):
             entry = {"rank": process_rank(pid), "pid": pid, "time": time.time()}
             report["closed"].append({**entry, "signal": signal.Signals(death_sig or signal.SIGTERM).name})
             if state == "T":
