@@ -37,7 +37,8 @@ def make_sweep(root: Path) -> None:
 @pytest.fixture(scope="session")
 def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real 2 x 2 sweep (dense, topk at W=2, 4; 12 steps each) made by run.py: its folder.
-    Made once for both xdist workers (tests/shared_build.py): no test writes into it."""
+    Made once for both xdist workers (tests/shared_build.py): no test changes its runs (the
+    analysis cache that loading writes beside them is written atomically)."""
     root = built_once(tmp_path_factory, "analysis-sweep", make_sweep)
     (sweep_dir,) = (root / "sweeps").iterdir()
     assert len(list(sweep_dir.glob("*/status.json"))) == 4
