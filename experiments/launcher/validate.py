@@ -5,7 +5,6 @@ and exits with code 2.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 import os
@@ -240,6 +239,7 @@ def _check_optimizer_builds(cfg: DictConfig) -> None:
     here rather than in every rank."""
     import torch
 
+    from experiments.core.eager import dynamo_left_unimported
     from experiments.rank.build import instantiate_node
 
     try:
@@ -247,25 +247,6 @@ def _check_optimizer_builds(cfg: DictConfig) -> None:
             instantiate_node(cfg.optimizer, [torch.nn.Parameter(torch.zeros(1))])
     except (TypeError, ValueError) as error:
         raise ConfigError(f"optimizer={cfg.optimizer.get('name', '?')}: {error}") from None
-
-
-@contextlib.contextmanager
-def dynamo_left_unimported(owner: type):
-    """While it lasts, `owner`'s methods wrapped by torch._disable_dynamo run without importing
-    torch._dynamo. That wrapper imports it (1.4 s here) on a method's first call, unless the
-    wrapped function already carries its cached dynamo-disabled twin (`__dynamo_disable`):
-    preflight compiles nothing, so the plain function stands in for the twin, and is taken away
-    again afterwards (the ranks build their optimizer as torch does). A torch that names its
-    cache otherwise only imports dynamo as before."""
-    plain = [method.__wrapped__ for method in vars(owner).values() if callable(getattr(method, "__wrapped__", None))]
-    standing_in = [function for function in plain if not hasattr(function, "__dynamo_disable")]
-    for function in standing_in:
-        setattr(function, "__dynamo_disable", function)
-    try:
-        yield
-    finally:
-        for function in standing_in:
-            delattr(function, "__dynamo_disable")
 
 
 def _check_schedule(cfg: DictConfig) -> None:

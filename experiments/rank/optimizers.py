@@ -10,9 +10,13 @@ is the update of the DEFT/MiCRO/ExDyna released training script, in its order an
     p <- p - lr * g
 
 With mu = 0 (their LSTM) the step is 2 * lr * g: the released form doubles it, and so does this.
+
+`SGD` is torch's SGD, its update untouched, stepped without the wrapper torch puts around every
+optimizer's step for torch.compile (experiments/core/eager.py says why that matters).
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any, Iterable
 
 import torch
@@ -31,6 +35,28 @@ def parameter_groups(model: torch.nn.Module) -> list[dict[str, Any]]:
         {"params": [p for p in parameters if id(p) in norm_ids], "norm": True},
     ]
     return [group for group in groups if group["params"]]
+
+
+# torch.optim.SGD's own update, under its wrappers: `_use_grad_for_differentiable` sets grad mode
+# and marks two graph breaks for torch.compile, importing torch._dynamo to do it on every step
+# (1.4-1.9 s at a rank's first step); the profiler's hook, if torch has added it, is added again
+# around SGD.step below.
+TORCH_SGD_UPDATE = inspect.unwrap(torch.optim.SGD.step)
+
+
+class SGD(torch.optim.SGD):
+    """torch.optim.SGD (momentum, dampening, Nesterov, weight decay, foreach or fused, as torch
+    chooses) with its update called directly under no_grad, which is what torch's wrapper does
+    when nothing compiles. tests/test_config.py checks the two agree bit for bit."""
+
+    def __init__(self, params: Iterable[Any], *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("differentiable"):
+            raise ValueError("optimizer.differentiable=true needs torch's own step: set optimizer._target_=torch.optim.SGD")
+        super().__init__(params, *args, **kwargs)
+
+    @torch.no_grad()
+    def step(self, closure=None):  # noqa: ANN001 (torch's signature)
+        return TORCH_SGD_UPDATE(self, closure)
 
 
 class ReleasedSGD(torch.optim.Optimizer):

@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 from experiments import run_dir as run_files
 from experiments.rank.checkpoint import load_agreed
 from experiments.console import close_bars, line_start, route_warnings
+from experiments.core.eager import stand_in_for_dynamo_twins
 from experiments.rank.lifetime import die_with_parent, mark_orphaned, outlived
 from experiments.core.network import NetworkModel
 from experiments.rank.nodes import ENV_FILE_VARIABLE, record_rank_zero
@@ -80,6 +81,7 @@ def main(run_dir: str) -> None:
     else:
         watch_run_py()
     route_warnings()  # whole lines above rank 0's progress bar (console.py)
+    stand_in_for_dynamo_twins(torch.optim.Optimizer)  # a rank compiles nothing (eager.py)
     store = RunStore(run_dir)
     error_file = run_files.error_file(os.environ.get("RANK", "0"))
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
