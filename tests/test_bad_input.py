@@ -88,7 +88,7 @@ def _assert_one_line(stderr: str, pattern: str) -> None:
 
 
 @pytest.mark.parametrize("args,env,pattern", [case[1:] for case in CLI_CASES], ids=[case[0] for case in CLI_CASES])
-def test_bad_input_through_the_command_line(args, env, pattern, tmp_path):
+def test_bad_input_through_the_command_line(args, env, pattern, tmp_path, run_py_before_launch):
     out = _prepare(tmp_path)
     args = [arg.replace("{tmp}", str(tmp_path)) for arg in args]
     given = {arg.split("=")[0] for arg in args}
@@ -96,7 +96,7 @@ def test_bad_input_through_the_command_line(args, env, pattern, tmp_path):
     if not any(arg.startswith("output_root=") for arg in args):
         extra.append(f"output_root={out}")
     started = time.monotonic()
-    result = run_cli([*args, *extra], env={"WANDB_MODE": "disabled", **env}, timeout=120)
+    result = run_py_before_launch([*args, *extra], env={"WANDB_MODE": "disabled", **env}, timeout=120)
     elapsed = time.monotonic() - started
     assert result.returncode == 2, result.stderr
     _assert_one_line(result.stderr, pattern)
@@ -240,7 +240,7 @@ def test_wandb_check_gives_up_within_its_timeout(monkeypatch):
     assert time.monotonic() - started < 3
 
 
-def test_an_existing_run_is_refused_and_left_untouched(tmp_path):
+def test_an_existing_run_is_refused_and_left_untouched(tmp_path, run_py_before_launch):
     """hydra.run.dir=<a run> is refused before Hydra writes its .hydra/ into that run. The run is
     laid out as launch.py and Hydra leave one (a real run costs ~30 s here for nothing more)."""
     run_dir = tmp_path / "run"
@@ -250,7 +250,7 @@ def test_an_existing_run_is_refused_and_left_untouched(tmp_path):
     for name in ("config.yaml", "hydra.yaml", "overrides.yaml"):
         (run_dir / ".hydra" / name).write_text(f"# the earlier run's {name}\n")
     before = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()}
-    result = run_cli([*BASE, "workers=2", f"hydra.run.dir={run_dir}"], env={"WANDB_MODE": "disabled"}, timeout=120)
+    result = run_py_before_launch([*BASE, "workers=2", f"hydra.run.dir={run_dir}"], env={"WANDB_MODE": "disabled"}, timeout=120)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     _assert_one_line(result.stderr, rf"hydra\.run\.dir: {re.escape(str(run_dir))} already holds a run \(status\.json exists\)")
     after = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()}

@@ -13,7 +13,7 @@ from experiments.errors import ConfigError
 from experiments.core.flat_grad import bind_flat_grad
 from experiments.launcher.validate import validate
 from sparsifiers.base import Sparsifier
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO
 
 SMALL = ["dataset=synthetic", "dataset.num_train=64", "dataset.num_test=16", "model=mlp", "model.hidden=16", "batch_size=8"]
 
@@ -126,10 +126,10 @@ BAD_INPUTS = [
 
 
 @pytest.mark.parametrize("args,message", BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
-def test_bad_input_exits_2_with_one_line_and_no_traceback(args, message, tmp_path):
+def test_bad_input_exits_2_with_one_line_and_no_traceback(args, message, tmp_path, run_py_before_launch):
     import re
 
-    result = run_cli([*args, "dataset=digits", f"output_root={tmp_path}"], timeout=120)
+    result = run_py_before_launch([*args, "dataset=digits", f"output_root={tmp_path}"], timeout=120)
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
@@ -138,16 +138,16 @@ def test_bad_input_exits_2_with_one_line_and_no_traceback(args, message, tmp_pat
     assert not any(tmp_path.iterdir()), "no run directory may be created for bad input"
 
 
-def test_missing_dataset_fails_before_launch(tmp_path):
-    result = run_cli(["dataset=fashion_mnist", f"data_dir={tmp_path}", f"dataset.system_dir={tmp_path}/none",
+def test_missing_dataset_fails_before_launch(tmp_path, run_py_before_launch):
+    result = run_py_before_launch(["dataset=fashion_mnist", f"data_dir={tmp_path}", f"dataset.system_dir={tmp_path}/none",
                       f"output_root={tmp_path}"], timeout=120)
     assert result.returncode == 2, result.stderr
     assert "apt-get install dataset-fashion-mnist" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "runs").exists()
 
 
-def test_cfg_job_prints_the_composed_config():
-    result = run_cli(["--cfg", "job", "sparsifier=topk", "sparsifier.density=0.05", "dataset=digits"], timeout=120)
+def test_cfg_job_prints_the_composed_config(run_py_before_launch):
+    result = run_py_before_launch(["--cfg", "job", "sparsifier=topk", "sparsifier.density=0.05", "dataset=digits"], timeout=120)
     assert result.returncode == 0, result.stderr
     assert "density: 0.05" in result.stdout and "workers: 4" in result.stdout and "_target_: sparsifiers.topk.TopK" in result.stdout
     assert "--rdzv-conf" not in result.stdout and "rdzv_timeout_s: 600" in result.stdout

@@ -19,7 +19,6 @@ import torch
 from datasets import cifar, files, movielens, wikitext2
 from datasets.base import DatasetCorrupt, DatasetNotFound
 from experiments.errors import ConfigError
-from tests.conftest import run_cli
 
 # ----------------------------------------------------------------------------------- helpers
 
@@ -457,12 +456,12 @@ def test_each_config_composes_and_its_knobs_are_the_loaders_and_the_checks(tmp_p
         module.check_available(**{**knobs(cfg.dataset), "if_missing": "error"})
 
 
-def test_the_command_line_stops_on_a_truncated_cifar_file_in_one_line_exit_code_2(tmp_path):
+def test_the_command_line_stops_on_a_truncated_cifar_file_in_one_line_exit_code_2(tmp_path, run_py_before_launch):
     directory = tmp_path / "cifar-10-batches-py"
     write_cifar(directory)
     path = directory / "data_batch_2"
     path.write_bytes(path.read_bytes()[:5000])
-    result = run_cli(["dataset=cifar10", "model=mlp", f"data_dir={tmp_path}", "logger=local"])
+    result = run_py_before_launch(["dataset=cifar10", "model=mlp", f"data_dir={tmp_path}", "logger=local"])
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and str(path) in lines[0] and "dataset=cifar10" in lines[0], result.stderr

@@ -8,12 +8,11 @@ import shutil
 
 from experiments.launcher.compose import CONF_DIR, compose_job
 from experiments.launcher.help import NOT_RUN_GROUPS, help_text, overrides_for_help
-from tests.conftest import run_cli
 
 
-def test_help_lists_every_group_option_and_the_common_keys(tmp_path):
+def test_help_lists_every_group_option_and_the_common_keys(tmp_path, run_py_before_launch):
     output_root = tmp_path / "outputs"
-    result = run_cli(["--help", f"output_root={output_root}"], timeout=120)
+    result = run_py_before_launch(["--help", f"output_root={output_root}"], timeout=120)
     assert result.returncode == 0, result.stderr
     text = result.stdout
     assert "== Config ==" not in text and "Traceback" not in result.stderr  # not Hydra's help
@@ -42,23 +41,23 @@ def test_help_lists_every_group_option_and_the_common_keys(tmp_path):
     assert not output_root.exists()  # composed in memory: no run directory, no process
 
 
-def test_help_shows_the_options_and_values_of_the_command_line():
-    result = run_cli(["-h", "-m", "sparsifier=micro,deft", "workers=8", "logger=local"], timeout=120)
+def test_help_shows_the_options_and_values_of_the_command_line(run_py_before_launch):
+    result = run_py_before_launch(["-h", "-m", "sparsifier=micro,deft", "workers=8", "logger=local"], timeout=120)
     assert result.returncode == 0, result.stderr
     assert "* micro" in result.stdout and "* local" in result.stdout and "  workers=8 " in result.stdout
     assert "sparsifier.threshold_rule=official" in result.stdout  # micro's knobs, with their comments
     assert "knobs of sparsifier=micro" in result.stdout
 
 
-def test_help_with_a_bad_override_fails_like_any_command_line():
-    result = run_cli(["--help", "worker=4"], timeout=120)
+def test_help_with_a_bad_override_fails_like_any_command_line(run_py_before_launch):
+    result = run_py_before_launch(["--help", "worker=4"], timeout=120)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "error: unknown key 'worker': not in the config. Did you mean 'workers'? (python run.py --cfg job lists every key)"]
 
 
-def test_hydras_own_help_stays_reachable():
-    result = run_cli(["--hydra-help"], timeout=120)
+def test_hydras_own_help_stays_reachable(run_py_before_launch):
+    result = run_py_before_launch(["--hydra-help"], timeout=120)
     assert result.returncode == 0, result.stderr
     assert "Hydra" in result.stdout and "sparsebench" not in result.stdout
 

@@ -92,10 +92,10 @@ def test_smoke_scale_validates_every_job_without_the_data(experiment, tmp_path):
     assert cfg.workers == composed(f"experiment={experiment}").workers, "smoke keeps the paper's workers"
 
 
-def test_paper_scale_without_the_data_stops_before_launch(tmp_path):
+def test_paper_scale_without_the_data_stops_before_launch(tmp_path, run_py_before_launch):
     # A sweep of 2 jobs: run.py composes every job before it validates the first, and
     # selection_time's 28 took 8 s more to be refused the same way.
-    result = run_cli(["-m", "experiment=paper/load_imbalance", f"data_dir={tmp_path}", f"output_root={tmp_path}/out"], timeout=120)
+    result = run_py_before_launch(["-m", "experiment=paper/load_imbalance", f"data_dir={tmp_path}", f"output_root={tmp_path}/out"], timeout=120)
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "data_batch_1" in lines[0] and "if_missing=stand_in" in lines[0], lines

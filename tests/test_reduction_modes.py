@@ -12,7 +12,7 @@ from experiments.errors import ConfigError
 from experiments.core.exchange import dense_allreduce
 from experiments.runtime import resolve
 from experiments.launcher.validate import validate
-from tests.conftest import TINY_RUN, run_cli
+from tests.conftest import TINY_RUN
 
 WORKERS, NUMEL = 4, 1000
 
@@ -76,8 +76,8 @@ def test_rank_order_gives_every_layout_the_threads_of_one_rank_per_process(proce
     assert threads == {"ring": ring_threads, "rank_order": 4}
 
 
-def test_a_bad_mode_exits_2_with_one_line_before_launch(tmp_path):
-    result = run_cli(["reduction=tree", *TINY_RUN, f"output_root={tmp_path}"], timeout=120)
+def test_a_bad_mode_exits_2_with_one_line_before_launch(tmp_path, run_py_before_launch):
+    result = run_py_before_launch(["reduction=tree", *TINY_RUN, f"output_root={tmp_path}"], timeout=120)
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "reduction must be ring or rank_order, got tree" in lines[0], result.stderr
