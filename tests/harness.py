@@ -20,6 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from experiments.core.eager import stand_in_for_dynamo_twins  # noqa: E402
 from experiments.core.metrics import exchange_metrics  # noqa: E402
 from experiments.core.step import train_step  # noqa: E402
 from experiments.rank.train import build_session  # noqa: E402
@@ -109,6 +110,7 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_intermixed_args()  # overrides may follow the options
     torch.set_num_threads(1)
+    stand_in_for_dynamo_twins(torch.optim.Optimizer)  # as a rank does (worker.py): nothing here compiles
     world = init_world(args.workers, "cpu", "gloo", timeout_s=120, reduction=args.reduction)
     overrides = [*args.overrides, f"reduction={args.reduction}"]
     finished = False

@@ -28,6 +28,7 @@ from omegaconf import open_dict
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import experiments.rank.train  # noqa: E402
+from experiments.core.eager import stand_in_for_dynamo_twins  # noqa: E402
 from experiments.launcher.launch import prepare_run_dir  # noqa: E402
 from experiments.run_dir import ENV
 from experiments.store import RunStore  # noqa: E402
@@ -109,6 +110,7 @@ def main() -> None:
     parser.add_argument("--stops", default="13,18", help="steps before which the interrupted run stops")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    stand_in_for_dynamo_twins(torch.optim.Optimizer)  # as a rank does (worker.py): nothing here compiles
     world = init_world(args.workers, "cpu", "gloo", 120)
     try:
         for case in args.methods.split(","):
