@@ -214,7 +214,9 @@ def test_a_sweeping_experiment_without_m_says_it_runs_one_job(capsys, tmp_path):
 def test_preflight_leaves_the_ranks_heavy_imports_to_the_ranks():
     """run.py validates the default job (digits data, SGD built over a dummy parameter, what only
     torch's SGD refuses still refused) without importing scikit-learn or torch._dynamo: 1.4 s each, which every run
-    paid before its ranks paid them again."""
+    paid before its ranks paid them again. In the same interpreter, what a rank then does with its
+    optimizer (worker.py: the stand-in first; build, step, zero, save and load, every method torch
+    wraps for the compiler) leaves dynamo unloaded too (experiments/core/eager.py)."""
     import subprocess
     import sys
 
@@ -228,11 +230,22 @@ def test_preflight_leaves_the_ranks_heavy_imports_to_the_ranks():
         "except ConfigError as error:\n"
         "    print('refused:', error)\n"
         "print('loaded:', sorted(m for m in ('sklearn', 'torch._dynamo') if m in sys.modules))\n"
+        "import torch\n"
+        "from experiments.core.eager import stand_in_for_dynamo_twins\n"
+        "from experiments.rank.optimizers import SGD, ReleasedSGD\n"
+        "stand_in_for_dynamo_twins(torch.optim.Optimizer)\n"
+        "for kind in (SGD, ReleasedSGD):\n"
+        "    weight = torch.nn.Parameter(torch.ones(3))\n"
+        "    optimizer = kind([weight], lr=0.1, momentum=0.9)\n"
+        "    weight.grad = torch.ones(3)\n"
+        "    optimizer.step(); optimizer.zero_grad(); optimizer.load_state_dict(optimizer.state_dict())\n"
+        "print('rank loaded dynamo:', 'torch._dynamo' in sys.modules)\n"
     )
     result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "refused: optimizer=sgd: Nesterov momentum requires a momentum" in result.stdout, result.stdout
     assert "loaded: []" in result.stdout, result.stdout
+    assert "rank loaded dynamo: False" in result.stdout, result.stdout
 
 
 @pytest.mark.parametrize("bad, says", [

@@ -1,18 +1,13 @@
 """optimizer=sgd is torch's SGD stepped without its compile-only wrapper (experiments/rank/optimizers.py):
-the same update as torch.optim.SGD, bit for bit, in every form torch offers on CPU; and a rank's
-optimizer, with the stand-in of experiments/core/eager.py, never loads torch._dynamo."""
+the same update as torch.optim.SGD, bit for bit, in every form torch offers on CPU. That a rank's
+optimizer never loads torch._dynamo is checked in a fresh interpreter by test_config.py (its
+"heavy imports" test, which starts one anyway)."""
 from __future__ import annotations
-
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from experiments.rank.optimizers import SGD
-
-REPO = Path(__file__).resolve().parents[1]
 
 FORMS = [
     {"lr": 0.05},
@@ -68,22 +63,3 @@ def test_sgd_runs_a_closure_with_grad_and_refuses_what_its_step_cannot_do():
     with pytest.raises(ValueError, match="Invalid learning rate"):  # torch's own checks still apply
         SGD(ours, lr=-1.0)
 
-
-def test_a_ranks_optimizer_never_loads_dynamo():
-    """What a rank process does with its optimizer (worker.py: the stand-in first), in a fresh
-    interpreter: build, step, zero, save and load, every method torch wraps for the compiler."""
-    probe = (
-        "import sys, torch\n"
-        "from experiments.core.eager import stand_in_for_dynamo_twins\n"
-        "from experiments.rank.optimizers import SGD, ReleasedSGD\n"
-        "stand_in_for_dynamo_twins(torch.optim.Optimizer)\n"
-        "for kind in (SGD, ReleasedSGD):\n"
-        "    weight = torch.nn.Parameter(torch.ones(3))\n"
-        "    optimizer = kind([weight], lr=0.1, momentum=0.9)\n"
-        "    weight.grad = torch.ones(3)\n"
-        "    optimizer.step(); optimizer.zero_grad(); optimizer.load_state_dict(optimizer.state_dict())\n"
-        "print('loaded:', 'torch._dynamo' in sys.modules)\n"
-    )
-    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "loaded: False" in result.stdout, result.stdout
