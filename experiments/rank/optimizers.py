@@ -47,7 +47,7 @@ TORCH_SGD_UPDATE = inspect.unwrap(torch.optim.SGD.step)
 class SGD(torch.optim.SGD):
     """torch.optim.SGD (momentum, dampening, Nesterov, weight decay, foreach or fused, as torch
     chooses) with its update called directly under no_grad, which is what torch's wrapper does
-    when nothing compiles. tests/test_config.py checks the two agree bit for bit."""
+    when nothing compiles. tests/test_eager_sgd.py checks the two agree bit for bit."""
 
     def __init__(self, params: Iterable[Any], *args: Any, **kwargs: Any) -> None:
         if kwargs.get("differentiable"):
