@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from experiments.endtoend.extrapolate import fit_statistics
+from experiments.endtoend.extrapolate import Statistics, fit_statistics
 from experiments.endtoend.model import Method
 from experiments.endtoend.runs import RunStats, read_run, steps_to_target
 from experiments.endtoend.studies import StudySpec
@@ -30,6 +30,16 @@ def finished_runs(folder: Path) -> list[Path]:
     return runs
 
 
+def statistics_of(by_workers: dict[int, RunStats], workers: list[int]) -> Statistics:
+    """One method's statistics fitted on its runs at `workers` (experiments/endtoend/extrapolate.py)."""
+    runs = [by_workers[w] for w in workers]
+    first = runs[0]
+    return fit_statistics(workers, [r.union for r in runs], [r.k_max for r in runs], [r.select_ms for r in runs],
+                          first.numel, first.scope == "split",
+                          plans=[r.plan for r in runs] if first.plan is not None else None,
+                          structures={r.workers: r.structure for r in runs})
+
+
 def methods_of(spec: StudySpec, folder: Path, target: float, accuracy_workers: int | None = None,
                higher_is_better: bool = True) -> dict[str, Method]:
     """Every method with an accuracy run in `folder`, modelled (module docstring)."""
@@ -45,10 +55,7 @@ def methods_of(spec: StudySpec, folder: Path, target: float, accuracy_workers: i
             continue  # statistics without an accuracy run: nothing to time to the target
         by_workers = {r.workers: r for r in sorted(runs, key=lambda r: len(r.curve))}  # the accuracy run wins its W
         hosted = sorted(by_workers)
-        statistics = fit_statistics(hosted, [by_workers[w].union for w in hosted], [by_workers[w].k_max for w in hosted],
-                                    [by_workers[w].select_ms for w in hosted], runs[0].numel, runs[0].scope == "split",
-                                    plans=[by_workers[w].plan for w in hosted] if runs[0].plan is not None else None,
-                                    structures={w: by_workers[w].structure for w in hosted})
+        statistics = statistics_of(by_workers, hosted)
         method = Method(name, accuracy[0], by_workers[hosted[-1]], statistics,
                         steps_to_target(accuracy[0].curve, target, higher_is_better), accuracy[0].overlap)
         methods[name] = method

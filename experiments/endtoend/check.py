@@ -22,8 +22,7 @@ import sys
 from pathlib import Path
 
 from experiments import metric_keys as keys
-from experiments.endtoend.assemble import finished_runs
-from experiments.endtoend.extrapolate import fit_statistics
+from experiments.endtoend.assemble import finished_runs, statistics_of
 from experiments.endtoend.ledger import at_workers, sent_bytes_max
 from experiments.endtoend.runs import RunStats, read_run
 from experiments.endtoend.studies import CALIBRATED, QUICKSTART
@@ -45,10 +44,7 @@ def compare(runs: list[RunStats], fit_workers: list[int], check_workers: list[in
     """One row per checked W: measured and extrapolated |U|, k_max and bytes, and their errors."""
     by_workers = {r.workers: r for r in runs}
     fitted = [w for w in fit_workers if w in by_workers]
-    stats = fit_statistics(fitted, [by_workers[w].union for w in fitted], [by_workers[w].k_max for w in fitted],
-                           [by_workers[w].select_ms for w in fitted], runs[0].numel, runs[0].scope == "split",
-                           plans=[by_workers[w].plan for w in fitted] if runs[0].plan is not None else None,
-                           structures={w: by_workers[w].structure for w in fitted})
+    stats = statistics_of(by_workers, fitted)
     template = by_workers[fitted[-1]]
     rows = []
     for w in check_workers:
