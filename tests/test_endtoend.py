@@ -248,17 +248,18 @@ def test_quick_endtoend_writes_the_tables_the_figure_and_every_point(tmp_path):
     for (method, network, workers), p in by.items():
         if method == "dense":
             assert by[("dense_overlap", network, workers)]["step_ms"] <= p["step_ms"] + 1e-9
-    # DEFT's statistics run logged where its coordinates lay: beyond it, DEFT is replayed, and its
-    # plan at W is the layout's exactly (W + 1 + its units)
+    # DEFT's statistics runs (two seeds) logged where their coordinates lay: beyond them, DEFT is
+    # replayed from both, and its plan at W is the layout's exactly (W + 1 + its units)
     deft = methods_of(QUICKSTART, out / "quickstart", 0.5, accuracy_workers=2)["deft"]
-    assert [w for w, _ in deft.statistics.replays] == [4]
-    assert deft.statistics.at(1024)["plan"] == deft.statistics.replays[0][1].at(1024)["plan"] > 1024
+    assert [r.workers for r in deft.statistics.replays] == [4, 4]
+    assert deft.statistics.at(1024)["plan"] == deft.statistics.replays[0].structure.at(1024)["plan"] > 1024
+    assert deft.statistics.at(4)["k_max"] == pytest.approx(sum(r.measured["k_max"] for r in deft.statistics.replays) / 2)
     # the extrapolation's check, on these runs: fitted on W = 2, compared with the run at W = 4
     (out / "check").mkdir()
     (out / "check" / "runs").symlink_to(out / "quickstart")
     verdict = check.main(["--out", str(out / "check"), "--skip-runs", "--methods", "deft", "--fit", "2", "--check", "4"])
     (row,) = json.loads((out / "check" / "check.json").read_text())
-    assert row["method"] == "deft" and row["workers"] == 4 and row["measured"]["sent_bytes"] > 0
+    assert row["method"] == "deft" and row["workers"] == 4 and row["runs"] == 2 and row["measured"]["sent_bytes"] > 0
     assert row["error"]["union"] == pytest.approx(row["extrapolated"]["union"] / row["measured"]["union"] - 1)
     assert verdict == (0 if max(abs(row["error"]["union"]), abs(row["error"]["sent_bytes"])) <= 0.10 else 1)
     assert "largest |error| of |U| and bytes" in (out / "check" / "check.md").read_text()

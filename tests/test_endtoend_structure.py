@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from experiments.core import positions
-from experiments.endtoend.extrapolate import fit_statistics
+from experiments.endtoend.extrapolate import Replay, fit_statistics
 from experiments.endtoend.structure import Histograms, masses, structure_of
 from sparsifiers.deft import DEFT
 from sparsifiers.exdyna import ExDyna
@@ -128,22 +128,28 @@ def test_coarse_bins_replay_close_to_exact_ones():
 
 
 def test_the_statistics_average_the_replays_of_the_two_largest_hosted_w_each_anchored_at_its_own():
-    replays, measured = {}, {}
+    replays = []
     for workers in (2, 4):
         rows, k_max, _ = run(exdyna, workers)
         sparsifier = exdyna(workers, 0)
-        replays[workers] = structure_of("exdyna", NUMEL, sparsifier.k, rows, SETTLE, STEPS, sparsifier.describe(),
-                                        tuple(SIZES))
-        measured[workers] = window_median(k_max) * 1.1  # as if the hosted runs had measured a little more
-    stats = fit_statistics([1, 2, 4], [10_000.0] * 3, [999.0, measured[2], measured[4]], [1.0] * 3, NUMEL, split=True,
-                           structures={1: None, **replays})
-    assert stats.at(4)["k_max"] == measured[4]  # hosted: as measured
-    assert stats.at(16)["k_max"] == pytest.approx(
-        (replays[2].at(16)["k_max"] * measured[2] / replays[2].at(2)["k_max"]
-         + replays[4].at(16)["k_max"] * measured[4] / replays[4].at(4)["k_max"]) / 2)
-    only_largest = fit_statistics([2, 4], [10_000.0] * 2, [measured[2], measured[4]], [1.0] * 2, NUMEL, split=True,
-                                  structures={4: replays[4]})
-    assert only_largest.at(16)["k_max"] == pytest.approx(replays[4].at(16)["k_max"] * 1.1)
+        structure = structure_of("exdyna", NUMEL, sparsifier.k, rows, SETTLE, STEPS, sparsifier.describe(), tuple(SIZES))
+        # as if the hosted run had measured a little more than its replay
+        replays.append(Replay(workers, structure, {"k_max": window_median(k_max) * 1.1, "union": 10_000.0}))
+    two, four = replays
+    # a second seed at W = 4: the same positions, measured 20% higher still
+    four_again = Replay(4, four.structure, {"k_max": four.measured["k_max"] * 1.2, "union": 10_000.0})
+    measured = [999.0, two.measured["k_max"], (four.measured["k_max"] + four_again.measured["k_max"]) / 2]
+    stats = fit_statistics([1, 2, 4], [10_000.0] * 3, measured, [1.0] * 3, NUMEL, split=True,
+                           replays=[two, four, four_again])
+    assert stats.at(4)["k_max"] == measured[2]  # hosted: as measured (the mean over its seeds)
+    anchored = [r.structure.at(16)["k_max"] * r.measured["k_max"] / r.structure.at(r.workers)["k_max"]
+                for r in (two, four, four_again)]
+    assert stats.at(16)["k_max"] == pytest.approx(sum(anchored) / 3)  # every run at the two largest W
+    only_largest = fit_statistics([2, 4], [10_000.0] * 2, measured[1:], [1.0] * 2, NUMEL, split=True, replays=[four])
+    assert only_largest.at(16)["k_max"] == pytest.approx(four.structure.at(16)["k_max"] * 1.1)
+    not_the_smallest = fit_statistics([1, 2, 4, 8], [10_000.0] * 4, [999.0, *measured[1:], 50.0], [1.0] * 4, NUMEL,
+                                      split=True, replays=[Replay(1, two.structure, two.measured), *replays])
+    assert [r.workers for r in not_the_smallest.replays] == [2, 4]
 
 
 def test_runs_without_histograms_or_of_other_methods_are_not_replayed():

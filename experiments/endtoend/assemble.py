@@ -1,17 +1,19 @@
 """A study's finished runs -> the end-to-end model's methods (experiments/endtoend/model.py).
 
 Runs are grouped by method (the sparsifier config's name). A method's accuracy run is its run at
-the study's accuracy W; its statistics are fitted over all its hosted W (extrapolate.py); the
-ledger template is the run at its largest hosted W (the nearest to what is extrapolated). The
+the study's accuracy W; its statistics are fitted over all its hosted W (extrapolate.py), at each
+W from its statistics runs (one per seed) where it has any, else from the accuracy run; the
+ledger template is a run at its largest hosted W (the nearest to what is extrapolated). The
 dense fp32 all-reduce with overlap has the same aggregate and ledger as `dense`: it is priced
 from dense's runs (only the overlap differs).
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import replace
 from pathlib import Path
 
-from experiments.endtoend.extrapolate import Statistics, fit_statistics
+from experiments.endtoend.extrapolate import Replay, Statistics, fit_statistics
 from experiments.endtoend.model import Method
 from experiments.endtoend.runs import RunStats, read_run, steps_to_target
 from experiments.endtoend.studies import StudySpec
@@ -30,14 +32,27 @@ def finished_runs(folder: Path) -> list[Path]:
     return runs
 
 
-def statistics_of(by_workers: dict[int, RunStats], workers: list[int]) -> Statistics:
-    """One method's statistics fitted on its runs at `workers` (experiments/endtoend/extrapolate.py)."""
-    runs = [by_workers[w] for w in workers]
-    first = runs[0]
-    return fit_statistics(workers, [r.union for r in runs], [r.k_max for r in runs], [r.select_ms for r in runs],
-                          first.numel, first.scope == "split",
-                          plans=[r.plan for r in runs] if first.plan is not None else None,
-                          structures={r.workers: r.structure for r in runs})
+def statistics_of(runs_at: dict[int, list[RunStats]], workers: list[int]) -> Statistics:
+    """One method's statistics fitted on its runs at `workers` (experiments/endtoend/extrapolate.py):
+    at each W the mean over its runs there (the seeds), every run's replay anchored at its own."""
+    first = runs_at[workers[0]][0]
+
+    def mean(statistic: str) -> list[float]:
+        return [statistics.fmean(getattr(run, statistic) for run in runs_at[w]) for w in workers]
+
+    return fit_statistics(workers, mean("union"), mean("k_max"), mean("select_ms"), first.numel, first.scope == "split",
+                          plans=[runs_at[w][0].plan for w in workers] if first.plan is not None else None,
+                          replays=[Replay(run.workers, run.structure, {"k_max": run.k_max, "union": run.union})
+                                   for w in workers for run in runs_at[w] if run.structure is not None])
+
+
+def runs_by_workers(runs: list[RunStats]) -> dict[int, list[RunStats]]:
+    """W -> the runs the statistics at W are read from: the statistics runs (one per seed) where
+    there are any, else the accuracy run (evaluated along the way, the same window read)."""
+    runs_at: dict[int, list[RunStats]] = {}
+    for run in runs:
+        runs_at.setdefault(run.workers, []).append(run)
+    return {w: [r for r in here if len(r.curve) <= 1] or here for w, here in sorted(runs_at.items())}
 
 
 def methods_of(spec: StudySpec, folder: Path, target: float, accuracy_workers: int | None = None,
@@ -53,10 +68,9 @@ def methods_of(spec: StudySpec, folder: Path, target: float, accuracy_workers: i
         accuracy = [r for r in runs if r.workers == workers_for_accuracy and len(r.curve) > 1]
         if not accuracy:
             continue  # statistics without an accuracy run: nothing to time to the target
-        by_workers = {r.workers: r for r in sorted(runs, key=lambda r: len(r.curve))}  # the accuracy run wins its W
-        hosted = sorted(by_workers)
-        statistics = statistics_of(by_workers, hosted)
-        method = Method(name, accuracy[0], by_workers[hosted[-1]], statistics,
+        runs_at = runs_by_workers(runs)
+        hosted = sorted(runs_at)
+        method = Method(name, accuracy[0], runs_at[hosted[-1]][0], statistics_of(runs_at, hosted),
                         steps_to_target(accuracy[0].curve, target, higher_is_better), accuracy[0].overlap)
         methods[name] = method
         if name in OVERLAPPED_TWIN and OVERLAPPED_TWIN[name] not in by_method:

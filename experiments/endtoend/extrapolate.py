@@ -1,7 +1,9 @@
 """The statistics an exchange's cost depends on, from the hosted worker counts to any W.
 
 Measured at every hosted W (experiments/endtoend/runs.py): |U| (the coordinates aggregated),
-k_max (the busiest rank's count) and the selection time. The rule, per statistic:
+k_max (the busiest rank's count) and the selection time, each the mean over the W's runs (a
+study runs its statistics from several seeds: one 40-step run's |U| differs from another seed's
+by up to 5%, and a quadratic extrapolated 8-fold multiplies that noise). The rule, per statistic:
 
 - |U|: a least-squares fit of log |U| against log W over the hosted W, a quadratic (three or
   more hosted W; a line with two; the value itself with one), used as measured at a hosted W and
@@ -13,7 +15,8 @@ k_max (the busiest rank's count) and the selection time. The rule, per statistic
 - k_max, for methods that split the vector (DEFT, MiCRO, ExDyna), when their largest hosted run
   logged where its coordinates lay (position_bins > 0): the method's own partition rule replayed
   at W on those positions (structure.py), each replay scaled by measured / replayed at its own
-  run's W, the replays of the two largest such hosted W averaged (REPLAYED). DEFT's |U| too: its k_l >= 1 on every unit adds up to a coordinate per unit, and units multiply with W.
+  run, the replays of every run at the two largest such hosted W averaged (REPLAYED). DEFT's |U|
+  too: its k_l >= 1 on every unit adds up to a coordinate per unit, and units multiply with W.
   A power law cannot follow these: ExDyna's last partition keeps the remainder of its blocks
   whatever W is, and a dense region (the classifier) fills MiCRO's busiest partition.
 - k_max, for split methods logged without positions: |U| / W times the imbalance ratio
@@ -32,7 +35,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -136,6 +139,23 @@ class LinearFit:
 
 
 @dataclass(frozen=True)
+class Replay:
+    """One hosted run's replay of its split method at other W (structure.py), with what that run
+    measured: each replay is anchored at its own run (scaled by measured / replayed at its W)."""
+
+    workers: int
+    structure: Structure
+    measured: dict[str, float]  # the run's own k_max and union
+
+    def at(self, statistic: str, workers: int) -> float | None:
+        own = self.structure.at(self.workers)
+        if statistic not in own:
+            return None
+        here, there = self.structure.at(workers)[statistic], own[statistic]
+        return here * self.measured[statistic] / there if there > 0 else here
+
+
+@dataclass(frozen=True)
 class Statistics:
     """One method's fitted statistics (module docstring) and the bounds they keep."""
 
@@ -146,22 +166,14 @@ class Statistics:
     selection: SelectionFit
     numel: int
     plan: LinearFit | None = None  # a leader's plan payload, when the method broadcasts one
-    # A split method's replays at other W (structure.py): (hosted W, replay of its run), the
-    # REPLAYED largest hosted W whose runs logged positions; each anchored at its own W.
-    replays: tuple[tuple[int, Structure], ...] = ()
-    measured_union: dict[int, float] = field(default_factory=dict)
+    # A split method's replays at other W: every run (every seed) at the REPLAYED largest hosted
+    # W whose runs logged positions.
+    replays: tuple[Replay, ...] = ()
 
     def _replayed(self, statistic: str, workers: int) -> float | None:
-        """The mean over the replays of each one at `workers`, scaled by measured / replayed at
-        its own run's W."""
-        values = []
-        for hosted, replay in self.replays:
-            if statistic not in replay.at(hosted):
-                return None
-            here, there = replay.at(workers)[statistic], replay.at(hosted)[statistic]
-            measured = (self.measured_k_max if statistic == "k_max" else self.measured_union)[hosted]
-            values.append(here * measured / there if there > 0 else here)
-        return statistics.fmean(values) if values else None
+        """The mean over the replays of each one at `workers`, anchored at its own run."""
+        values = [replay.at(statistic, workers) for replay in self.replays]
+        return statistics.fmean(values) if values and None not in values else None
 
     def at(self, workers: int) -> dict[str, float]:
         union = self.union.at(workers)
@@ -177,7 +189,7 @@ class Statistics:
         else:
             k_max = self.k_max
         stats = {"union": union, "k_max": min(k_max, union), "select_ms": self.selection.at(workers)}
-        replayed_plan = self.replays[-1][1].at(workers).get("plan") if self.replays else None
+        replayed_plan = self.replays[-1].structure.at(workers).get("plan") if self.replays else None
         if replayed_plan is not None:
             stats["plan"] = replayed_plan  # the layout's, exactly
         elif self.plan is not None:
@@ -187,15 +199,15 @@ class Statistics:
 
 def fit_statistics(workers: list[int], unions: list[float], k_maxes: list[float], select_ms: list[float],
                    numel: int, split: bool, plans: list[int] | None = None,
-                   structures: dict[int, Structure | None] | None = None) -> Statistics:
-    """The fitted statistics of one method from its hosted W (module docstring); `plans`: the
-    payload of its leader's plan at each W, when it broadcasts one; `structures`: a split
-    method's replay of its run at each hosted W that logged positions."""
+                   replays: list[Replay] | None = None) -> Statistics:
+    """The fitted statistics of one method from its hosted W (module docstring), each W's values
+    the mean over its runs; `plans`: the payload of its leader's plan at each W, when it
+    broadcasts one; `replays`: a split method's replay of each run that logged positions."""
     measured = dict(zip(workers, k_maxes))
     plan = LinearFit.fit(workers, [float(p) for p in plans]) if plans else None
     selection = SelectionFit.fit(workers, select_ms, split)
-    replayed = sorted((w, s) for w, s in (structures or {}).items() if s is not None and w in measured)
-    replay = {"replays": tuple(replayed[-REPLAYED:]), "measured_union": dict(zip(workers, unions))}
+    replayed = sorted({r.workers for r in replays or () if r.workers in measured})[-REPLAYED:]
+    replay = {"replays": tuple(r for r in replays or () if r.workers in replayed)}
     if split:
         ratios = [w * k / u if u > 0 else 1.0 for w, k, u in zip(workers, k_maxes, unions)]
         return Statistics(LogFit.fit(workers, unions), None, LogFit.fit(workers, ratios, max_degree=1), measured,

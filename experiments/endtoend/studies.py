@@ -63,7 +63,7 @@ QUICKSTART = StudySpec(
     # dense (and its overlapped twin), PowerSGD's bucketed exchange, a split method with a plan
     quick_accuracy=("dataset=digits", "eval_every_steps=8", "workers=2", "logger=local", "eval_limit=null",
                     "sparsifier=dense,powersgd,deft"),
-    quick_statistics=("dataset=digits", "max_steps=14", "workers=4", "logger=local", "sparsifier=deft"))
+    quick_statistics=("dataset=digits", "max_steps=14", "workers=4", "seed=0,1", "logger=local", "sparsifier=deft"))
 RESNET18 = StudySpec(
     name="resnet18", title="ResNet-18 at laptop scale (Fashion-MNIST, 11,172,810 parameters)",
     accuracy="endtoend/resnet18", statistics="endtoend/resnet18_statistics", accuracy_workers=2,
