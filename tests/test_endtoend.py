@@ -137,6 +137,16 @@ def test_a_split_methods_busiest_rank_follows_u_over_w_times_the_imbalance():
     assert stats.at(8)["k_max"] == 1000 / 8 * 8**0.25  # hosted: measured
 
 
+def test_a_split_methods_union_beyond_the_hosted_w_is_the_mean_of_its_level():
+    # MiCRO's and ExDyna's threshold sets |U|, not W: the hosted W are samples of one level, and a
+    # curve through their noise (here falling from 8,000 at W = 8) must not carry on falling
+    unions = [7302.0, 8105.0, 7227.0, 7300.0]
+    stats = fit_statistics([4, 8, 16, 32], unions, [2000.0, 1700.0, 1100.0, 850.0], [1.0] * 4, numel=71_802, split=True)
+    assert stats.at(16)["union"] == 7227.0  # hosted: as measured
+    assert stats.at(256)["union"] == stats.at(1024)["union"] == pytest.approx(sum(unions) / 4)
+    assert LogFit.fit([4, 8, 16, 32], unions).at(256) < 0.9 * sum(unions) / 4  # what the quadratic would say
+
+
 def test_a_whole_vector_methods_count_is_its_median_and_the_union_stays_below_n():
     stats = fit_statistics([2, 4, 8], [200.0, 390.0, 760.0], [100.0, 100.0, 101.0], [5.0, 6.0, 5.5],
                            numel=1000, split=False)

@@ -5,11 +5,16 @@ k_max (the busiest rank's count) and the selection time, each the mean over the 
 study runs its statistics from several seeds: one 40-step run's |U| differs from another seed's
 by up to 5%, and a quadratic extrapolated 8-fold multiplies that noise). The rule, per statistic:
 
-- |U|: a least-squares fit of log |U| against log W over the hosted W, a quadratic (three or
-  more hosted W; a line with two; the value itself with one), used as measured at a hosted W and
-  as fitted beyond. The quadratic catches what a power law misses: Top-k's union grows more
-  slowly as W grows (the ranks' top coordinates overlap more). Beyond the largest hosted W the
-  fitted curve is held monotone (it may not turn back) and anchored at the largest hosted value.
+- |U|, for methods whose every rank selects over the whole vector: a least-squares fit of
+  log |U| against log W over the hosted W, a quadratic (three or more hosted W; a line with two;
+  the value itself with one), used as measured at a hosted W and as fitted beyond. The quadratic
+  catches what a power law misses: Top-k's union grows more slowly as W grows (the ranks' top
+  coordinates overlap more). Beyond the largest hosted W the fitted curve is held monotone (it
+  may not turn back) and anchored at the largest hosted value.
+- |U|, for methods that split the vector (MiCRO, ExDyna, CLT-k; DEFT where it is not replayed):
+  a level, the mean over the hosted W. What they aggregate is set by a threshold or an
+  allocation, not by W (no build-up, by design), so the hosted W are samples of one level; a
+  curve fitted through their noise bent ExDyna's union 38% down at W = 256 in the check.
 - k_max, for methods whose every rank selects over the whole vector (Top-k, DGC, CLT-k's leader):
   the median over the hosted W (each rank's count does not depend on W).
 - k_max, for methods that split the vector (DEFT, MiCRO, ExDyna), when their largest hosted run
@@ -92,6 +97,20 @@ class LogFit:
 
 
 @dataclass(frozen=True)
+class Level:
+    """A statistic that does not depend on W: as measured where hosted, the mean over the hosted W
+    beyond (every hosted W is one more sample of the same level)."""
+
+    workers: tuple[int, ...]
+    values: tuple[float, ...]
+
+    def at(self, workers: int) -> float:
+        if workers in self.workers:
+            return self.values[self.workers.index(workers)]
+        return statistics.fmean(self.values)
+
+
+@dataclass(frozen=True)
 class SelectionFit:
     """Selection ms = a + b / W (split work) or a constant (whole-vector work)."""
 
@@ -159,7 +178,7 @@ class Replay:
 class Statistics:
     """One method's fitted statistics (module docstring) and the bounds they keep."""
 
-    union: LogFit
+    union: LogFit | Level
     k_max: float | None  # whole-vector methods: the median over hosted W
     imbalance: LogFit | None  # split methods: r = W k_max / |U|
     measured_k_max: dict[int, float]
@@ -210,7 +229,7 @@ def fit_statistics(workers: list[int], unions: list[float], k_maxes: list[float]
     replay = {"replays": tuple(r for r in replays or () if r.workers in replayed)}
     if split:
         ratios = [w * k / u if u > 0 else 1.0 for w, k, u in zip(workers, k_maxes, unions)]
-        return Statistics(LogFit.fit(workers, unions), None, LogFit.fit(workers, ratios, max_degree=1), measured,
-                          selection, numel, plan, **replay)
+        return Statistics(Level(tuple(workers), tuple(unions)), None, LogFit.fit(workers, ratios, max_degree=1),
+                          measured, selection, numel, plan, **replay)
     return Statistics(LogFit.fit(workers, unions), statistics.median(k_maxes), None, measured, selection, numel, plan,
                       **replay)
