@@ -60,10 +60,13 @@ QUICKSTART = StudySpec(
     name="quickstart", title="the quickstart workload (CNN, Fashion-MNIST, 71,802 parameters)",
     accuracy="endtoend/quickstart", statistics="endtoend/quickstart_statistics", accuracy_workers=4,
     settle=10, until=40, metric="eval/accuracy", target=0.80,
-    # dense (and its overlapped twin), PowerSGD's bucketed exchange, a split method with a plan
+    # a split method with a plan, dense (and its overlapped twin), PowerSGD's bucketed exchange;
+    # DEFT first: its accuracy run is job 0 at W = 2, as its first statistics run is (below)
     quick_accuracy=("dataset=digits", "eval_every_steps=8", "workers=2", "logger=local", "eval_limit=null",
-                    "sparsifier=dense,powersgd,deft"),
-    quick_statistics=("dataset=digits", "max_steps=14", "workers=4", "seed=0,1", "logger=local", "sparsifier=deft"))
+                    "sparsifier=deft,dense,powersgd"),
+    # statistics at the accuracy W too, as the full study's at W = 4: both sweeps write job 0 at
+    # that W into one folder, which the statistics runs' names (with the seed) keep apart
+    quick_statistics=("dataset=digits", "max_steps=14", "workers=2,4", "seed=0,1", "logger=local", "sparsifier=deft"))
 RESNET18 = StudySpec(
     name="resnet18", title="ResNet-18 at laptop scale (Fashion-MNIST, 11,172,810 parameters)",
     accuracy="endtoend/resnet18", statistics="endtoend/resnet18_statistics", accuracy_workers=2,
