@@ -9,7 +9,7 @@ compared with the hosted runs at W = 64, 128 and 256 (the study's acceptance: wi
 It runs `experiment=endtoend/quickstart_statistics` (40 steps of the quickstart CNN, read over
 steps 10-39) at every W of --fit and --check, from each of the experiment's seeds (0, 1, 2, as
 make endtoend runs them) or --seeds', MiCRO and ExDyna from a calibrated threshold start as in
-make endtoend; about 35 minutes on 2 cores for the four methods. Each W's numbers, measured and
+make endtoend; about 45 minutes on 2 cores for the four methods. Each W's numbers, measured and
 fitted on, are the means over its seeds. The bytes compared are the busiest rank's per step:
 measured, the median of traffic/sent_bytes_max over the window; modelled, the template ledger (a
 run at the largest fitted W) at the fitted |U| and k_max, replayed through the traffic meter.
