@@ -273,5 +273,8 @@ def test_quick_endtoend_writes_the_tables_the_figure_and_every_point(tmp_path):
     (row,) = json.loads((out / "check" / "check.json").read_text())
     assert row["method"] == "deft" and row["workers"] == 4 and row["runs"] == 2 and row["measured"]["sent_bytes"] > 0
     assert row["error"]["union"] == pytest.approx(row["extrapolated"]["union"] / row["measured"]["union"] - 1)
+    for key, values in row["per_run"].items():  # the mean over the seeds, and how far another set could move it
+        assert len(values) == 2 and row["measured"][key] == pytest.approx(sum(values) / 2)
+        assert row["standard_error"][key] == pytest.approx(abs(values[0] - values[1]) / 2)
     assert verdict == (0 if max(abs(row["error"]["union"]), abs(row["error"]["sent_bytes"])) <= 0.10 else 1)
     assert "largest |error| of |U| and bytes" in (out / "check" / "check.md").read_text()
