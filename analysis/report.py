@@ -6,6 +6,9 @@ Writes into REPORT_DIR (default: <first DIR>/report):
   <figure>.png  one per figure type that has data (analysis.figures.FIGURES);
   summary.csv   the summary's numbers, unformatted (means, stds, run and seed counts);
   runs.csv      one row per run: status, error and the per-run numbers the summary averages.
+--publish NAME also writes the summary as docs/measured/NAME.md, rendered from its numbers, with the
+commit and machine the runs were measured on (analysis/measured.py): `--publish quickstart` after
+`make run` gives the page docs/quickstart.md links.
 and prints the summary table. The summary and figures use finished runs (status done) with finite
 numbers; --include-unfinished adds runs still running or killed (no end recorded), in rows of
 their own. Failed runs and runs with non-finite numbers (skipped steps, a non-finite last
@@ -15,18 +18,32 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import sys
 from pathlib import Path
 
 import matplotlib
+import pandas as pd
 
-from analysis import markdown
+from analysis import markdown, measured
 from analysis.figures import FIGURES
 from analysis.load import load_runs
 from analysis.report_tables import SHOWN, problem_runs, stand_in_notes, summary_cells
 from analysis.settings import key_title, varying_in
 from analysis.stats import STATS, nonfinite_reasons, run_stats, summarize
 from analysis.tables import RunTables
+
+def summary_records(summary: pd.DataFrame) -> list[dict]:
+    """The summary's rows as JSON records (NaN as null): what a measured page keeps."""
+    return json.loads(summary.to_json(orient="records", double_precision=15))
+
+
+def summary_page(records: list[dict]) -> str:
+    """A measured page's body from summary_records (analysis/measured.py): the summary table, as
+    report.md shows it, and how its columns are reduced."""
+    summary = pd.DataFrame.from_records(records)
+    return "\n".join([rules(), "", markdown.table(summary_cells(summary))])
+
 
 def rules() -> str:
     """How each column of the summary is reduced, read from the headline registry: the report
@@ -72,6 +89,7 @@ def write_report(paths: list[Path], out: Path, include_unfinished: bool = False,
                 + "; ".join(notes) + ".") if notes else ""
     problems = problem_runs(tables.runs, nonfinite)
     summary.to_csv(out / "summary.csv", index=False)
+    summary_records(summary)  # fails here, not at --publish, on a summary JSON cannot hold
     stats.merge(tables.runs[["run_id", "name", "error", "metrics_cut", "train_rows", "last_step"]], on="run_id").to_csv(
         out / "runs.csv", index=False)
     figures = save_figures(used, out)
@@ -123,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="report folder (default: <first DIR>/report)")
     parser.add_argument("--include-unfinished", action="store_true", help="also summarize runs still running or killed, in rows of their own (never failed or non-finite ones)")
     parser.add_argument("--no-cache", action="store_true", help="do not read or write the metrics cache")
+    parser.add_argument("--publish", metavar="NAME", default=None,
+                        help="also write the summary to docs/measured/NAME.md (quickstart: the page the docs link)")
     args = parser.parse_args(argv)
     matplotlib.use("Agg")  # files only: never open a window, even where a display exists
     out = args.out or args.dirs[0] / "report"
@@ -133,6 +153,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(text)
     print(f"\nreport: {out / 'report.md'}")
+    if args.publish:
+        summary = pd.read_csv(out / "summary.csv")
+        page = measured.publish(args.publish, f"{args.publish}: every method's summary, as measured",
+                                measured.run_command(args.dirs), "analysis.report:summary_page",
+                                summary_records(summary), measured.provenance(args.dirs, None))
+        print(f"published: {page}")
     return 0
 
 

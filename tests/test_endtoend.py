@@ -13,7 +13,7 @@ import pytest
 from experiments.core.ledger import decode, encode
 from experiments.core.network import NetworkModel
 from experiments.core.traffic import Collective
-from experiments.endtoend import check
+from experiments.endtoend import check, report
 from experiments.endtoend.assemble import methods_of
 from experiments.endtoend.compute import ComputeProfile, StepWork, ddp_buckets, exposed_exchange_s
 from experiments.endtoend.extrapolate import LogFit, SelectionFit, fit_statistics
@@ -245,7 +245,12 @@ def test_quick_endtoend_writes_the_tables_the_figure_and_every_point(tmp_path):
     for network in ("v100x4_10gbe", "v100x4_25gbe", "v100x4_100g_ib"):
         assert f"### {network}: speedup" in text
     assert "What would I pick" in text and (out / "quickstart_speedup.png").is_file()
-    points = json.loads((out / "endtoend.json").read_text())["quickstart"]["points"]
+    serial = json.loads((out / "endtoend.json").read_text())
+    # --publish's page renders the same tables from the JSON alone (docs/measured/endtoend.md)
+    page = report.measured_page(serial).splitlines()
+    assert any(line.startswith("| W | best dense baseline | deft |") for line in page)
+    assert set(page) <= set(text.splitlines()) and sum(line.startswith("| ") for line in page) > 3 * 9
+    points = serial["quickstart"]["points"]
     methods = {p["method"] for p in points}
     assert {"dense", "dense_overlap", "powersgd", "deft"} <= methods
     assert {p["workers"] for p in points} == {2**i for i in range(2, 11)}

@@ -12,8 +12,10 @@ import sys
 
 import pytest
 
+from analysis import measured
 from analysis.claims import CLAIMS
 from experiments.launcher.compose import compose_job, preflight
+from experiments.reproduce.__main__ import publish_claims
 from experiments.reproduce.studies import SWEEPS
 from tests.conftest import REPO
 
@@ -76,6 +78,19 @@ def test_quick_reproduce_writes_claims_md_with_its_figures(quick):
     figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert figures and all((out / figure).is_file() for figure in figures)
     assert any("selection" in figure for figure in figures)  # the selection study drew its figure too
+
+
+@pytest.mark.slow
+def test_quick_reproduce_publishes_the_summary_of_claims_md(quick, tmp_path):
+    """--publish's page (docs/measured/claims.md) shows claims.md's summary, rendered from claims.json."""
+    out, _, _ = quick
+    page = publish_claims(out / "claims.json", out, 75.0, pages=tmp_path)
+    rows = [line for line in page.read_text().splitlines() if line.startswith("| `")]
+    summary = (out / "claims.md").read_text().split("## Summary", 1)[1].split("## Every claim", 1)[0]
+    assert len(rows) == len(CLAIMS) and all(row in summary for row in rows)
+    assert measured.check(tmp_path) == []
+    record = json.loads((tmp_path / "claims.json").read_text())
+    assert record["provenance"]["runs"] > 0 and record["provenance"]["wall_seconds"] == 75
 
 
 def test_a_busy_machine_is_said_before_the_timings_are_measured(monkeypatch):

@@ -48,26 +48,57 @@ def brief_text(verdict: Verdict, failures_shown: int = 3, numbers_shown: int = 2
     """One short cell: how many measured subjects hold and the first failing ones with their
     first numbers ("3 of 4 hold; fails: micro | mlp/fashion_mnist | d=0.01 | W=8: settled=0.17"),
     or why nothing was measured."""
-    if verdict.outcome is Outcome.NOT_MEASURABLE:
-        return f"not measurable: {verdict.reason}"
-    held = sum(verdict.held.values())
-    text = f"{held} of {len(verdict.held)} hold"
-    failing = [name for name, ok in verdict.held.items() if not ok]
+    return _brief(verdict.outcome.value, verdict.reason, verdict.held, verdict.measured, failures_shown, numbers_shown)
+
+
+def _brief(outcome: str, reason: str | None, held: dict[str, bool], measured: dict[str, dict[str, float | None]],
+           failures_shown: int = 3, numbers_shown: int = 2) -> str:
+    if outcome == Outcome.NOT_MEASURABLE.value:
+        return f"not measurable: {reason}"
+    text = f"{sum(held.values())} of {len(held)} hold"
+    failing = [name for name, ok in held.items() if not ok]
     if failing:
         shown = []
         for name in failing[:failures_shown]:
-            values = list(verdict.measured[name].items())[:numbers_shown]
-            shown.append(f"{name}: " + ", ".join(f"{key}={number(value)}" for key, value in values))
+            values = list(measured[name].items())[:numbers_shown]
+            shown.append(f"{name}: " + ", ".join(f"{key}={number(_number_of(value))}" for key, value in values))
         more = f" (and {len(failing) - failures_shown} more)" if len(failing) > failures_shown else ""
         text += "; fails: " + "; ".join(shown) + more
     return text
 
 
+def _number_of(value: float | None) -> float:
+    return math.nan if value is None else value  # claims.json's null: a number that was not finite
+
+
 def brief_table(verdicts: list[Verdict]) -> str:
-    """The summary table: claim, verdict, how many measured subjects hold (the README's)."""
-    frame = pd.DataFrame([{"claim": f"`{v.claim.id}`", "verdict": v.outcome.value, "measured": brief_text(v)} for v in verdicts],
+    """The summary table: claim, verdict, how many measured subjects hold (rendered from the
+    records claims.json holds, as the measured page is)."""
+    return brief_table_of(claim_records(verdicts))
+
+
+def brief_table_of(claims: list[dict]) -> str:
+    """The summary table from claims.json's records (a number that was not finite is null there:
+    it shows as "-")."""
+    frame = pd.DataFrame([{"claim": f"`{c['id']}`", "verdict": c["verdict"],
+                           "measured": _brief(c["verdict"], c["reason"], c["held"], c["measured"])} for c in claims],
                          columns=["claim", "verdict", "measured"])
     return markdown.table(frame)
+
+
+def measured_page(record: dict) -> str:
+    """docs/measured/claims.md's body, from claims.json's record (analysis/measured.py)."""
+    seen = Counter(claim["verdict"] for claim in record["claims"])
+    verdicts = ", ".join(f"{seen.get(outcome.value, 0)} {outcome.value}" for outcome in Outcome)
+    return "\n".join([
+        f"{verdicts}; {record['runs_judged']} finished runs judged"
+        + (f" ({record['runs_left_out']} not finished, left out)" if record["runs_left_out"] else "") + ".",
+        "Each row's subjects are a method, its context and density (and W); `measured` counts those that meet "
+        "the criterion and names the first that do not. Each claim's statistic and criterion: "
+        "[claims.md](../claims.md); what each measured at this scale: [reproduce.md](../reproduce.md#what-it-measured).",
+        "",
+        brief_table_of(record["claims"]),
+    ])
 
 
 def counts(verdicts: Iterable[Verdict]) -> str:
@@ -113,7 +144,13 @@ def json_record(verdicts: list[Verdict], study: Study, paths: list[str]) -> dict
         "paths": paths,
         "runs_judged": len(study.runs),
         "runs_left_out": study.left_out,
-        "claims": [{
+        "claims": claim_records(verdicts),
+    }
+
+
+def claim_records(verdicts: list[Verdict]) -> list[dict]:
+    """claims.json's record of each verdict (numbers as numbers, null where not finite)."""
+    return [{
             "id": v.claim.id,
             "wording": v.claim.wording,
             "source": v.claim.source,
@@ -125,8 +162,7 @@ def json_record(verdicts: list[Verdict], study: Study, paths: list[str]) -> dict
             "scope": v.scope,
             "measured": {name: {key: _json_number(value) for key, value in numbers.items()} for name, numbers in v.measured.items()},
             "held": v.held,
-        } for v in verdicts],
-    }
+        } for v in verdicts]
 
 
 def write(out: Path, verdicts: list[Verdict], study: Study, paths: list[str]) -> tuple[Path, Path]:

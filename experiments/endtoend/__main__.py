@@ -4,7 +4,7 @@ networks, at W = 4 to 1,024 (docs/endtoend.md).
 
     python -m experiments.endtoend [--out DIR] [--studies quickstart,resnet18]
         [--networks v100x4_10gbe,v100x4_25gbe,v100x4_100g_ib] [--compute-profile v100]
-        [--workers 4,8,...,1024] [--target quickstart=0.8] [--quick] [--skip-runs]
+        [--workers 4,8,...,1024] [--target quickstart=0.8] [--quick] [--skip-runs] [--publish]
 
 1. runs each study's sweeps (experiments/endtoend/studies.py: `python run.py -m` command lines a
    user could type), a progress line per finished run;
@@ -15,16 +15,20 @@ networks, at W = 4 to 1,024 (docs/endtoend.md).
 
 `--skip-runs` models what `--out` already holds (another network or profile in seconds);
 `--quick` is the test suite's cut-down run (the quickstart study on the bundled digits).
+`--publish` also writes the tables as docs/measured/endtoend.md, with the commit and machine the
+runs were measured on (analysis/measured.py): the page the README links.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
 
 from omegaconf import open_dict
 
+from analysis import measured
 from experiments.core.network import NetworkModel
 from experiments.endtoend import report
 from experiments.endtoend.assemble import methods_of
@@ -98,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", action="append", default=[], help="<study>=<metric value> (default: the study's)")
     parser.add_argument("--quick", action="store_true", help="the test suite's cut-down run")
     parser.add_argument("--skip-runs", action="store_true", help="model what --out already holds")
+    parser.add_argument("--publish", action="store_true", help="write the tables to docs/measured/endtoend.md")
     options = parser.parse_args(argv)
     out = start_study(options.out, "endtoend")
     names = [name for name in options.studies.split(",") if name]
@@ -126,13 +131,22 @@ def main(argv: list[str] | None = None) -> int:
         studies[name] = study
         png = report.figure(study["grid"], f"{spec.title}: speedup over the best dense baseline", out / f"{name}_speedup.png")
         sections.append(report.study_markdown(
-            spec.title, f"Target: {spec.metric} >= {target:g}; compute profile `{profile.name}`.", study["sources"],
+            spec.title, report.target_line(spec.metric, target, profile.name), study["sources"],
             study["grid"]) + f"\n![speedup]({png.name})\n")
     text = "# When sparsification pays\n\n" + "\n".join(sections)
     (out / "endtoend.md").write_text(text)
     report.write_json(out / "endtoend.json", studies)
     print(text)
-    print(f"make endtoend: {minutes(time.monotonic() - started)}, results in {out}")
+    wall = time.monotonic() - started
+    print(f"make endtoend: {minutes(wall)}, results in {out}")
+    if options.publish:
+        # A study modelled again (--skip-runs) did not time its runs: its page says no wall time.
+        page = measured.publish(
+            "endtoend", "When sparsification pays, as make endtoend measured it",
+            "make endtoend" + (f" ARGS=\"{' '.join(argv)}\"" if argv else ""),
+            "experiments.endtoend.report:measured_page", json.loads((out / "endtoend.json").read_text()),
+            measured.provenance([out], None if options.skip_runs else wall))
+        print(f"published: {page}")
     return 0
 
 

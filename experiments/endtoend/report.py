@@ -7,8 +7,9 @@ which each sparsifier pays; and "what would I pick": the fastest method per netw
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -126,3 +127,26 @@ def write_json(path: Path, studies: dict[str, dict]) -> None:
                         "points": [{**asdict(p), "step_ms": p.step_ms, "time_to_target_s": p.time_to_target_s}
                                    for by_w in grid.values() for points in by_w.values() for p in points]}
     path.write_text(json.dumps(serial, indent=1))
+
+
+def grid_of(points: list[dict[str, Any]]) -> Grid:
+    """The grid again from write_json's points (networks and W in the order they were written)."""
+    names = {field.name for field in fields(Point)}
+    grid: Grid = {}
+    for serial in points:
+        point = Point(**{key: value for key, value in serial.items() if key in names})
+        grid.setdefault(point.network, {}).setdefault(point.workers, []).append(point)
+    return grid
+
+
+def target_line(metric: str, target: float, profile: str) -> str:
+    return f"Target: {metric} >= {target:g}; compute profile `{profile}`."
+
+
+def measured_page(serial: dict[str, dict[str, Any]]) -> str:
+    """docs/measured/endtoend.md's body, from endtoend.json (analysis/measured.py): every study's
+    tables, rendered by the functions that wrote the study's own endtoend.md."""
+    return "\n".join(
+        study_markdown(study["title"], target_line(study["metric"], study["target"], study["profile"]),
+                       study["sources"], grid_of(study["points"]))
+        for study in serial.values())

@@ -13,16 +13,20 @@ every claim of the papers.
 
 The default output is `outputs/reproduce/<time>/`. `--quick` is the test suite's cut-down run (a
 few steps of two sweeps on the bundled digits, a small selection study): every stage, no claim
-settled. `--skip-runs` judges and draws what `--out` already holds. A sweep that fails stops
+settled. `--skip-runs` judges and draws what `--out` already holds. `--publish` also writes the
+verdicts as docs/measured/claims.md, with the commit and machine the runs were measured on
+(analysis/measured.py): the page the README links. A sweep that fails stops
 here with its log's last lines and exit code 1; the claims are judged on what finished.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
 
+from analysis import measured
 from analysis.claims import judge_paths
 from analysis.claims.output import terminal_text, write
 from analysis.report import write_report
@@ -49,18 +53,27 @@ def figure_links(out: Path) -> str:
     return "\n".join(lines)
 
 
-def judge(out: Path) -> int:
-    """Reports per study folder, then claims.md, claims.json and the terminal table."""
+def judge(out: Path) -> Path:
+    """Reports per study folder, then claims.md, claims.json and the terminal table; returns
+    claims.json's path."""
     for folder in sorted(p for p in out.iterdir() if p.is_dir() and p.name != "claims"):
         if any(folder.rglob(STATUS)):
             write_report([folder], folder / "report", cache=False)
     verdicts, study = judge_paths([out], cache=False)
-    markdown, _ = write(out, verdicts, study, [str(out)])
+    markdown, record = write(out, verdicts, study, [str(out)])
     with open(markdown, "a") as text:
         text.write(figure_links(out))
     print(terminal_text(verdicts))
     print(f"claims: {markdown}")
-    return 0
+    return record
+
+
+def publish_claims(record: Path, out: Path, wall_seconds: float | None, pages: Path = measured.PAGES) -> Path:
+    """docs/measured/claims.md from the study's claims.json, with where its runs were measured."""
+    return measured.publish(
+        "claims", "The papers' claims, as make reproduce measured them", "make reproduce",
+        "analysis.claims.output:measured_page", json.loads(record.read_text()),
+        measured.provenance([out], wall_seconds), pages=pages)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="output directory (default outputs/reproduce/<time>)")
     parser.add_argument("--quick", action="store_true", help="the test suite's cut-down run")
     parser.add_argument("--skip-runs", action="store_true", help="judge what --out already holds")
+    parser.add_argument("--publish", action="store_true", help="write the verdicts to docs/measured/claims.md")
     options = parser.parse_args(argv)
     out = start_study(options.out, "reproduce")
     started = time.monotonic()
@@ -82,9 +96,13 @@ def main(argv: list[str] | None = None) -> int:
         selection.run_selection_study(out / SELECTION_FOLDER, **study)
     elif not out.is_dir():
         raise SystemExit(f"--skip-runs: {out} does not exist")
-    code = judge(out)
-    print(f"make reproduce: {minutes(time.monotonic() - started)}, results in {out}")
-    return code
+    record = judge(out)
+    wall = time.monotonic() - started
+    print(f"make reproduce: {minutes(wall)}, results in {out}")
+    if options.publish:
+        # A judged-again study (--skip-runs) did not time its runs: its page says no wall time.
+        print(f"published: {publish_claims(record, out, None if options.skip_runs else wall)}")
+    return 0
 
 
 if __name__ == "__main__":
