@@ -2,7 +2,9 @@
 LSTM/allreducer.py `AllReducer.run`, branch 'oktopk', with its GaussianCompressor helpers): local
 thresholds, a sparse reduce-scatter over W regions, the owners' global threshold, an all-gather.
 
-t counts steps from 0; k = floor(d N); every "|x| > th" is strict, in float32.
+t counts steps from 0; k = floor(d N); every "|x| > th" is strict, in float32. The thresholds are
+Python floats (float64), as the released code keeps them (`ratio2threshold` returns a float, the
+climb and the bands multiply and divide floats): only the comparison rounds them to float32.
 
     1. Warm-up, t < warmup_steps (128): a dense mean all-reduce; the residual stays empty.
     2. Local threshold th_loc (this rank's). On a recompute step, (t - warmup_steps) % tau == 0
@@ -53,10 +55,10 @@ GLOBAL_DOWN, GLOBAL_UP = 1.01, 1.008  # the global threshold's steps below 0.75k
 BAND = (0.75, 1.25)
 
 
-def float32_scaled(threshold: float, factor: float, divide: bool = False) -> float:
-    """threshold * factor (or / factor) as the released float32 tensors compute it."""
-    value, scale = np.float32(threshold), np.float32(factor)
-    return float(value / scale if divide else value * scale)
+def scaled(threshold: float, factor: float, divide: bool = False) -> float:
+    """threshold * factor (or / factor) as the released code computes it: Python floats (float64),
+    never rounded here; only a comparison with a float32 tensor rounds it (`strict_cut`)."""
+    return threshold / factor if divide else threshold * factor
 
 
 def proposed_cuts(selection: torch.Tensor, world_size: int, numel: int) -> torch.Tensor:
@@ -122,13 +124,13 @@ class OkTopK(Sparsifier):
             for _ in range(RAISE_LIMIT):
                 if count_at_least(acc, strict_cut(self.local_threshold, acc.dtype)) <= 3 * self.k // 2:
                     break
-                self.local_threshold = float32_scaled(self.local_threshold, RAISE)
+                self.local_threshold = scaled(self.local_threshold, RAISE)
         self._used_threshold = self.local_threshold
         selection = self._selector(acc, strict_cut(self.local_threshold, acc.dtype), 0)
         if selection.numel() < BAND[0] * self.k:
-            self.local_threshold = float32_scaled(self.local_threshold, LOCAL_BAND, divide=True)
+            self.local_threshold = scaled(self.local_threshold, LOCAL_BAND, divide=True)
         elif selection.numel() > BAND[1] * self.k:
-            self.local_threshold = float32_scaled(self.local_threshold, LOCAL_BAND)
+            self.local_threshold = scaled(self.local_threshold, LOCAL_BAND)
         return selection
 
     # -- the region exchange (steps 4 and 6) -----------------------------------------------------
@@ -155,9 +157,9 @@ class OkTopK(Sparsifier):
             if kth_magnitude is not None:  # nothing gathered: the released code fails; keep th_glob
                 self.global_threshold = kth_magnitude
         elif gathered < BAND[0] * self.k:
-            self.global_threshold = float32_scaled(self.global_threshold, GLOBAL_DOWN, divide=True)
+            self.global_threshold = scaled(self.global_threshold, GLOBAL_DOWN, divide=True)
         elif gathered > BAND[1] * self.k:
-            self.global_threshold = float32_scaled(self.global_threshold, GLOBAL_UP)
+            self.global_threshold = scaled(self.global_threshold, GLOBAL_UP)
 
     # -- state ---------------------------------------------------------------------------------
     def metrics(self) -> dict[str, float | list[float]]:

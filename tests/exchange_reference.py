@@ -177,7 +177,8 @@ OKTOPK_DEFAULTS = {"density": 0.01, "warmup_steps": 128, "threshold_every": 32, 
 
 class OkTopkReplay:
     """docs/algorithms.md, oktopk, steps 1-7, replayed over a run's recorded steps in order (the
-    thresholds and regions carry over), in numpy float32 as the released tensors compute:
+    thresholds and regions carry over): the sums in numpy float32, the thresholds Python floats
+    (float64) rounded to float32 only where a float32 tensor meets them, as the released code does:
     `selections` are what each rank must select, `exchange` the aggregate, residuals and counts,
     `collectives` what the step must issue."""
 
@@ -190,8 +191,8 @@ class OkTopkReplay:
         self.k = math.floor(knobs["density"] * numel)
         self.warmup, self.every, self.regions_every = knobs["warmup_steps"], knobs["threshold_every"], knobs["regions_every"]
         self.numel, self.world_size = numel, world_size
-        self.local = [np.float32(0.0)] * world_size
-        self.glob = np.float32(0.0)
+        self.local = [0.0] * world_size
+        self.glob = 0.0
         self.bounds = [0] + [numel] * world_size
 
     def _due(self, t: int, every: int) -> bool:
@@ -205,18 +206,18 @@ class OkTopkReplay:
         for rank, acc in enumerate(step.accs):
             magnitude = np.abs(acc.numpy())
             if self._due(step.step, self.every):
-                th = np.sort(magnitude)[::-1][self.k - 1]  # the k-th largest
+                th = float(np.sort(magnitude)[::-1][self.k - 1])  # the k-th largest
             else:
                 th = self.local[rank]
                 for _ in range(5):
-                    if np.count_nonzero(magnitude > th) <= 3 * self.k // 2:
+                    if np.count_nonzero(magnitude > np.float32(th)) <= 3 * self.k // 2:
                         break
-                    th = np.float32(th * np.float32(1.03))
-            selected = np.nonzero(magnitude > th)[0]
+                    th = th * 1.03
+            selected = np.nonzero(magnitude > np.float32(th))[0]
             if len(selected) < 0.75 * self.k:
-                th = np.float32(th / np.float32(1.012))
+                th = th / 1.012
             elif len(selected) > 1.25 * self.k:
-                th = np.float32(th * np.float32(1.012))
+                th = th * 1.012
             self.local[rank] = th
             chosen.append(torch.from_numpy(selected).long())
         return chosen
@@ -253,7 +254,7 @@ class OkTopkReplay:
                 source = (owner - shift) % W
                 for p in region[source][owner]:
                     sums[p] = np.float32(sums.get(p, np.float32(0.0)) + accs[source][p])
-            kept = [(p, v) for p, v in sorted(sums.items()) if (v != 0 if recompute else abs(v) > self.glob)]
+            kept = [(p, v) for p, v in sorted(sums.items()) if (v != 0 if recompute else abs(v) > np.float32(self.glob))]
             blocks.append(len(kept))
             gathered += kept
         issued += [Collective("all_gather", 1, INDEX_BYTES),
@@ -261,11 +262,11 @@ class OkTopkReplay:
         if recompute:
             gathered = sorted(gathered, key=lambda pair: (-abs(pair[1]), pair[0]))[:min(len(gathered), self.k)]
             if gathered:
-                self.glob = np.float32(abs(gathered[-1][1]))
+                self.glob = float(abs(gathered[-1][1]))
         elif len(gathered) < 0.75 * self.k:
-            self.glob = np.float32(self.glob / np.float32(1.01))
+            self.glob = self.glob / 1.01
         elif len(gathered) > 1.25 * self.k:
-            self.glob = np.float32(self.glob * np.float32(1.008))
+            self.glob = self.glob * 1.008
         aggregate = torch.zeros(numel, dtype=torch.float64)
         for p, v in gathered:
             aggregate[p] = float(np.float32(v / np.float32(W)))

@@ -38,7 +38,7 @@ def exchanged(ranks: list[OkTopK], pairs_by_rank: list[dict[int, float]], step: 
 def test_the_warm_up_is_dense_and_the_first_sparse_step_takes_the_kth_largest_strictly():
     """warmup_steps = 2: steps 0 and 1 select everything (None) at density 1. Step 2 recomputes:
     k = 3 of |acc| = 8, 5, 5, 4, 1 (at 1, 3, 6, 0, 2): th = 5, and |acc| > 5 strictly keeps only
-    position 1. One kept < 0.75 k: the stored th becomes 5 / 1.012 (in float32)."""
+    position 1. One kept < 0.75 k: the stored th becomes 5 / 1.012 (a Python float, as released)."""
     method = OkTopK(Layout.from_shapes([("w", (10,))]), 1, 0, density=0.3, warmup_steps=2)
     acc = torch.tensor([4.0, -8.0, 1.0, 5.0, 0.0, 0.0, -5.0, 0.0, 0.0, 0.0])
     for step in (0, 1):
@@ -46,7 +46,7 @@ def test_the_warm_up_is_dense_and_the_first_sparse_step_takes_the_kth_largest_st
     assert method.select(acc, 2).tolist() == [1]
     assert method.current_density == 0.3 and method.current_k == 3
     assert method.metrics()["sparsifier/threshold"] == 5.0
-    assert method.local_threshold == float(np.float32(5.0) / np.float32(1.012))
+    assert method.local_threshold == 5.0 / 1.012
 
 
 def test_between_recomputes_the_threshold_climbs_by_3_percent_at_most_five_times():
@@ -57,14 +57,14 @@ def test_between_recomputes_the_threshold_climbs_by_3_percent_at_most_five_times
     first = torch.zeros(20)
     first[:3] = torch.tensor([10.0, 9.0, 1.0])
     assert method.select(first, 0).tolist() == [0]
-    th = float(np.float32(9.0) / np.float32(1.012))
+    th = 9.0 / 1.012
     assert method.local_threshold == th
     for _ in range(4):  # climbs while 20 > 3 exceed it: 8.89 -> 9.16 -> 9.43 -> 9.72 -> 10.01 (stops)
-        th = float(np.float32(th) * np.float32(1.03))
+        th = th * 1.03
     assert method.select(torch.full((20,), 10.0), 1).tolist() == []
     assert method.metrics()["sparsifier/threshold"] == th and th > 10.0
     # Nothing kept: the stored threshold comes down by 1.012 for the next step.
-    assert method.local_threshold == float(np.float32(th) / np.float32(1.012))
+    assert method.local_threshold == th / 1.012
 
 
 def test_the_climb_stops_after_five_raises_however_many_still_exceed():
@@ -73,9 +73,41 @@ def test_the_climb_stops_after_five_raises_however_many_still_exceed():
     th = method.local_threshold
     chosen = method.select(torch.full((20,), 100.0), 1)
     for _ in range(5):
-        th = float(np.float32(th) * np.float32(1.03))
+        th = th * 1.03
     assert chosen.numel() == 20 and method.metrics()["sparsifier/threshold"] == th
-    assert method.local_threshold == float(np.float32(th) * np.float32(1.012))  # 20 > 1.25 k: up for the next step
+    assert method.local_threshold == th * 1.012  # 20 > 1.25 k: up for the next step
+
+
+def test_the_thresholds_are_python_floats_scaled_in_float64_and_rounded_only_at_the_comparison():
+    """The released code keeps th_loc and th_glob as Python floats: `ratio2threshold` returns
+    float(...item()), the climb does `thres *= 1.03` on a float, the bands `/=` and `*=` floats;
+    only `torch.abs(x) > thres` rounds thres to float32. By hand: N = 20, k = 2, one recompute
+    (step 0: th = 1, one kept < 0.75 k: th / 1.012), then 32 steps of |acc| = 1e4 everywhere:
+    each climbs 5 times (20 > 3 exceed) and keeps 20 > 1.25 k (x 1.012). Then 10 global band
+    steps down and 22 up. Scaling in float32 at every step drifts away from these values."""
+    method = OkTopK(Layout.from_shapes([("w", (20,))]), 1, 0, density=0.1, warmup_steps=0, threshold_every=100)
+    method.select(torch.cat([torch.tensor([2.0, 1.0]), torch.zeros(18)]), 0)
+    th, rounded = 1.0 / 1.012, float(np.float32(1.0) / np.float32(1.012))
+    for step in range(1, 33):
+        assert method.select(torch.full((20,), 1e4), step).numel() == 20
+        for _ in range(5):
+            th, rounded = th * 1.03, float(np.float32(rounded) * np.float32(1.03))
+        th, rounded = th * 1.012, float(np.float32(rounded) * np.float32(1.012))
+    assert method.local_threshold == th and th != rounded
+    assert abs(th - rounded) > 4 * float(np.spacing(np.float32(th)))  # drifted several float32 ulps apart
+    glob = method.global_threshold = 3.0
+    for step in range(32):  # 10 steps below 0.75 k gathered, then 22 above 1.25 k
+        method.owners_kept(step + 1, 0 if step < 10 else 3, None)
+        glob = glob / 1.01 if step < 10 else glob * 1.008
+    assert method.global_threshold == glob
+    assert OkTopK.load_state_dict(method, method.state_dict()) is None and method.local_threshold == th  # exact resume
+    # Rounded only at the comparison: a stored th just below the float32 x rounds up to x, so
+    # |acc| = x is not selected (x > th in float64, not x > float32(th)).
+    x = float(np.float32(1.5))
+    method.local_threshold = x - 2.0 ** -40
+    assert method.select(torch.tensor([x] + [0.0] * 19), 33).tolist() == []
+    method.local_threshold = x - float(np.spacing(np.float32(x)))  # one float32 ulp below: selected
+    assert method.select(torch.tensor([x] + [0.0] * 19), 34).tolist() == [0]
 
 
 # -- regions --------------------------------------------------------------------------------------
@@ -140,14 +172,14 @@ def test_between_recomputes_the_owners_send_what_passes_the_global_threshold_and
     out, result, meter = exchanged(ranks, [{1: 3.0, 2: -1.0, 5: 2.0, 6: 1.0}, {2: 1.0, 5: 4.0, 7: -6.0}], 1, 8)
     assert out.tolist() == [0, 1.5, 0, 0, 0, 3.0, 0, -3.0]
     assert result.aggregated == 3 and [z.tolist() for z in result.zeroed] == [[1, 5], [5, 7]]
-    assert ranks[0].global_threshold == float(np.float32(2.5) * np.float32(1.008))
+    assert ranks[0].global_threshold == 2.5 * 1.008
     assert [c.op for c in meter.collectives] == ["all_to_all", "shift_round", "all_gather", "all_gather_v"]
     # Below 0.75 k gathered: down by 1.01. A threshold that keeps nothing: an empty aggregate.
     for method in ranks:
         method.global_threshold = 100.0
     out, result, _ = exchanged(ranks, [{1: 3.0}, {7: -6.0}], 1, 8)
     assert result.aggregated == 0 and not out.any() and [z.tolist() for z in result.zeroed] == [[], []]
-    assert ranks[1].global_threshold == float(np.float32(100.0) / np.float32(1.01))
+    assert ranks[1].global_threshold == 100.0 / 1.01
 
 
 def test_empty_regions_a_rank_that_selected_nothing_and_an_empty_gather():
