@@ -256,6 +256,12 @@ class Sparsifier(ABC):
         was None) the magnitude of the k-th largest, None if nothing was gathered."""
         raise NotImplementedError(f"{self.name} has no region exchange")
 
+    def residual_matches(self, selection: torch.Tensor, kept: torch.Tensor, step: int) -> torch.Tensor | None:
+        """The positions of `selection` (ascending) whose residual this rank zeroes, given the
+        aggregate's coordinates `kept` in the order the exchange kept them; None: the exact
+        intersection (the exchange computes it)."""
+        raise NotImplementedError(f"{self.name} has no region exchange")
+
     # -- after the exchange ------------------------------------------------------------------
     def observe(self, feedback: Feedback) -> None:
         """Global feedback after the exchange; adaptive rules update here, identically everywhere."""

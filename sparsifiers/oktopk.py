@@ -53,6 +53,7 @@ RAISE, RAISE_LIMIT = 1.03, 5  # the local threshold's climb while more than 3k/2
 LOCAL_BAND = 1.012  # the stored local threshold's step out of [0.75k, 1.25k]
 GLOBAL_DOWN, GLOBAL_UP = 1.01, 1.008  # the global threshold's steps below 0.75k / above 1.25k
 BAND = (0.75, 1.25)
+RESIDUAL_LOOKUPS = ("released", "intersection")  # the recompute steps' residual (step 7)
 
 
 def scaled(threshold: float, factor: float, divide: bool = False) -> float:
@@ -70,6 +71,21 @@ def proposed_cuts(selection: torch.Tensor, world_size: int, numel: int) -> torch
     return selection[inner * (selection.numel() // world_size)].to(torch.int64)
 
 
+def searchsorted_matches(selection: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+    """The released `intersect1d_searchsorted(S_r, kept)`: numpy's binary search of each position
+    of S_r (ascending) in `kept` as it is ordered, a search past the end pointed at kept[0], and
+    the position kept where kept[found] equals it. With `kept` ordered by magnitude (a recompute
+    step's top-k) the search misses most matches: those values stay in the residual. numpy's
+    search, on the host, is the released one bit for bit (its bounds carry over from one key to
+    the next), which an unsorted array makes part of the result."""
+    if kept.numel() == 0 or selection.numel() == 0:
+        return selection[:0]
+    positions, order = selection.cpu().numpy().astype(np.int64), kept.cpu().numpy().astype(np.int64)
+    found = np.searchsorted(order, positions)
+    found[found == len(order)] = 0
+    return selection[torch.from_numpy(order[found] == positions).to(selection.device)]
+
+
 class OkTopK(Sparsifier):
     """Ok-Topk: threshold selection, a sparse reduce-scatter to region owners, an all-gather."""
 
@@ -79,8 +95,14 @@ class OkTopK(Sparsifier):
     shared_state = (keys.GLOBAL_THRESHOLD, keys.REGION_BOUNDARIES)
 
     def __init__(self, layout: Layout, world_size: int, rank: int, density: float, warmup_steps: int = 128,
-                 threshold_every: int = 32, regions_every: int = 64, **knobs) -> None:
+                 threshold_every: int = 32, regions_every: int = 64, recompute_residual: str = "released",
+                 **knobs) -> None:
         super().__init__(layout, world_size, rank, density=density, **knobs)
+        if recompute_residual not in RESIDUAL_LOOKUPS:
+            raise ConfigError(f"sparsifier.recompute_residual={recompute_residual!r}: one of {', '.join(RESIDUAL_LOOKUPS)} "
+                              "(released: the search in the magnitude-ordered top-k, which misses matches; "
+                              "intersection: every match zeroed)")
+        self.recompute_residual = recompute_residual
         for key, value, least in (("warmup_steps", warmup_steps, 0), ("threshold_every", threshold_every, 1),
                                   ("regions_every", regions_every, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
@@ -161,6 +183,14 @@ class OkTopK(Sparsifier):
         elif gathered > BAND[1] * self.k:
             self.global_threshold = scaled(self.global_threshold, GLOBAL_UP)
 
+    def residual_matches(self, selection: torch.Tensor, kept: torch.Tensor, step: int) -> torch.Tensor | None:
+        """Step 7: on a recompute step, as released, what `searchsorted_matches` finds of S_r in the
+        top-k ordered by magnitude; otherwise (or with recompute_residual=intersection) None: the
+        exact intersection."""
+        if self.recompute_residual == "released" and self.recomputes(step):
+            return searchsorted_matches(selection, kept)
+        return None
+
     # -- state ---------------------------------------------------------------------------------
     def metrics(self) -> dict[str, float | list[float]]:
         return {keys.THRESHOLD: self._used_threshold, keys.GLOBAL_THRESHOLD: self.global_threshold,
@@ -168,7 +198,7 @@ class OkTopK(Sparsifier):
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "warmup_steps": self.warmup_steps, "threshold_every": self.threshold_every,
-                "regions_every": self.regions_every}
+                "regions_every": self.regions_every, "recompute_residual": self.recompute_residual}
 
     def state_dict(self) -> dict[str, Any]:
         return {"local_threshold": self.local_threshold, "global_threshold": self.global_threshold,

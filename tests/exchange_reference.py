@@ -172,7 +172,8 @@ def gtopk_tree(selections: list[torch.Tensor], accs: list[torch.Tensor]) -> dict
 
 
 # conf/sparsifier/oktopk.yaml's schedule and density, by hand.
-OKTOPK_DEFAULTS = {"density": 0.01, "warmup_steps": 128, "threshold_every": 32, "regions_every": 64}
+OKTOPK_DEFAULTS = {"density": 0.01, "warmup_steps": 128, "threshold_every": 32, "regions_every": 64,
+                   "recompute_residual": "released"}
 
 
 class OkTopkReplay:
@@ -187,9 +188,10 @@ class OkTopkReplay:
         for knob in spec.split(":")[1:]:
             key, _, value = knob.partition("=")
             if key in knobs:
-                knobs[key] = float(value) if key == "density" else int(value)
+                knobs[key] = float(value) if key == "density" else value if key == "recompute_residual" else int(value)
         self.k = math.floor(knobs["density"] * numel)
         self.warmup, self.every, self.regions_every = knobs["warmup_steps"], knobs["threshold_every"], knobs["regions_every"]
+        self.released_lookup = knobs["recompute_residual"] == "released"
         self.numel, self.world_size = numel, world_size
         self.local = [0.0] * world_size
         self.glob = 0.0
@@ -272,6 +274,12 @@ class OkTopkReplay:
             aggregate[p] = float(np.float32(v / np.float32(W)))
         exchanged = _mask(numel, torch.tensor([p for p, _ in gathered], dtype=torch.int64))
         zeroed = [_mask(numel, s) & exchanged for s in step.selections]
+        if recompute and self.released_lookup and gathered:  # the released intersect1d_searchsorted on the top-k by magnitude
+            order = np.array([p for p, _ in gathered], dtype=np.int64)
+            for rank, s in enumerate(selections):
+                found = np.searchsorted(order, s.astype(np.int64))
+                found[found == len(order)] = 0
+                zeroed[rank] = _mask(numel, torch.from_numpy(s[order[found] == s]).long())
         counts = [len(s) for s in selections]
         return ExpectedExchange(aggregate, exchanged, zeroed, counts, len(gathered), len(gathered)), issued
 

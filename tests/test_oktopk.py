@@ -198,6 +198,26 @@ def test_empty_regions_a_rank_that_selected_nothing_and_an_empty_gather():
     assert result.aggregated == 0 and not out.any() and ranks[0].global_threshold == 3.0
 
 
+def test_a_recompute_steps_residual_is_looked_up_in_the_top_k_by_magnitude_as_released():
+    """The released `intersect1d_searchsorted(S_r, top-k)` binary-searches S_r's positions in the
+    top-k as `torch.topk` orders it, by magnitude. W = 1, N = 10, k = 3, S = 1, 3, 4, 8 with
+    values 4, -1, 3, -5: the top 3 are 8, 1, 4 in that order. numpy's search (left side, the
+    bounds carried from one ascending key to the next): 1 -> slot 0 (8 is not 1: missed); 3 ->
+    slot 2 (4: no); 4 -> slot 2 (found); 8 -> slot 3, past the end, pointed at 0 (found). So
+    the residual keeps the applied 4 at position 1 (applied again later). recompute_residual=
+    intersection zeroes 1, 4 and 8; a step that reuses the thresholds gathers in index order
+    and finds every match either way."""
+    pairs = [{1: 4.0, 3: -1.0, 4: 3.0, 8: -5.0}]
+    for knob, expected in (("released", [4, 8]), ("intersection", [1, 4, 8])):
+        ranks = methods(1, 10, 0.3, recompute_residual=knob, threshold_every=2)
+        out, result, _ = exchanged(ranks, pairs, 0, 10)
+        assert out.tolist() == [0, 4.0, 0, 0, 3.0, 0, 0, 0, -5.0, 0] and [z.tolist() for z in result.zeroed] == [expected]
+        assert ranks[0].describe()["recompute_residual"] == knob
+        ranks[0].global_threshold = 2.0
+        out, result, _ = exchanged(ranks, pairs, 1, 10)  # not a recompute step: |sum| > 2 in index order
+        assert [z.tolist() for z in result.zeroed] == [[1, 4, 8]]
+
+
 def test_one_worker_owns_everything_and_sends_nothing():
     """W = 1 (the released code fails: no boundaries to propose): one region, the whole vector;
     k = 3 of the 3 gathered are kept; every collective moves 0 bytes."""
@@ -209,15 +229,17 @@ def test_one_worker_owns_everything_and_sends_nothing():
 
 
 # -- the exchange against the replay, on random inputs --------------------------------------------
+@pytest.mark.parametrize("residual", ["released", "intersection"])
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5])
-def test_the_exchange_is_the_replay_on_random_selections(world_size):
+def test_the_exchange_is_the_replay_on_random_selections(world_size, residual):
     """Four steps (threshold_every = 2, regions_every = 3: a recompute and repartition, a kept
     threshold, a recompute, a repartition on a kept threshold) of random accumulators with
     repeated magnitudes and random selections of different sizes, hosted, against the replay."""
     generator = torch.Generator().manual_seed(world_size)
     numel, density = 50, 0.1
-    ranks = methods(world_size, numel, density, threshold_every=2, regions_every=3)
-    replay = OkTopkReplay(f"oktopk:density={density}:warmup_steps=0:threshold_every=2:regions_every=3", numel, world_size)
+    ranks = methods(world_size, numel, density, threshold_every=2, regions_every=3, recompute_residual=residual)
+    replay = OkTopkReplay(f"oktopk:density={density}:warmup_steps=0:threshold_every=2:regions_every=3:"
+                          f"recompute_residual={residual}", numel, world_size)
     for step in range(4):
         accs = [torch.randint(-4, 5, (numel,), generator=generator).float() / 4 for _ in range(world_size)]
         selections = [torch.sort(torch.randperm(numel, generator=generator)[:int(torch.randint(0, 12, (1,), generator=generator))]).values
@@ -234,6 +256,11 @@ def test_the_exchange_is_the_replay_on_random_selections(world_size):
 
 
 # -- refusal --------------------------------------------------------------------------------------
+def test_a_bad_residual_lookup_is_refused_naming_the_key():
+    with pytest.raises(ConfigError, match="sparsifier.recompute_residual='exact': one of released, intersection"):
+        OkTopK(Layout.from_shapes([("w", (10,))]), 2, 0, density=0.2, recompute_residual="exact")
+
+
 @pytest.mark.parametrize("knob, value", [("warmup_steps", -1), ("threshold_every", 0), ("regions_every", 2.5)])
 def test_bad_knobs_are_refused_naming_the_key(knob, value):
     with pytest.raises(ConfigError, match=f"sparsifier.{knob}={value}: an integer >= "):

@@ -15,7 +15,8 @@ reduce-scatter over W regions, then an all-gather of what the regions' owners ke
     6. all-gather: one int32 count per rank, then the owners' pairs (an all-gatherv); on a
        recompute step every rank keeps the k largest |sum| of them (ties: the lower index);
        agg = the kept sums / W; the method hears how many were gathered (and the k-th magnitude);
-    7. residuals: rank r zeroes S_r where it meets the aggregate's coordinates.
+    7. residuals: rank r zeroes S_r where it meets the aggregate's coordinates (on a recompute
+       step the method may instead say which it finds, as the released lookup does).
 
 Every owner's sum has one order whatever the hosting, so hosted and distributed runs are the
 same bit for bit (warm-up steps aside: they sum as the run's `reduction` says).
@@ -90,13 +91,16 @@ def sparse_reduce_scatter(
         m.owners_kept(step, int(gathered_sizes.sum()), kth_magnitude)
     clock.mark("value_exchange")
 
-    indices = indices.long()
+    kept_order, indices = indices, indices.long()  # kept_order: as kept (a recompute step: by magnitude)
     out.zero_()
     out.index_copy_(0, indices, values / world_size)
     # 7. residuals: where a rank's selection meets the aggregate's coordinates
     aggregated = torch.zeros(out.numel(), dtype=torch.bool, device=device)
     aggregated[indices] = True
     zeroed = [selection[aggregated[selection]] for selection in selections]
+    if threshold is None:  # a recompute step: the method may look the matches up as released
+        looked_up = [m.residual_matches(s, kept_order, step) for m, s in zip(methods, selections)]
+        zeroed = [z if found is None else found for z, found in zip(zeroed, looked_up)]
     clock.mark("scatter")
     return ExchangeResult(sizes.sum(dim=1).cpu(), int(indices.numel()), zeroed)
 
