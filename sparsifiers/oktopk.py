@@ -44,7 +44,7 @@ import torch
 from experiments import metric_keys as keys
 from experiments.errors import ConfigError
 from sparsifiers.base import ExchangeKind, SelectionScope, Sparsifier
-from sparsifiers.kernels import AtLeastSelector, count_at_least
+from sparsifiers.kernels import AtLeastSelector, ExactTopK, count_at_least
 from sparsifiers.layout import Layout
 from sparsifiers.threshold_control import strict_cut
 
@@ -54,6 +54,7 @@ LOCAL_BAND = 1.012  # the stored local threshold's step out of [0.75k, 1.25k]
 GLOBAL_DOWN, GLOBAL_UP = 1.01, 1.008  # the global threshold's steps below 0.75k / above 1.25k
 BAND = (0.75, 1.25)
 RESIDUAL_LOOKUPS = ("released", "intersection")  # the recompute steps' residual (step 7)
+VARIANTS = ("released", "paper")  # the released LSTM code, or the paper's algorithm (docs/algorithms.md)
 
 
 def scaled(threshold: float, factor: float, divide: bool = False) -> float:
@@ -96,13 +97,17 @@ class OkTopK(Sparsifier):
 
     def __init__(self, layout: Layout, world_size: int, rank: int, density: float, warmup_steps: int = 128,
                  threshold_every: int = 32, regions_every: int = 64, recompute_residual: str = "released",
-                 **knobs) -> None:
+                 variant: str = "released", **knobs) -> None:
         super().__init__(layout, world_size, rank, density=density, **knobs)
         if recompute_residual not in RESIDUAL_LOOKUPS:
             raise ConfigError(f"sparsifier.recompute_residual={recompute_residual!r}: one of {', '.join(RESIDUAL_LOOKUPS)} "
                               "(released: the search in the magnitude-ordered top-k, which misses matches; "
                               "intersection: every match zeroed)")
         self.recompute_residual = recompute_residual
+        if variant not in VARIANTS:
+            raise ConfigError(f"sparsifier.variant={variant!r}: one of {', '.join(VARIANTS)} (released: the LSTM code's "
+                              "thresholds; paper: exactly k selected and kept, and the data balancing before the all-gather)")
+        self.variant = variant
         for key, value, least in (("warmup_steps", warmup_steps, 0), ("threshold_every", threshold_every, 1),
                                   ("regions_every", regions_every, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
@@ -115,6 +120,7 @@ class OkTopK(Sparsifier):
         self._used_threshold = math.nan  # what the last select used (metrics)
         self._warm = warmup_steps > 0  # the step select last saw was a warm-up step
         self._selector = AtLeastSelector()
+        self._top_k = ExactTopK()
 
     # -- the schedule ----------------------------------------------------------------------------
     def warming_up(self, step: int) -> bool:
@@ -140,6 +146,10 @@ class OkTopK(Sparsifier):
         self._warm = self.warming_up(step)
         if self._warm:
             return None  # step 1: every coordinate, a dense all-reduce
+        if self.variant == "paper":  # the paper's step: exactly the k largest |acc| (ties: the lower index)
+            selection = self._top_k(acc, self.k).clone()
+            self.local_threshold = self._used_threshold = float(acc[selection].abs().min())
+            return selection
         if self.recomputes(step):
             self.local_threshold = float(torch.topk(acc.abs(), self.k, sorted=False).values.min())
         else:
@@ -174,8 +184,18 @@ class OkTopK(Sparsifier):
     def owner_threshold(self, step: int) -> float | None:
         return None if self.recomputes(step) else self.global_threshold
 
+    @property
+    def balanced(self) -> bool:
+        """The paper's variant: the owners keep exactly the k largest |sum| of all regions (found by
+        a count search, docs/algorithms.md) and rebalance them to about k / W a rank before the
+        all-gather."""
+        return self.variant == "paper"
+
     def owners_kept(self, step: int, gathered: int, kth_magnitude: float | None) -> None:
-        if self.recomputes(step):
+        if self.balanced:
+            if kth_magnitude is not None:
+                self.global_threshold = kth_magnitude
+        elif self.recomputes(step):
             if kth_magnitude is not None:  # nothing gathered: the released code fails; keep th_glob
                 self.global_threshold = kth_magnitude
         elif gathered < BAND[0] * self.k:
@@ -187,7 +207,7 @@ class OkTopK(Sparsifier):
         """Step 7: on a recompute step, as released, what `searchsorted_matches` finds of S_r in the
         top-k ordered by magnitude; otherwise (or with recompute_residual=intersection) None: the
         exact intersection."""
-        if self.recompute_residual == "released" and self.recomputes(step):
+        if self.recompute_residual == "released" and self.recomputes(step) and not self.balanced:
             return searchsorted_matches(selection, kept)
         return None
 
@@ -198,7 +218,7 @@ class OkTopK(Sparsifier):
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "warmup_steps": self.warmup_steps, "threshold_every": self.threshold_every,
-                "regions_every": self.regions_every, "recompute_residual": self.recompute_residual}
+                "regions_every": self.regions_every, "recompute_residual": self.recompute_residual, "variant": self.variant}
 
     def state_dict(self) -> dict[str, Any]:
         return {"local_threshold": self.local_threshold, "global_threshold": self.global_threshold,

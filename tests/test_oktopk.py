@@ -218,6 +218,46 @@ def test_a_recompute_steps_residual_is_looked_up_in_the_top_k_by_magnitude_as_re
         assert [z.tolist() for z in result.zeroed] == [[1, 4, 8]]
 
 
+def test_the_papers_variant_keeps_exactly_k_and_balances_before_the_all_gather_by_hand():
+    """variant=paper, W = 2, N = 8, k = 2, a repartition step. Rank 0 sends {1: 3, 2: 5}, rank 1
+    {2: 1, 7: -1}: proposals 2 and 7, B = (0, 4, 8). Owner 0 sums {1: 3, 2: 6}, owner 1 {7: -1}.
+    The 2 largest |sum| of all regions: 6 and 3 (t = 3: one above, one at t, both owner 0's);
+    the probes of the search are all-reduces of one int64 count. G = 2 kept, balanced to 1 a
+    rank: owner 0's second pair (2: 6) goes to rank 1 (one shift round), then the all-gatherv of
+    blocks (1, 1). agg = {1: 1.5, 2: 3}; the residual is the intersection; th_glob = t."""
+    ranks = methods(2, 8, 0.25, variant="paper")
+    out, result, meter = exchanged(ranks, [{1: 3.0, 2: 5.0}, {2: 1.0, 7: -1.0}], 0, 8)
+    assert ranks[0].region_boundaries.tolist() == [0, 4, 8]
+    assert out.tolist() == [0, 1.5, 3.0, 0, 0, 0, 0, 0] and result.aggregated == 2
+    assert [z.tolist() for z in result.zeroed] == [[1, 2], [2]]
+    assert ranks[0].global_threshold == ranks[1].global_threshold == 3.0 and ranks[0].describe()["variant"] == "paper"
+    ops = meter.collectives
+    probes = ops[3:-4]
+    assert ops[:3] == [Collective("all_reduce", 1, 8), Collective("all_to_all", 1, 4),
+                       Collective("shift_round", 1, 8, 1, sizes=(0, 1))]
+    assert 1 <= len(probes) <= 32 and set(probes) == {Collective("all_reduce", 1, 8)}
+    assert ops[-4:] == [Collective("all_gather", 2, 8),  # each owner's counts above and at t
+                        Collective("all_gather", 1, 4),  # the owners' counts
+                        Collective("shift_round", 1, 8, 1, sizes=(1, 0)),  # the balancing: rank 0 -> 1
+                        Collective("all_gather_v", 1, 8, sizes=(1, 1))]
+
+
+def test_the_papers_variant_selects_exactly_k_and_keeps_exactly_k_with_ties_to_the_lower_index():
+    """Local: the k largest |acc| every step, no threshold reused (k = 2 of 3, 5, 5, 1: 1 and 2).
+    Owners: W = 3, every sum of magnitude 1 at positions 0, 4, 8 (owner 0 holds 0, owner 2 holds 4
+    and 8) and k = 2: exactly 2 kept, the lower indices 0 and 4 (owner 2 keeps one of its two
+    ties); fewer non-zero sums than k: all of them."""
+    method = methods(1, 10, 0.2, variant="paper")[0]
+    acc = torch.tensor([3.0, 5.0, -5.0, 1.0] + [0.0] * 6)
+    assert method.select(acc, 0).tolist() == [1, 2] and method.select(acc, 1).tolist() == [1, 2]
+    ranks = methods(3, 9, 0.25, variant="paper")  # k = 2
+    out, result, _ = exchanged(ranks, [{0: 1.0}, {4: 1.0}, {8: -1.0}], 0, 9)
+    assert ranks[0].region_boundaries.tolist() == [0, 4, 4, 9] and result.aggregated == 2  # proposals 0, 4, 8 twice
+    assert out.nonzero().view(-1).tolist() == [0, 4]
+    out, result, _ = exchanged(ranks, [{0: 1.0}, {}, {}], 1, 9)
+    assert out.nonzero().view(-1).tolist() == [0] and result.aggregated == 1
+
+
 def test_one_worker_owns_everything_and_sends_nothing():
     """W = 1 (the released code fails: no boundaries to propose): one region, the whole vector;
     k = 3 of the 3 gathered are kept; every collective moves 0 bytes."""
@@ -256,6 +296,11 @@ def test_the_exchange_is_the_replay_on_random_selections(world_size, residual):
 
 
 # -- refusal --------------------------------------------------------------------------------------
+def test_a_bad_variant_is_refused_naming_the_key():
+    with pytest.raises(ConfigError, match="sparsifier.variant='intended': one of released, paper"):
+        OkTopK(Layout.from_shapes([("w", (10,))]), 2, 0, density=0.2, variant="intended")
+
+
 def test_a_bad_residual_lookup_is_refused_naming_the_key():
     with pytest.raises(ConfigError, match="sparsifier.recompute_residual='exact': one of released, intersection"):
         OkTopK(Layout.from_shapes([("w", (10,))]), 2, 0, density=0.2, recompute_residual="exact")
