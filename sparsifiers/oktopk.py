@@ -25,13 +25,20 @@ climb and the bands multiply and divide floats): only the comparison rounds them
        the aggregate, and th_glob is scaled: /1.01 below 0.75k gathered, x1.008 above 1.25k.
        agg = the kept sums / W.
     7. Error feedback: rank r zeroes its residual on S_r intersected with the aggregate's
-       coordinates; everything else, a pair its owner dropped included, stays.
+       coordinates; everything else, a pair its owner dropped included, stays. On a recompute
+       step the intersection is the released lookup (`searchsorted_matches`: a binary search in
+       the top-k ordered by magnitude, which misses most matches) unless
+       recompute_residual=intersection.
+
+variant=paper is the paper's algorithm instead, the one its 6k(W-1)/W bound assumes: steps 2-3
+select exactly the k largest |acc|; step 6 keeps exactly the k largest |sum| of all regions
+(experiments/core/region_exchange.py `_global_top_k`) and balances the kept pairs to about k/W a
+rank before the all-gather (`_balanced`); step 7 is the intersection.
 
 Where sparsebench departs from the released code (docs/algorithms.md, "oktopk"): the schedule
 counts from the end of the warm-up (the same steps for the released constants); indices are
 int32 in one packed message per peer and round; a rank that selected nothing proposes even
-regions, an empty gather keeps th_glob, W = 1 works (one region: no messages); the recompute
-step's residual uses the intended intersection (the released one misses matches).
+regions, an empty gather keeps th_glob, W = 1 works (one region: no messages).
 """
 from __future__ import annotations
 
