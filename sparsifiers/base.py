@@ -256,6 +256,18 @@ class Sparsifier(ABC):
         was None) the magnitude of the k-th largest, None if nothing was gathered."""
         raise NotImplementedError(f"{self.name} has no region exchange")
 
+    @property
+    def balanced(self) -> bool:
+        """True: the owners keep exactly the k largest sums of all regions and rebalance them before
+        the all-gather (Ok-Topk's paper variant); `owner_threshold` is then not consulted."""
+        return False
+
+    def residual_matches(self, selection: torch.Tensor, kept: torch.Tensor, step: int) -> torch.Tensor | None:
+        """The positions of `selection` (ascending) whose residual this rank zeroes, given the
+        aggregate's coordinates `kept` in the order the exchange kept them; None: the exact
+        intersection (the exchange computes it)."""
+        raise NotImplementedError(f"{self.name} has no region exchange")
+
     # -- after the exchange ------------------------------------------------------------------
     def observe(self, feedback: Feedback) -> None:
         """Global feedback after the exchange; adaptive rules update here, identically everywhere."""

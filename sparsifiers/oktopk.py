@@ -2,7 +2,9 @@
 LSTM/allreducer.py `AllReducer.run`, branch 'oktopk', with its GaussianCompressor helpers): local
 thresholds, a sparse reduce-scatter over W regions, the owners' global threshold, an all-gather.
 
-t counts steps from 0; k = floor(d N); every "|x| > th" is strict, in float32.
+t counts steps from 0; k = floor(d N); every "|x| > th" is strict, in float32. The thresholds are
+Python floats (float64), as the released code keeps them (`ratio2threshold` returns a float, the
+climb and the bands multiply and divide floats): only the comparison rounds them to float32.
 
     1. Warm-up, t < warmup_steps (128): a dense mean all-reduce; the residual stays empty.
     2. Local threshold th_loc (this rank's). On a recompute step, (t - warmup_steps) % tau == 0
@@ -23,13 +25,20 @@ t counts steps from 0; k = floor(d N); every "|x| > th" is strict, in float32.
        the aggregate, and th_glob is scaled: /1.01 below 0.75k gathered, x1.008 above 1.25k.
        agg = the kept sums / W.
     7. Error feedback: rank r zeroes its residual on S_r intersected with the aggregate's
-       coordinates; everything else, a pair its owner dropped included, stays.
+       coordinates; everything else, a pair its owner dropped included, stays. On a recompute
+       step the intersection is the released lookup (`searchsorted_matches`: a binary search in
+       the top-k ordered by magnitude, which misses most matches) unless
+       recompute_residual=intersection.
+
+variant=paper is the paper's algorithm instead, the one its 6k(W-1)/W bound assumes: steps 2-3
+select exactly the k largest |acc|; step 6 keeps exactly the k largest |sum| of all regions
+(experiments/core/region_exchange.py `_global_top_k`) and balances the kept pairs to about k/W a
+rank before the all-gather (`_balanced`); step 7 is the intersection.
 
 Where sparsebench departs from the released code (docs/algorithms.md, "oktopk"): the schedule
 counts from the end of the warm-up (the same steps for the released constants); indices are
 int32 in one packed message per peer and round; a rank that selected nothing proposes even
-regions, an empty gather keeps th_glob, W = 1 works (one region: no messages); the recompute
-step's residual uses the intended intersection (the released one misses matches).
+regions, an empty gather keeps th_glob, W = 1 works (one region: no messages).
 """
 from __future__ import annotations
 
@@ -42,7 +51,7 @@ import torch
 from experiments import metric_keys as keys
 from experiments.errors import ConfigError
 from sparsifiers.base import ExchangeKind, SelectionScope, Sparsifier
-from sparsifiers.kernels import AtLeastSelector, count_at_least
+from sparsifiers.kernels import AtLeastSelector, ExactTopK, count_at_least
 from sparsifiers.layout import Layout
 from sparsifiers.threshold_control import strict_cut
 
@@ -51,12 +60,14 @@ RAISE, RAISE_LIMIT = 1.03, 5  # the local threshold's climb while more than 3k/2
 LOCAL_BAND = 1.012  # the stored local threshold's step out of [0.75k, 1.25k]
 GLOBAL_DOWN, GLOBAL_UP = 1.01, 1.008  # the global threshold's steps below 0.75k / above 1.25k
 BAND = (0.75, 1.25)
+RESIDUAL_LOOKUPS = ("released", "intersection")  # the recompute steps' residual (step 7)
+VARIANTS = ("released", "paper")  # the released LSTM code, or the paper's algorithm (docs/algorithms.md)
 
 
-def float32_scaled(threshold: float, factor: float, divide: bool = False) -> float:
-    """threshold * factor (or / factor) as the released float32 tensors compute it."""
-    value, scale = np.float32(threshold), np.float32(factor)
-    return float(value / scale if divide else value * scale)
+def scaled(threshold: float, factor: float, divide: bool = False) -> float:
+    """threshold * factor (or / factor) as the released code computes it: Python floats (float64),
+    never rounded here; only a comparison with a float32 tensor rounds it (`strict_cut`)."""
+    return threshold / factor if divide else threshold * factor
 
 
 def proposed_cuts(selection: torch.Tensor, world_size: int, numel: int) -> torch.Tensor:
@@ -68,6 +79,21 @@ def proposed_cuts(selection: torch.Tensor, world_size: int, numel: int) -> torch
     return selection[inner * (selection.numel() // world_size)].to(torch.int64)
 
 
+def searchsorted_matches(selection: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+    """The released `intersect1d_searchsorted(S_r, kept)`: numpy's binary search of each position
+    of S_r (ascending) in `kept` as it is ordered, a search past the end pointed at kept[0], and
+    the position kept where kept[found] equals it. With `kept` ordered by magnitude (a recompute
+    step's top-k) the search misses most matches: those values stay in the residual. numpy's
+    search, on the host, is the released one bit for bit (its bounds carry over from one key to
+    the next), which an unsorted array makes part of the result."""
+    if kept.numel() == 0 or selection.numel() == 0:
+        return selection[:0]
+    positions, order = selection.cpu().numpy().astype(np.int64), kept.cpu().numpy().astype(np.int64)
+    found = np.searchsorted(order, positions)
+    found[found == len(order)] = 0
+    return selection[torch.from_numpy(order[found] == positions).to(selection.device)]
+
+
 class OkTopK(Sparsifier):
     """Ok-Topk: threshold selection, a sparse reduce-scatter to region owners, an all-gather."""
 
@@ -77,8 +103,18 @@ class OkTopK(Sparsifier):
     shared_state = (keys.GLOBAL_THRESHOLD, keys.REGION_BOUNDARIES)
 
     def __init__(self, layout: Layout, world_size: int, rank: int, density: float, warmup_steps: int = 128,
-                 threshold_every: int = 32, regions_every: int = 64, **knobs) -> None:
+                 threshold_every: int = 32, regions_every: int = 64, recompute_residual: str = "released",
+                 variant: str = "released", **knobs) -> None:
         super().__init__(layout, world_size, rank, density=density, **knobs)
+        if recompute_residual not in RESIDUAL_LOOKUPS:
+            raise ConfigError(f"sparsifier.recompute_residual={recompute_residual!r}: one of {', '.join(RESIDUAL_LOOKUPS)} "
+                              "(released: the search in the magnitude-ordered top-k, which misses matches; "
+                              "intersection: every match zeroed)")
+        self.recompute_residual = recompute_residual
+        if variant not in VARIANTS:
+            raise ConfigError(f"sparsifier.variant={variant!r}: one of {', '.join(VARIANTS)} (released: the LSTM code's "
+                              "thresholds; paper: exactly k selected and kept, and the data balancing before the all-gather)")
+        self.variant = variant
         for key, value, least in (("warmup_steps", warmup_steps, 0), ("threshold_every", threshold_every, 1),
                                   ("regions_every", regions_every, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
@@ -91,6 +127,7 @@ class OkTopK(Sparsifier):
         self._used_threshold = math.nan  # what the last select used (metrics)
         self._warm = warmup_steps > 0  # the step select last saw was a warm-up step
         self._selector = AtLeastSelector()
+        self._top_k = ExactTopK()
 
     # -- the schedule ----------------------------------------------------------------------------
     def warming_up(self, step: int) -> bool:
@@ -116,19 +153,23 @@ class OkTopK(Sparsifier):
         self._warm = self.warming_up(step)
         if self._warm:
             return None  # step 1: every coordinate, a dense all-reduce
+        if self.variant == "paper":  # the paper's step: exactly the k largest |acc| (ties: the lower index)
+            selection = self._top_k(acc, self.k).clone()
+            self.local_threshold = self._used_threshold = float(acc[selection].abs().min())
+            return selection
         if self.recomputes(step):
             self.local_threshold = float(torch.topk(acc.abs(), self.k, sorted=False).values.min())
         else:
             for _ in range(RAISE_LIMIT):
                 if count_at_least(acc, strict_cut(self.local_threshold, acc.dtype)) <= 3 * self.k // 2:
                     break
-                self.local_threshold = float32_scaled(self.local_threshold, RAISE)
+                self.local_threshold = scaled(self.local_threshold, RAISE)
         self._used_threshold = self.local_threshold
         selection = self._selector(acc, strict_cut(self.local_threshold, acc.dtype), 0)
         if selection.numel() < BAND[0] * self.k:
-            self.local_threshold = float32_scaled(self.local_threshold, LOCAL_BAND, divide=True)
+            self.local_threshold = scaled(self.local_threshold, LOCAL_BAND, divide=True)
         elif selection.numel() > BAND[1] * self.k:
-            self.local_threshold = float32_scaled(self.local_threshold, LOCAL_BAND)
+            self.local_threshold = scaled(self.local_threshold, LOCAL_BAND)
         return selection
 
     # -- the region exchange (steps 4 and 6) -----------------------------------------------------
@@ -150,14 +191,32 @@ class OkTopK(Sparsifier):
     def owner_threshold(self, step: int) -> float | None:
         return None if self.recomputes(step) else self.global_threshold
 
+    @property
+    def balanced(self) -> bool:
+        """The paper's variant: the owners keep exactly the k largest |sum| of all regions (found by
+        a count search, docs/algorithms.md) and rebalance them to about k / W a rank before the
+        all-gather."""
+        return self.variant == "paper"
+
     def owners_kept(self, step: int, gathered: int, kth_magnitude: float | None) -> None:
-        if self.recomputes(step):
+        if self.balanced:
+            if kth_magnitude is not None:
+                self.global_threshold = kth_magnitude
+        elif self.recomputes(step):
             if kth_magnitude is not None:  # nothing gathered: the released code fails; keep th_glob
                 self.global_threshold = kth_magnitude
         elif gathered < BAND[0] * self.k:
-            self.global_threshold = float32_scaled(self.global_threshold, GLOBAL_DOWN, divide=True)
+            self.global_threshold = scaled(self.global_threshold, GLOBAL_DOWN, divide=True)
         elif gathered > BAND[1] * self.k:
-            self.global_threshold = float32_scaled(self.global_threshold, GLOBAL_UP)
+            self.global_threshold = scaled(self.global_threshold, GLOBAL_UP)
+
+    def residual_matches(self, selection: torch.Tensor, kept: torch.Tensor, step: int) -> torch.Tensor | None:
+        """Step 7: on a recompute step, as released, what `searchsorted_matches` finds of S_r in the
+        top-k ordered by magnitude; otherwise (or with recompute_residual=intersection) None: the
+        exact intersection."""
+        if self.recompute_residual == "released" and self.recomputes(step) and not self.balanced:
+            return searchsorted_matches(selection, kept)
+        return None
 
     # -- state ---------------------------------------------------------------------------------
     def metrics(self) -> dict[str, float | list[float]]:
@@ -166,7 +225,7 @@ class OkTopK(Sparsifier):
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "warmup_steps": self.warmup_steps, "threshold_every": self.threshold_every,
-                "regions_every": self.regions_every}
+                "regions_every": self.regions_every, "recompute_residual": self.recompute_residual, "variant": self.variant}
 
     def state_dict(self) -> dict[str, Any]:
         return {"local_threshold": self.local_threshold, "global_threshold": self.global_threshold,

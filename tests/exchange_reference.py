@@ -172,12 +172,14 @@ def gtopk_tree(selections: list[torch.Tensor], accs: list[torch.Tensor]) -> dict
 
 
 # conf/sparsifier/oktopk.yaml's schedule and density, by hand.
-OKTOPK_DEFAULTS = {"density": 0.01, "warmup_steps": 128, "threshold_every": 32, "regions_every": 64}
+OKTOPK_DEFAULTS = {"density": 0.01, "warmup_steps": 128, "threshold_every": 32, "regions_every": 64,
+                   "recompute_residual": "released"}
 
 
 class OkTopkReplay:
     """docs/algorithms.md, oktopk, steps 1-7, replayed over a run's recorded steps in order (the
-    thresholds and regions carry over), in numpy float32 as the released tensors compute:
+    thresholds and regions carry over): the sums in numpy float32, the thresholds Python floats
+    (float64) rounded to float32 only where a float32 tensor meets them, as the released code does:
     `selections` are what each rank must select, `exchange` the aggregate, residuals and counts,
     `collectives` what the step must issue."""
 
@@ -186,12 +188,13 @@ class OkTopkReplay:
         for knob in spec.split(":")[1:]:
             key, _, value = knob.partition("=")
             if key in knobs:
-                knobs[key] = float(value) if key == "density" else int(value)
+                knobs[key] = float(value) if key == "density" else value if key == "recompute_residual" else int(value)
         self.k = math.floor(knobs["density"] * numel)
         self.warmup, self.every, self.regions_every = knobs["warmup_steps"], knobs["threshold_every"], knobs["regions_every"]
+        self.released_lookup = knobs["recompute_residual"] == "released"
         self.numel, self.world_size = numel, world_size
-        self.local = [np.float32(0.0)] * world_size
-        self.glob = np.float32(0.0)
+        self.local = [0.0] * world_size
+        self.glob = 0.0
         self.bounds = [0] + [numel] * world_size
 
     def _due(self, t: int, every: int) -> bool:
@@ -205,18 +208,18 @@ class OkTopkReplay:
         for rank, acc in enumerate(step.accs):
             magnitude = np.abs(acc.numpy())
             if self._due(step.step, self.every):
-                th = np.sort(magnitude)[::-1][self.k - 1]  # the k-th largest
+                th = float(np.sort(magnitude)[::-1][self.k - 1])  # the k-th largest
             else:
                 th = self.local[rank]
                 for _ in range(5):
-                    if np.count_nonzero(magnitude > th) <= 3 * self.k // 2:
+                    if np.count_nonzero(magnitude > np.float32(th)) <= 3 * self.k // 2:
                         break
-                    th = np.float32(th * np.float32(1.03))
-            selected = np.nonzero(magnitude > th)[0]
+                    th = th * 1.03
+            selected = np.nonzero(magnitude > np.float32(th))[0]
             if len(selected) < 0.75 * self.k:
-                th = np.float32(th / np.float32(1.012))
+                th = th / 1.012
             elif len(selected) > 1.25 * self.k:
-                th = np.float32(th * np.float32(1.012))
+                th = th * 1.012
             self.local[rank] = th
             chosen.append(torch.from_numpy(selected).long())
         return chosen
@@ -253,7 +256,7 @@ class OkTopkReplay:
                 source = (owner - shift) % W
                 for p in region[source][owner]:
                     sums[p] = np.float32(sums.get(p, np.float32(0.0)) + accs[source][p])
-            kept = [(p, v) for p, v in sorted(sums.items()) if (v != 0 if recompute else abs(v) > self.glob)]
+            kept = [(p, v) for p, v in sorted(sums.items()) if (v != 0 if recompute else abs(v) > np.float32(self.glob))]
             blocks.append(len(kept))
             gathered += kept
         issued += [Collective("all_gather", 1, INDEX_BYTES),
@@ -261,16 +264,22 @@ class OkTopkReplay:
         if recompute:
             gathered = sorted(gathered, key=lambda pair: (-abs(pair[1]), pair[0]))[:min(len(gathered), self.k)]
             if gathered:
-                self.glob = np.float32(abs(gathered[-1][1]))
+                self.glob = float(abs(gathered[-1][1]))
         elif len(gathered) < 0.75 * self.k:
-            self.glob = np.float32(self.glob / np.float32(1.01))
+            self.glob = self.glob / 1.01
         elif len(gathered) > 1.25 * self.k:
-            self.glob = np.float32(self.glob * np.float32(1.008))
+            self.glob = self.glob * 1.008
         aggregate = torch.zeros(numel, dtype=torch.float64)
         for p, v in gathered:
             aggregate[p] = float(np.float32(v / np.float32(W)))
         exchanged = _mask(numel, torch.tensor([p for p, _ in gathered], dtype=torch.int64))
         zeroed = [_mask(numel, s) & exchanged for s in step.selections]
+        if recompute and self.released_lookup and gathered:  # the released intersect1d_searchsorted on the top-k by magnitude
+            order = np.array([p for p, _ in gathered], dtype=np.int64)
+            for rank, s in enumerate(selections):
+                found = np.searchsorted(order, s.astype(np.int64))
+                found[found == len(order)] = 0
+                zeroed[rank] = _mask(numel, torch.from_numpy(s[order[found] == s]).long())
         counts = [len(s) for s in selections]
         return ExpectedExchange(aggregate, exchanged, zeroed, counts, len(gathered), len(gathered)), issued
 

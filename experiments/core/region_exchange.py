@@ -15,7 +15,12 @@ reduce-scatter over W regions, then an all-gather of what the regions' owners ke
     6. all-gather: one int32 count per rank, then the owners' pairs (an all-gatherv); on a
        recompute step every rank keeps the k largest |sum| of them (ties: the lower index);
        agg = the kept sums / W; the method hears how many were gathered (and the k-th magnitude);
-    7. residuals: rank r zeroes S_r where it meets the aggregate's coordinates.
+    7. residuals: rank r zeroes S_r where it meets the aggregate's coordinates (on a recompute
+       step the method may instead say which it finds, as the released lookup does).
+
+The paper's variant (the method's `balanced`) keeps exactly the k largest sums of all regions in
+step 5 (`_global_top_k`) and rebalances the owners' blocks to about k / W a rank before step 6
+(`_balanced`); its residual is the intersection.
 
 Every owner's sum has one order whatever the hosting, so hosted and distributed runs are the
 same bit for bit (warm-up steps aside: they sum as the run's `reduction` says).
@@ -69,18 +74,24 @@ def sparse_reduce_scatter(
     sums, start = _owner_sums(received, sizes, bounds, comm, dtype, device)
 
     # 5. owners' selection, every hosted owner's region at once (they are contiguous)
-    threshold = method.owner_threshold(step)
-    kept = torch.nonzero(sums != 0 if threshold is None else sums.abs() > threshold).view(-1)
-    kept_pairs = packed((kept + start).to(INDEX_DTYPE), sums[kept])
     owned = bounds[comm.local_ranks[0]:comm.local_ranks[-1] + 2] - start
+    threshold, kth_magnitude = method.owner_threshold(step), None
+    if method.balanced:  # the paper's variant: exactly the k largest |sum| of all regions
+        kept, kth_magnitude = _global_top_k(sums, owned.tolist(), comm, method.k)
+        threshold = kth_magnitude if kth_magnitude is not None else 0.0  # not a recompute gather
+    else:
+        kept = torch.nonzero(sums != 0 if threshold is None else sums.abs() > threshold).view(-1)
+    kept_pairs = packed((kept + start).to(INDEX_DTYPE), sums[kept])
     edges = torch.searchsorted(kept, owned).tolist()
     blocks = [kept_pairs[edges[i]:edges[i + 1]] for i in range(comm.local_size)]
 
-    # 6. all-gather: the size header, then the blocks
+    # 6. all-gather: the size header, then the blocks (the paper's variant first balances them)
     gathered_sizes = comm.all_gather(torch.tensor([[b.shape[0]] for b in blocks], dtype=INDEX_DTYPE, device=device))
-    gathered = comm.all_gather_v(blocks, gathered_sizes.view(-1).tolist(), row_bytes, device)
+    block_sizes = gathered_sizes.view(-1).tolist()
+    if method.balanced:
+        blocks, block_sizes = _balanced(blocks, block_sizes, comm, row_bytes, device)
+    gathered = comm.all_gather_v(blocks, block_sizes, row_bytes, device)
     indices, values = unpacked(torch.cat(gathered), dtype)  # ascending: regions in order, each ascending
-    kth_magnitude = None
     if threshold is None and indices.numel():
         keep = min(indices.numel(), method.k)
         order = torch.sort(values.abs(), descending=True, stable=True).indices[:keep]  # ties: the lower index
@@ -90,13 +101,16 @@ def sparse_reduce_scatter(
         m.owners_kept(step, int(gathered_sizes.sum()), kth_magnitude)
     clock.mark("value_exchange")
 
-    indices = indices.long()
+    kept_order, indices = indices, indices.long()  # kept_order: as kept (a recompute step: by magnitude)
     out.zero_()
     out.index_copy_(0, indices, values / world_size)
     # 7. residuals: where a rank's selection meets the aggregate's coordinates
     aggregated = torch.zeros(out.numel(), dtype=torch.bool, device=device)
     aggregated[indices] = True
     zeroed = [selection[aggregated[selection]] for selection in selections]
+    if threshold is None:  # a recompute step: the method may look the matches up as released
+        looked_up = [m.residual_matches(s, kept_order, step) for m, s in zip(methods, selections)]
+        zeroed = [z if found is None else found for z, found in zip(zeroed, looked_up)]
     clock.mark("scatter")
     return ExchangeResult(sizes.sum(dim=1).cpu(), int(indices.numel()), zeroed)
 
@@ -116,3 +130,60 @@ def _owner_sums(received: dict[int, list[torch.Tensor]], sizes: torch.Tensor, bo
         indices, values = unpacked(rows, dtype)
         sums.index_add_(0, indices.long() - start, values)
     return sums, start
+
+
+def _global_top_k(sums: torch.Tensor, owned: list[int], comm: RankCollectives, k: int) -> tuple[torch.Tensor, float | None]:
+    """The paper's variant, step 5: the positions in `sums` (ascending) of exactly the k largest
+    |sum| over every owner's region (ties at the k-th: the lower index; every non-zero sum when
+    fewer are non-zero), without gathering the sums. A non-negative float's bits order as its
+    value, so a binary search on them finds the k-th magnitude t: each probe is one all-reduce of
+    one int64 count per rank (|sum| >= probe in its region). Then one all-gather of each owner's
+    counts above and at t says which owner keeps how many of the ties. Returns the positions and
+    t (None when fewer than k sums are non-zero)."""
+    bits_dtype = {8: torch.int64, 4: torch.int32, 2: torch.int16}[sums.element_size()]
+    bits = sums.abs().view(bits_dtype).to(torch.int64)
+    spans = [(owned[i], owned[i + 1]) for i in range(comm.local_size)]
+
+    def at_least(probe: int) -> int:
+        parts = [(bits[a:b] >= probe).sum().view(1) for a, b in spans]
+        return int(comm.sum_over_ranks(parts)[0])
+
+    low, high = 1, 1 << (8 * sums.element_size() - 1)  # count(>= low) >= k is kept true, count(>= high) < k
+    enough = at_least(low) >= k
+    if enough:
+        while high - low > 1:
+            middle = (low + high) // 2
+            if at_least(middle) >= k:
+                low = middle
+            else:
+                high = middle
+    counts = torch.stack([torch.stack([(bits[a:b] > low).sum(), (bits[a:b] == low).sum()]) for a, b in spans])
+    every = comm.all_gather(counts).cpu()  # [W, 2]: each owner's count above t and at t
+    need = k - int(every[:, 0].sum())
+    ties_before = torch.cumsum(every[:, 1], 0) - every[:, 1]
+    kept = [torch.nonzero(bits > low).view(-1)]
+    for (a, b), rank in zip(spans, comm.local_ranks):
+        take = max(0, min(int(every[rank, 1]), need - int(ties_before[rank])))
+        kept.append(torch.nonzero(bits[a:b] == low).view(-1)[:take] + a)
+    kth = float(torch.tensor([low], dtype=torch.int64).to(bits_dtype).view(sums.dtype)[0]) if enough else None
+    return torch.sort(torch.cat(kept)).values, kth
+
+
+def _balanced(blocks: list[torch.Tensor], sizes: list[int], comm: RankCollectives, row_bytes: int,
+              device: torch.device) -> tuple[list[torch.Tensor], list[int]]:
+    """The paper's data balancing: the owners' blocks, one stream in rank order, are cut again into
+    W contiguous blocks of floor(G / W) pairs (one more for the first G mod W ranks) and each piece
+    goes to its new holder, point to point (metered as shift rounds). Every rank knows every size
+    from the count all-gather, so no header travels. Returns the hosted ranks' balanced blocks."""
+    W, total = comm.world_size, sum(sizes)
+    balanced = [total // W + (i < total % W) for i in range(W)]
+    starts = [sum(sizes[:r]) for r in range(W)]
+    targets = [sum(balanced[:i]) for i in range(W + 1)]
+    moves = [[max(0, min(starts[r] + sizes[r], targets[i + 1]) - max(starts[r], targets[i])) for i in range(W)]
+             for r in range(W)]
+    outgoing = {}
+    for rank, block in zip(comm.local_ranks, blocks):
+        cut = [min(max(target - starts[rank], 0), sizes[rank]) for target in targets]  # its piece for rank i: cut[i]:cut[i+1]
+        outgoing[rank] = [block[cut[i]:cut[i + 1]] for i in range(W)]
+    received = comm.all_to_all_v(outgoing, torch.tensor(moves, dtype=torch.int64), row_bytes, device)
+    return [torch.cat(received[j]) for j in comm.local_ranks], balanced
