@@ -65,9 +65,11 @@ def test_placement_fills_nodes_in_rank_order():
     assert (cluster().placement(3).nodes, cluster().placement(3).per_node) == (1, 3)  # W < g: one node
 
 
-def test_flat_ring_all_reduce_is_bottlenecked_by_the_inter_node_link():
-    # 16 MB: 2 * 15 steps of 1 MB, each as slow as the inter hop: 25e-6 + 1e6 / 1.25e9 = 825e-6
-    assert cluster("ring").all_reduce_s(16, 16e6) == pytest.approx(30 * 825e-6, rel=1e-12)
+def test_flat_ring_all_reduce_moves_bytes_at_the_inter_node_rate_and_splits_its_latencies():
+    # 16 MB: 2 * 15 steps of 1 MB, every step's bytes at the slowest link's rate (1e6 / 1.25e9 =
+    # 800e-6); of each phase's 15 steps N-1 = 3 cross nodes (25e-6), 12 stay inside (5e-6):
+    # 6 * 825e-6 + 24 * 805e-6 = 4.95e-3 + 19.32e-3 = 24.27e-3 s.
+    assert cluster("ring").all_reduce_s(16, 16e6) == pytest.approx(24.27e-3, rel=1e-12)
     # one node (W=3 < g=4): 2 * 2 steps of 1 MB over NVLink: 5e-6 + 1e6 / 150e9 = 11.6667e-6
     assert cluster("ring").all_reduce_s(3, 3e6) == pytest.approx(4 * (5e-6 + 1e6 / 150e9), rel=1e-12)
     assert cluster("ring").all_reduce_s(1, 3e6) == 0.0
@@ -89,26 +91,31 @@ def test_tree_all_reduce_by_hand():
 
 
 def test_auto_picks_the_cheapest_all_reduce_per_size():
-    # 4 KB: ring 30 * (25e-6 + 250 / 1.25e9) = 756e-6; hierarchical 6 * (5e-6 + 1000 / 150e9)
-    # + 6 * (25e-6 + 4000 / 5e9) = 30.04e-6 + 154.8e-6 = 184.84e-6; tree 136.4e-6: tree.
+    # 4 KB: ring 6 * (25e-6 + 250 / 1.25e9) + 24 * (5e-6 + 250 / 1.25e9) = 151.2e-6 + 124.8e-6
+    # = 276e-6; hierarchical 6 * (5e-6 + 1000 / 150e9) + 6 * (25e-6 + 4000 / 5e9) = 30.04e-6 +
+    # 154.8e-6 = 184.84e-6; tree 136.4e-6: tree.
     net = cluster("auto")
-    assert cluster("ring").all_reduce_s(16, 4000) == pytest.approx(756e-6, rel=1e-12)
+    assert cluster("ring").all_reduce_s(16, 4000) == pytest.approx(276e-6, rel=1e-12)
     assert cluster("hierarchical").all_reduce_s(16, 4000) == pytest.approx(184.84e-6, rel=1e-12)
     assert net.all_reduce_algorithm(16, 4000) == "tree"
     assert net.all_reduce_s(16, 4000) == pytest.approx(136.4e-6, rel=1e-12)
-    # 16 MB: ring 24.75e-3, hierarchical 19.54e-3, tree 25.73e-3: hierarchical.
+    # 16 MB: ring 24.27e-3, hierarchical 19.54e-3, tree 25.73e-3: hierarchical.
     assert net.all_reduce_algorithm(16, 16e6) == "hierarchical"
     assert net.all_reduce_s(16, 16e6) == pytest.approx(19.54e-3, rel=1e-12)
 
 
-def test_all_gather_flat_and_hierarchical_by_hand():
-    # 1 MB per rank, W = 16. Flat ring: 15 * (25e-6 + 1e6 / 1.25e9) = 15 * 825e-6 = 12.375e-3.
-    assert cluster("ring").all_gather_s(16, 1e6) == pytest.approx(12.375e-3, rel=1e-12)
+def test_all_gather_flat_hierarchical_and_bruck_by_hand():
+    # 1 MB per rank, W = 16. Flat ring: 15 steps of 1e6 / 1.25e9 = 800e-6, 3 of them across nodes
+    # (25e-6), 12 inside (5e-6): 3 * 825e-6 + 12 * 805e-6 = 2.475e-3 + 9.66e-3 = 12.135e-3.
+    assert cluster("ring").all_gather_s(16, 1e6) == pytest.approx(12.135e-3, rel=1e-12)
     # Hierarchical: inter 3 * (25e-6 + 4 * 1e6 / 1.25e9) = 3 * 3.225e-3 = 9.675e-3; intra
-    # 3 * (5e-6 + 4e6 / 150e9) = 3 * 31.6667e-6 = 95e-6. Total 9.77e-3 s; auto takes it.
+    # 3 * (5e-6 + 4e6 / 150e9) = 3 * 31.6667e-6 = 95e-6. Total 9.77e-3 s.
     assert cluster("hierarchical").all_gather_s(16, 1e6) == pytest.approx(9.77e-3, rel=1e-12)
-    assert cluster("auto").all_gather_s(16, 1e6) == pytest.approx(9.77e-3, rel=1e-12)
-    assert cluster("tree").all_gather_s(16, 1e6) == pytest.approx(12.375e-3, rel=1e-12)  # no tree all-gather
+    # Bruck: across the 4 nodes 2 * 25e-6 + 3 * 4 * 1e6 / 1.25e9 = 9.65e-3, inside 2 * 5e-6 +
+    # 3 * 4e6 / 150e9 = 90e-6: 9.74e-3 s, the cheapest: auto takes it.
+    assert cluster("auto").all_gather_s(16, 1e6) == pytest.approx(9.74e-3, rel=1e-12)
+    assert cluster("auto").all_gather_algorithm(16, 1e6) == "bruck"
+    assert cluster("tree").all_gather_s(16, 1e6) == pytest.approx(12.135e-3, rel=1e-12)  # no tree all-gather
 
 
 def test_broadcast_binomial_and_pipelined_ring_by_hand():
@@ -150,15 +157,15 @@ def test_one_gpu_per_node_is_the_flat_model_exactly(algorithm):
 
 
 def test_price_walks_the_ledger_and_the_meter_uses_it():
-    # W = 16 on the cluster, auto: a 4-byte count header all-gathered (hierarchical: 3 * (25e-6 +
-    # 16 / 1.25e9) + 3 * (5e-6 + 16 / 150e9) = 90.0384e-6 + 0.32e-9 = 90.03872e-6), 16 MB
+    # W = 16 on the cluster, auto: a 4-byte count header all-gathered (Bruck: 2 * 25e-6 + 3 * 16 /
+    # 1.25e9 + 2 * 5e-6 + 3 * 16 / 150e9 = 60e-6 + 38.4e-9 + 0.32e-9 = 60.03872e-6), 16 MB
     # all-reduced (19.54e-3), 1 MB broadcast (935e-6), a 1 MB message from rank 3 to rank 4 (825e-6).
     meter = TrafficMeter(16, cluster())
     meter.all_gather(1, 4)
     meter.all_reduce(4_000_000, 4)
     meter.broadcast(250_000, 4, root=0)
     meter.point_to_point(250_000, 4, 3, 4)
-    expected = 90.03872e-6 + 19.54e-3 + 935e-6 + 825e-6
+    expected = 60.03872e-6 + 19.54e-3 + 935e-6 + 825e-6
     assert cluster().price(meter.collectives, 16) == pytest.approx(expected, rel=1e-12)
     assert meter.model_s == cluster().price(meter.collectives, 16)
     assert TrafficMeter(16).model_s == 0.0
