@@ -121,6 +121,7 @@ BAD_INPUTS = [
     (["kernels=fast"], "kernels must be auto, torch or compiled, got fast"),
     (["-m", "workers=2,0"], "workers must be >= 1, got 0"),
     (["network.bandwidth_gbit=0"], "network.bandwidth_gbit must be > 0, got 0"),
+    (["network.efficiency=1.5"], r"network.efficiency must be in \(0, 1\], got 1.5"),
     (["network=carrier_pigeon"], "network=carrier_pigeon: no such option; choose one of: 100g_ib, 10gbe"),
 ]
 

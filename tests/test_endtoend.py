@@ -18,7 +18,7 @@ from experiments.endtoend.assemble import methods_of
 from experiments.endtoend.compute import ComputeProfile, StepWork, ddp_buckets, exposed_exchange_s
 from experiments.endtoend.extrapolate import LogFit, SelectionFit, fit_statistics
 from experiments.endtoend.ledger import at_workers, sent_bytes_max
-from experiments.endtoend.model import Point, best
+from experiments.endtoend.model import Point, best, runs_on
 from experiments.endtoend.runs import steps_to_target
 from experiments.endtoend.studies import QUICKSTART
 from experiments.errors import ConfigError
@@ -229,6 +229,14 @@ def test_the_presets_the_study_models_on_load_by_name():
     for name in ("v100x4_10gbe", "v100x4_25gbe", "v100x4_100g_ib"):
         network = NetworkModel.preset(name)
         assert network.gpus_per_node == 4 and network.price(list(UNION_LEDGER), 1024) > 0
+
+
+def test_gpus_without_bf16_model_fp16_as_their_16_bit_baseline():
+    """V100 has no bf16: on its presets dense_bf16 is not modelled and dense_fp16 is the 16-bit
+    baseline; A100 and H100 (and the flat presets, which name no GPU) keep both."""
+    v100, dgx, flat = (NetworkModel.preset(n) for n in ("v100x4_25gbe", "dgx_a100_200g_ib", "10gbe"))
+    assert not runs_on("dense_bf16", v100) and runs_on("dense_fp16", v100) and runs_on("topk", v100)
+    assert runs_on("dense_bf16", dgx) and runs_on("dense_fp16", dgx) and runs_on("dense_bf16", flat)
 
 
 # -- the whole study, cut down -------------------------------------------------------------------

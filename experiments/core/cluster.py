@@ -5,7 +5,11 @@ direction). A cluster has two links:
 
 - intra: between two GPUs of one node (NVLink or PCIe), beta per GPU and direction;
 - inter: between nodes (Ethernet or InfiniBand), beta per NODE and direction: every flow that
-  leaves a node at the same time shares it (a node with k NICs has k times one NIC's beta).
+  leaves a node at the same time shares it (a node with k NICs has k times one NIC's beta: the
+  rail-optimized DGX/HGX layout, every GPU its own NIC, NCCL's channels spread over all of them).
+
+A Link's beta is what a collective reaches, not the line rate: network.py multiplies the line
+rate by the link's efficiency (published nccl-tests bus bandwidths over line rate).
 
 W ranks fill nodes in rank order, gpus_per_node (g) to a node: ranks [j*g, (j+1)*g) are node j.
 So N = ceil(W / g) nodes, and p = min(g, W) ranks on a full node (W < g: one node with W GPUs).
@@ -63,16 +67,6 @@ class Placement:
     def link_between(self, a: int, b: int) -> Link:
         """The link a message from rank a to rank b crosses."""
         return self.intra if self.node_of(a) == self.node_of(b) and self.intra is not None else self.inter
-
-    def bottleneck_s(self, nbytes: float) -> float:
-        """One step of a ring over all W ranks, every rank sending n bytes to its neighbour at
-        once: the slowest hop decides. A ring that spans nodes has an inter-node hop (the
-        bottleneck on any real cluster: NVLink is 10-50x faster than the NIC); one node only
-        intra-node hops."""
-        if self.nodes > 1:
-            inter = self.inter.message_s(nbytes)
-            return max(inter, self.intra.message_s(nbytes)) if self.intra is not None else inter
-        return self.intra.message_s(nbytes) if self.intra is not None else 0.0
 
     def slowest_bytes_per_s(self) -> float:
         """The slowest link a pipelined stream through all ranks crosses."""

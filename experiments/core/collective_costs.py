@@ -6,6 +6,8 @@ against hand-computed numbers in tests/test_network.py. With one rank per node (
 ring, hierarchical ring and the binomial tree reduce to the flat alpha-beta model's formulas,
 exactly: ring all-reduce 2(W-1) msg(n/W), ring all-gather (W-1) msg(m), binomial broadcast
 ceil(log2 W) msg(n).
+
+Each link's beta is its line rate times its efficiency (network.py: what NCCL reaches of it).
 """
 from __future__ import annotations
 
@@ -19,13 +21,34 @@ def _log2_ceil(x: int) -> int:
 
 
 # -- all-reduce of n bytes ----------------------------------------------------------------------
+def ring_s(c: Placement, steps: int, inter_steps: int, nbytes: float) -> float:
+    """`steps` steps of a flat ring over all W ranks (nodes in rank order), n bytes a step, of
+    which `inter_steps` pay the inter-node latency and the rest the intra-node one (NCCL's
+    tuning model: a step's latency is that of the hop the data takes); every step's bytes move
+    at the slowest link's rate, since in a pipelined ring all hops carry data at once:
+        inter_steps * (a_e + n / b_slow) + (steps - inter_steps) * (a_i + n / b_slow),
+    b_slow = min(b_e, b_i) once the ring spans nodes. On one node: steps * msg_i(n); one rank per
+    node (no intra link): steps * msg_e(n), the flat model's, to the bit."""
+    if steps <= 0:
+        return 0.0
+    if c.nodes == 1:
+        return steps * c.intra.message_s(nbytes) if c.intra is not None else 0.0
+    if c.intra is None:
+        return steps * c.inter.message_s(nbytes)
+    per_byte = 1.0 / c.slowest_bytes_per_s()
+    inter = inter_steps * (c.inter.alpha_s + nbytes * per_byte)
+    return inter + (steps - inter_steps) * (c.intra.alpha_s + nbytes * per_byte)
+
+
 def ring_all_reduce_s(c: Placement, nbytes: float) -> float:
-    """Flat ring over all W ranks: reduce-scatter then all-gather, 2(W-1) steps of n/W bytes,
-    every rank sending at once, so each step is as slow as its slowest hop:
-        2 (W-1) * msg_bottleneck(n / W),
-    bottleneck = the inter-node link as soon as the ring spans nodes (N > 1)."""
-    W = c.world_size
-    return 2 * (W - 1) * c.bottleneck_s(nbytes / W) if W > 1 else 0.0
+    """Flat ring over all W ranks: reduce-scatter then all-gather, 2(W-1) steps of n/W bytes.
+    Of each phase's W-1 steps, N-1 cross a node boundary (the path of a block that starts at a
+    node's first rank), the others stay inside a node (ring_s):
+        2 (N-1) * (a_e + n / (W b_slow))  +  2 (W-N) * (a_i + n / (W b_slow)).
+    NCCL's tuner charges 2N inter steps (one more per phase); N-1 keeps one GPU per node the flat
+    model's 2 (W-1) * msg(n / W) exactly."""
+    W, N = c.world_size, c.nodes
+    return ring_s(c, 2 * (W - 1), 2 * (N - 1), nbytes / W) if W > 1 else 0.0
 
 
 def hierarchical_all_reduce_s(c: Placement, nbytes: float) -> float:
@@ -60,10 +83,11 @@ ALL_REDUCE = {"ring": ring_all_reduce_s, "hierarchical": hierarchical_all_reduce
 
 # -- all-gather, m bytes from every rank --------------------------------------------------------
 def ring_all_gather_s(c: Placement, bytes_per_rank: float) -> float:
-    """Flat ring: (W-1) steps, each rank forwarding one rank's m bytes:
-        (W-1) * msg_bottleneck(m)."""
-    W = c.world_size
-    return (W - 1) * c.bottleneck_s(bytes_per_rank) if W > 1 else 0.0
+    """Flat ring: (W-1) steps, each rank forwarding one rank's m bytes, N-1 of them across a
+    node boundary (ring_s, NCCL's count for the all-gather):
+        (N-1) * (a_e + m / b_slow)  +  (W-N) * (a_i + m / b_slow)."""
+    W, N = c.world_size, c.nodes
+    return ring_s(c, W - 1, N - 1, bytes_per_rank) if W > 1 else 0.0
 
 
 def hierarchical_all_gather_s(c: Placement, bytes_per_rank: float) -> float:
@@ -76,7 +100,31 @@ def hierarchical_all_gather_s(c: Placement, bytes_per_rank: float) -> float:
     return inter + intra
 
 
-ALL_GATHER = {"ring": ring_all_gather_s, "hierarchical": hierarchical_all_gather_s}
+def bruck_s(link, ranks: int, block: float) -> float:
+    """Bruck's all-gather among `ranks` ranks over one link, `block` bytes from each: ceil(log2 R)
+    steps, step i sending min(2^i, R - 2^i) blocks (R-1 in all); recursive doubling is the same
+    at a power of two (step i sends 2^i blocks):
+        ceil(log2 R) * a  +  (R-1) * block / b.
+    The final local rotation (a memory copy) is not charged."""
+    return _log2_ceil(ranks) * link.alpha_s + (ranks - 1) * block / link.bytes_per_s if ranks > 1 else 0.0
+
+
+def bruck_all_gather_s(c: Placement, bytes_per_rank: float) -> float:
+    """Log-latency all-gather (Bruck; recursive doubling at a power of two; NCCL's PAT with one
+    GPU per node): across nodes first, p Brucks at once among same-local-rank GPUs sharing the
+    NIC (m each, so p m per block through it), then inside every node a Bruck of the N m bytes
+    each rank holds:
+        ceil(log2 N) a_e + (N-1) p m / b_e  +  ceil(log2 p) a_i + (p-1) N m / b_i.
+    The same bytes as the ring's, in ceil(log2 N) + ceil(log2 p) latencies instead of W-1: the
+    algorithm NCCL (PAT) and MPI (Bruck, recursive doubling) use for small all-gathers. One rank
+    per node: ceil(log2 W) a + (W-1) m / b."""
+    p, N, m = c.per_node, c.nodes, bytes_per_rank
+    inter = bruck_s(c.inter, N, p * m) if N > 1 else 0.0
+    intra = bruck_s(c.intra, p, N * m) if p > 1 else 0.0
+    return inter + intra
+
+
+ALL_GATHER = {"ring": ring_all_gather_s, "hierarchical": hierarchical_all_gather_s, "bruck": bruck_all_gather_s}
 
 
 # -- broadcast of n bytes -----------------------------------------------------------------------

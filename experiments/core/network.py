@@ -5,22 +5,26 @@ inter-node link (Ethernet, InfiniBand), each alpha (latency) + beta (bandwidth);
 where W ranks sit, collective_costs.py holds one function per collective and algorithm, each with
 its formula (all of them in docs/network.md). `algorithm` chooses among them:
 
-| algorithm    | all-reduce                 | all-gather                  | broadcast                        |
-|--------------|----------------------------|-----------------------------|----------------------------------|
-| ring         | flat ring                  | flat ring                   | binomial tree                    |
-| hierarchical | hierarchical ring          | hierarchical                | binomial tree                    |
-| tree         | NCCL double binary tree    | flat ring (no tree variant) | binomial tree                    |
-| auto         | the cheapest of the three  | the cheaper of the two      | binomial or pipelined ring, cheaper |
+| algorithm    | all-reduce                 | all-gather(v)                         | broadcast                           |
+|--------------|----------------------------|---------------------------------------|-------------------------------------|
+| ring         | flat ring                  | flat ring                             | binomial tree                       |
+| hierarchical | hierarchical ring          | hierarchical                          | binomial tree                       |
+| tree         | NCCL double binary tree    | flat ring (no tree variant)           | binomial tree                       |
+| auto         | the cheapest of the three  | the cheapest of ring, hierarchical    | binomial or pipelined ring, cheaper |
+|              |                            | and Bruck (log-latency)               |                                     |
 
 `auto` is what NCCL's tuner does (the algorithm its model says is fastest, per size); the model
 is an idealisation of NCCL's, not NCCL's. `ring`, the default, on a network of one GPU per node
-(no intra link) is the flat alpha-beta model of before, to the last bit:
+(no intra link) at efficiency 1 is the flat alpha-beta model of before, to the last bit:
 
 - ring all-gather, m bytes per rank:  (W - 1) * (alpha + m / beta)
 - ring all-reduce, n bytes:           2 (W - 1) * (alpha + n / (W * beta))
 - binomial-tree broadcast, n bytes:   ceil(log2 W) * (alpha + n / beta)
 
-so runs made before the cluster model keep their meaning. A step's modelled exchange time is
+so runs made before the cluster model keep their meaning. beta is the line rate times the
+link's `efficiency` (inter; `intra_efficiency` inside a node): what NCCL reaches of the line rate
+(nccl-tests bus bandwidth over line rate; the presets cite their sources), and the inter-node
+line rate is one NIC's times `nics_per_node`. A step's modelled exchange time is
 `price(ledger, W)`: the sum over the collectives it issued (TrafficMeter.collectives), logged as
 `time/exchange_model_ms` beside the measured `time/exchange_ms`.
 """
@@ -55,6 +59,10 @@ class NetworkModel:
     intra_latency_us: float | None = None  # intra-node alpha; None when gpus_per_node is 1
     intra_bandwidth_gbit: float | None = None  # intra-node beta, per GPU and direction
     algorithm: str = "ring"
+    efficiency: float = 1.0  # fraction of the inter-node line rate a collective reaches, in (0, 1]
+    intra_efficiency: float = 1.0  # the same for the intra-node link
+    nics_per_node: int = 1  # bandwidth_gbit is one NIC's; a node's flows share all its NICs
+    bf16: bool = True  # the nodes' GPUs have bf16 (V100: no; the 16-bit dense baseline is then fp16)
 
     def __post_init__(self) -> None:
         if not (_number(self.latency_us) and self.latency_us >= 0):
@@ -78,6 +86,16 @@ class NetworkModel:
                 "network.intra_latency_us and network.intra_bandwidth_gbit (e.g. 5 and 2400 for NVLink 2), "
                 "or network.gpus_per_node=1"
             )
+        for key, value in (("efficiency", self.efficiency), ("intra_efficiency", self.intra_efficiency)):
+            if not (_number(value) and 0 < value <= 1):
+                raise ConfigError(f"network.{key} must be in (0, 1], got {value}: set it to the fraction of the "
+                                  f"line rate NCCL reaches (e.g. network.{key}=0.9), or 1 for the line rate")
+        if not (isinstance(self.nics_per_node, int) and not isinstance(self.nics_per_node, bool) and self.nics_per_node >= 1):
+            raise ConfigError(f"network.nics_per_node must be an integer >= 1, got {self.nics_per_node}: "
+                              "set e.g. network.nics_per_node=8 (a DGX node)")
+        if not isinstance(self.bf16, bool):
+            raise ConfigError(f"network.bf16 must be true or false, got {self.bf16!r}: set network.bf16=false "
+                              "for GPUs without bf16 (V100)")
         if self.algorithm not in ALGORITHMS:
             raise ConfigError(f"network.algorithm must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}: "
                               "set e.g. network.algorithm=auto")
@@ -89,7 +107,8 @@ class NetworkModel:
         ConfigError on a bad value. Keys the node lacks take the defaults above."""
         get = node.get if hasattr(node, "get") else lambda key, default=None: getattr(node, key, default)
         return cls(node.name, node.latency_us, node.bandwidth_gbit, get("gpus_per_node", 1),
-                   get("intra_latency_us", None), get("intra_bandwidth_gbit", None), get("algorithm", "ring"))
+                   get("intra_latency_us", None), get("intra_bandwidth_gbit", None), get("algorithm", "ring"),
+                   get("efficiency", 1.0), get("intra_efficiency", 1.0), get("nics_per_node", 1), get("bf16", True))
 
     @classmethod
     def preset(cls, name_or_path: str | Path) -> "NetworkModel":
@@ -107,13 +126,17 @@ class NetworkModel:
     # -- the cluster ----------------------------------------------------------------------------
     @property
     def inter(self) -> Link:
-        return Link(self.latency_us, self.bandwidth_gbit)
+        """The node's NICs together, at the rate a collective reaches: nics * line rate * efficiency
+        (one rank per node and efficiency 1: the line rate itself, to the bit)."""
+        rate = self.bandwidth_gbit * self.nics_per_node
+        return Link(self.latency_us, rate if self.efficiency == 1 else rate * self.efficiency)
 
     @property
     def intra(self) -> Link | None:
         if self.intra_latency_us is None or self.intra_bandwidth_gbit is None:
             return None
-        return Link(self.intra_latency_us, self.intra_bandwidth_gbit)
+        rate = self.intra_bandwidth_gbit
+        return Link(self.intra_latency_us, rate if self.intra_efficiency == 1 else rate * self.intra_efficiency)
 
     def placement(self, world_size: int) -> Placement:
         return Placement.of(world_size, self.gpus_per_node, self.intra, self.inter)
@@ -142,11 +165,18 @@ class NetworkModel:
     def all_reduce_s(self, world_size: int, nbytes: float) -> float:
         return costs.ALL_REDUCE[self.all_reduce_algorithm(world_size, nbytes)](self.placement(world_size), nbytes)
 
-    def all_gather_s(self, world_size: int, bytes_per_rank: float) -> float:
+    def all_gather_algorithm(self, world_size: int, bytes_per_rank: float) -> str:
+        """ring, hierarchical or bruck: ring when pinned to ring or tree (no tree all-gather),
+        hierarchical when pinned to it, under auto the cheapest for this size (ties: the ring,
+        then hierarchical)."""
+        if self.algorithm != "auto":
+            return "hierarchical" if self.algorithm == "hierarchical" else "ring"
         c = self.placement(world_size)
-        if self.algorithm == "auto":
-            return min(f(c, bytes_per_rank) for f in costs.ALL_GATHER.values())
-        return costs.ALL_GATHER["hierarchical" if self.algorithm == "hierarchical" else "ring"](c, bytes_per_rank)
+        return min(costs.ALL_GATHER, key=lambda name: costs.ALL_GATHER[name](c, bytes_per_rank))
+
+    def all_gather_s(self, world_size: int, bytes_per_rank: float) -> float:
+        algorithm = self.all_gather_algorithm(world_size, bytes_per_rank)
+        return costs.ALL_GATHER[algorithm](self.placement(world_size), bytes_per_rank)
 
     def broadcast_s(self, world_size: int, nbytes: float) -> float:
         c = self.placement(world_size)
@@ -170,9 +200,11 @@ class NetworkModel:
     def collective_s(self, collective: "Collective", world_size: int) -> float:
         """One ledger entry (traffic.Collective): `elements` is per rank for all_gather, per
         (source, destination) pair for all_to_all, per message for tree_round (whose `root` is
-        its stride), the largest message for shift_round (`root`: its shift) and all_gather_v
-        (a ring all-gather whose every step lasts as long as its largest block), the whole
-        tensor otherwise."""
+        its stride), the largest message for shift_round (`root`: its shift) and all_gather_v,
+        the whole tensor otherwise. An all_gather_v is priced as an all-gather of its largest
+        block m, an upper bound for every algorithm: a ring step forwards one block per rank, so it
+        lasts as long as the largest; Bruck's step i forwards min(2^i, W - 2^i) blocks, at most
+        that many times m; the hierarchical phases move p and N blocks, at most p m and N m."""
         nbytes = collective.elements * collective.element_bytes
         op = collective.op
         if op == "all_reduce":

@@ -33,7 +33,7 @@ from experiments.core.network import NetworkModel
 from experiments.endtoend import report
 from experiments.endtoend.assemble import methods_of
 from experiments.endtoend.compute import ComputeProfile, measure_step
-from experiments.endtoend.model import Study
+from experiments.endtoend.model import Study, runs_on
 from experiments.endtoend.studies import STUDIES, StudySpec
 from experiments.launcher.compose import compose_job
 from experiments.reproduce.sweeps import minutes, run_sweep, say_if_busy, start_study
@@ -63,7 +63,8 @@ def model_study(spec: StudySpec, folder: Path, networks: list[NetworkModel], pro
     work = measure(spec, quick)
     measured = sorted(m.accuracy.compute_ms for m in methods.values())
     study = Study(spec.name, spec.metric, target, work, measured[len(measured) // 2], profile, methods)
-    grid = {net.name: {w: [study.point(m, w, net) for m in methods.values()] for w in workers} for net in networks}
+    grid = {net.name: {w: [study.point(m, w, net) for m in methods.values() if runs_on(m.name, net)] for w in workers}
+            for net in networks}  # runs_on: no bf16 baseline on GPUs without bf16 (V100)
     compute_ms, compute_source = study.compute_ms()
     hosted = sorted({w for m in methods.values() for w in m.statistics.union.workers})
     sources = [

@@ -31,6 +31,13 @@ from experiments.endtoend.runs import RunStats
 
 # The dense baselines: the sparsifiers are compared with the fastest of them.
 DENSE_BASELINES = ("dense", "dense_overlap", "dense_bf16", "dense_fp16", "powersgd")
+NEEDS_BF16 = ("dense_bf16",)  # not modelled on a network whose GPUs lack bf16 (network.bf16 false: V100)
+
+
+def runs_on(method: str, network: NetworkModel) -> bool:
+    """Whether the study models `method` on `network`: a bf16 baseline only where the nodes' GPUs
+    have bf16 (a V100 has none, so there fp16, `dense_fp16`, is the 16-bit baseline)."""
+    return network.bf16 or method not in NEEDS_BF16
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,10 @@ class NetworkConfig:
     intra_latency_us: Optional[float] = None  # intra-node alpha; null when gpus_per_node is 1
     intra_bandwidth_gbit: Optional[float] = None  # intra-node beta, Gbit/s per GPU and direction
     algorithm: str = "ring"  # auto (NCCL-like: cheapest) | ring | hierarchical | tree
+    efficiency: float = 1.0  # inter beta = efficiency x line rate (what NCCL reaches), in (0, 1]
+    intra_efficiency: float = 1.0  # intra beta = intra_efficiency x line rate, in (0, 1]
+    nics_per_node: int = 1  # bandwidth_gbit is one NIC's; a node's flows share all its NICs
+    bf16: bool = True  # the nodes' GPUs have bf16 (false on V100: the 16-bit dense baseline is fp16)
 
 
 @dataclass
