@@ -191,10 +191,10 @@ def test_a_profile_derives_ms_from_flops_or_kernel_launches():
 
 
 def test_every_shipped_profile_loads_and_an_unknown_one_names_the_choices():
-    for name in ("v100", "a100", "h100"):
+    for name in ("v100", "a100", "h100", "h200"):
         profile = ComputeProfile.load(name)
         assert profile.peak_tflops > 0 and 0 < profile.efficiency <= 1
-    with pytest.raises(ConfigError, match="compute_profile=tpu does not exist: choose one of measured, a100, h100, v100"):
+    with pytest.raises(ConfigError, match="compute_profile=tpu does not exist: choose one of measured, a100, h100, h200, v100"):
         ComputeProfile.load("tpu")
 
 
