@@ -84,7 +84,6 @@ def _count_select(sparsifier, acc: torch.Tensor, workers: int, settle: int, Feed
 
 def count_method(overrides: list[str], layout, density: float, workers: int) -> SelectCost:
     """`count_select` of the sparsifier the config `overrides` compose to, at `workers`."""
-    from experiments.benchmarks.select import at_operating_point, gradient_like
     from experiments.launcher.compose import compose_job
     from experiments.rank.build import build_sparsifier
 
@@ -103,7 +102,6 @@ def count_for_study(overrides: list[str], methods: list[str], workers: tuple[int
     config does not compose is left out (the model then says it scaled the hosted time)."""
     from omegaconf import open_dict
 
-    from experiments.benchmarks.select import at_operating_point, gradient_like
     from experiments.launcher.compose import compose_job
     from experiments.rank.build import build_dataset, build_model, build_sparsifier
     from sparsifiers.layout import Layout
@@ -126,6 +124,25 @@ def count_for_study(overrides: list[str], methods: list[str], workers: tuple[int
             continue
         costs[method] = per_w
     return costs
+
+
+def gradient_like(numel: int, seed: int = 0) -> torch.Tensor:
+    """Heavy-tailed, like real gradients: Student-t with 3 degrees of freedom (as the selection
+    benchmark's, experiments/benchmarks/select.py, which this role may not import)."""
+    generator = torch.Generator().manual_seed(seed)
+    normal = torch.randn(numel, generator=generator)
+    chi = torch.randn(numel, 3, generator=generator).square().sum(1)
+    return normal / (chi / 3).sqrt() * 1e-3
+
+
+def at_operating_point(acc: torch.Tensor, density: float) -> torch.Tensor:
+    """acc scaled so that its k-th largest magnitude is the threshold methods' starting lambda:
+    they then select about k, as once their thresholds have settled (the benchmark's rule)."""
+    from sparsifiers.threshold_control import initial_threshold
+
+    k = max(1, int(density * acc.numel()))
+    kth = float(torch.topk(acc.abs(), k, sorted=False).values.min())
+    return acc.mul_(initial_threshold(k) / kth)
 
 
 def log_interpolate(points: dict[int, float], workers: int) -> float:
@@ -183,11 +200,15 @@ def main() -> None:
     """Counts the calibration's (method, W) at the CIFAR ResNet-18 layout and fits the model to
     the H200's measured selection (conf/compute_profile/h200.yaml): prints what to paste into
     its `selection_model` and `selection_counts`."""
-    from experiments.benchmarks.resnet18_layout import resnet18_cifar_layout
     from experiments.endtoend.compute import ComputeProfile
+    from experiments.launcher.compose import compose_job
+    from experiments.rank.build import build_dataset, build_model
+    from sparsifiers.layout import Layout
 
     profile = ComputeProfile.load("h200")
-    layout = resnet18_cifar_layout()
+    cfg = compose_job(["workload=resnet18_cifar10", "scale=smoke"])
+    layout = Layout.from_module(build_model(cfg, build_dataset(cfg)))  # CIFAR ResNet-18: N = 11,173,962
+    assert layout.numel == int(profile.selection_at["numel"]), layout.numel
     density = float(profile.selection_at["density"])
     costs, measured, rows = [], [], []
     for method in CALIBRATION_METHODS:
