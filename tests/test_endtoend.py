@@ -184,17 +184,18 @@ def test_a_profile_derives_ms_from_flops_or_kernel_launches():
     assert ms == pytest.approx(40.0)  # 2e12 / (100e12 * 0.5) s
     assert "GFLOP" in source
     small = StepWork("tiny", 32, flops=1e9, kernels=100, forward_s=0.01, backward_s=0.02, ready_s=(0.0,), sizes=(1,))
-    assert profile.step_ms(small, 300.0) == (pytest.approx(1.0), "launch-bound: 100 kernels x 10 us on a GPU")
+    ms, source = profile.step_ms(small, 300.0)
+    assert ms == pytest.approx(1.0) and source.startswith("launch-bound: 100 kernels x 10 us on a GPU; FLOP fallback")
     measured = ComputeProfile("gpu", "a GPU", 100, 0.5, 10, {"toy": 7.5})
     assert measured.step_ms(WORK, 300.0)[0] == 7.5
     assert ComputeProfile.load("measured").step_ms(WORK, 300.0)[0] == 300.0
 
 
 def test_every_shipped_profile_loads_and_an_unknown_one_names_the_choices():
-    for name in ("v100", "a100", "h100"):
+    for name in ("v100", "a100", "h100", "h200"):
         profile = ComputeProfile.load(name)
         assert profile.peak_tflops > 0 and 0 < profile.efficiency <= 1
-    with pytest.raises(ConfigError, match="compute_profile=tpu does not exist: choose one of measured, a100, h100, v100"):
+    with pytest.raises(ConfigError, match="compute_profile=tpu does not exist: choose one of measured, a100, h100, h200, v100"):
         ComputeProfile.load("tpu")
 
 

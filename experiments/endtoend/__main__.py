@@ -5,6 +5,7 @@ networks, at W = 4 to 1,024 (docs/endtoend.md).
     python -m experiments.endtoend [--out DIR] [--studies quickstart,resnet18]
         [--networks v100x4_10gbe,v100x4_25gbe,v100x4_100g_ib] [--compute-profile v100]
         [--workers 4,8,...,1024] [--target quickstart=0.8] [--quick] [--skip-runs] [--publish]
+        [--compute-ms resnet18=8] [--select-ms deft=3]
 
 1. runs each study's sweeps (experiments/endtoend/studies.py: `python run.py -m` command lines a
    user could type), a progress line per finished run;
@@ -34,6 +35,7 @@ from experiments.endtoend import report
 from experiments.endtoend.assemble import methods_of
 from experiments.endtoend.compute import ComputeProfile, measure_step
 from experiments.endtoend.model import Study, runs_on
+from experiments.endtoend.selection import count_for_study
 from experiments.endtoend.studies import STUDIES, StudySpec
 from experiments.launcher.compose import compose_job
 from experiments.reproduce.sweeps import minutes, run_sweep, say_if_busy, start_study
@@ -54,15 +56,21 @@ def measure(spec: StudySpec, quick: bool):
 
 
 def model_study(spec: StudySpec, folder: Path, networks: list[NetworkModel], profile: ComputeProfile,
-                workers: list[int], target: float, quick: bool) -> dict:
-    """Every method of one study at every W on every network: the grid and its sources."""
+                workers: list[int], target: float, quick: bool, compute_ms: dict[str, float] | None = None,
+                select_ms: dict[str, float] | None = None) -> dict:
+    """Every method of one study at every W on every network: the grid and its sources.
+    `compute_ms` (study or model name -> ms) and `select_ms` (method -> ms) are the user's."""
     accuracy_workers = 2 if quick else None
     methods = methods_of(spec, folder, target, accuracy_workers)
     if not methods:
         raise SystemExit(f"{folder}: no finished accuracy run to model (run without --skip-runs first)")
     work = measure(spec, quick)
     measured = sorted(m.accuracy.compute_ms for m in methods.values())
-    study = Study(spec.name, spec.metric, target, work, measured[len(measured) // 2], profile, methods)
+    compute_ms, select_ms = compute_ms or {}, select_ms or {}
+    override = compute_ms.get(spec.name, compute_ms.get(work.model))
+    study = Study(spec.name, spec.metric, target, work, measured[len(measured) // 2], profile, methods,
+                  override, {m: ms for m, ms in select_ms.items() if m in methods})
+    study.select_costs = selection_costs(spec, quick, study)
     grid = {net.name: {w: [study.point(m, w, net) for m in methods.values() if runs_on(m.name, net)] for w in workers}
             for net in networks}  # runs_on: no bf16 baseline on GPUs without bf16 (V100)
     compute_ms, compute_source = study.compute_ms()
@@ -70,8 +78,8 @@ def model_study(spec: StudySpec, folder: Path, networks: list[NetworkModel], pro
     sources = [
         f"compute {compute_ms:.3g} ms per step: {compute_source}; measured here {study.measured_compute_ms:.3g} ms "
         f"({work.flops / 1e9:.3g} GFLOP, {work.kernels} aten ops per forward+backward at batch {work.batch})",
-        f"selection: measured with hosted ranks (W = {', '.join(map(str, hosted))}), fitted beyond, "
-        f"scaled by {compute_ms / study.measured_compute_ms:.3g} (the profile's compute over this machine's)",
+        f"selection: hosted runs here at W = {', '.join(map(str, hosted))}; on {profile.gpu}: " + "; ".join(
+            f"{m} {study.select_ms(m, max(hosted), 0.0)[1]}" for m in methods),
         "exchange: each method's logged ledger at its largest hosted W, |U| and k_max set to their fit at W "
         "(the split methods': replayed from where their coordinates lay), priced by the network preset "
         "(docs/network.md); * marks an extrapolated W",
@@ -81,6 +89,29 @@ def model_study(spec: StudySpec, folder: Path, networks: list[NetworkModel], pro
     ]
     return {"title": spec.title, "metric": spec.metric, "target": target, "sources": sources, "grid": grid,
             "work": work.describe(), "profile": profile.name}
+
+
+def selection_costs(spec: StudySpec, quick: bool, study: Study) -> dict:
+    """The study's methods whose selection on the modelled GPU is neither given nor measured,
+    counted at the study's layout (selection.py)."""
+    if study.profile.name == "measured" or study.profile.selection_model is None:
+        return {}
+    needed = [m for m in study.methods if m not in study.select_override
+              and not study.select_ms(m, 4, 0.0)[1].startswith("measured")]
+    overrides = [f"experiment={spec.accuracy}", *(spec.quick_accuracy if quick else ())]
+    return count_for_study(overrides, needed) if needed else {}
+
+
+def parse_pairs(option: str, values: list[str]) -> dict[str, float]:
+    """`<name>=<ms>` pairs of a repeatable option (also comma-separated)."""
+    pairs = {}
+    for value in (v for item in values for v in item.split(",") if v):
+        name, _, number = value.partition("=")
+        try:
+            pairs[name] = float(number)
+        except ValueError:
+            raise SystemExit(f"{option} {value}: expected <name>=<ms>, e.g. {option} resnet18=8") from None
+    return pairs
 
 
 def parse_targets(values: list[str]) -> dict[str, float]:
@@ -98,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="output directory (default outputs/endtoend/<time>)")
     parser.add_argument("--studies", default="quickstart,resnet18", help=f"comma list of {', '.join(STUDIES)}")
     parser.add_argument("--networks", default=",".join(NETWORKS), help="network presets (conf/network/) or YAML paths")
-    parser.add_argument("--compute-profile", default="v100", help="measured | v100 | a100 | h100 (conf/compute_profile/)")
+    parser.add_argument("--compute-profile", default="v100", help="measured | v100 | a100 | h100 | h200 (conf/compute_profile/) or a YAML path")
+    parser.add_argument("--compute-ms", action="append", default=[], help="<study or model>=<ms>: compute per step on the modelled GPU")
+    parser.add_argument("--select-ms", action="append", default=[], help="<method>=<ms>: selection per rank on the modelled GPU, every W")
     parser.add_argument("--workers", default=",".join(map(str, WORKERS)), help="modelled worker counts")
     parser.add_argument("--target", action="append", default=[], help="<study>=<metric value> (default: the study's)")
     parser.add_argument("--quick", action="store_true", help="the test suite's cut-down run")
@@ -114,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     profile = ComputeProfile.load(options.compute_profile)
     workers = sorted(int(w) for w in options.workers.split(",") if w)
     targets = parse_targets(options.target)
+    compute_ms, select_ms = parse_pairs("--compute-ms", options.compute_ms), parse_pairs("--select-ms", options.select_ms)
     started = time.monotonic()
 
     if not options.skip_runs:
@@ -128,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         spec = STUDIES[name]
         target = targets.get(name, spec.target)
-        study = model_study(spec, out / spec.name, networks, profile, workers, target, options.quick)
+        study = model_study(spec, out / spec.name, networks, profile, workers, target, options.quick, compute_ms, select_ms)
         studies[name] = study
         png = report.figure(study["grid"], f"{spec.title}: speedup over the best dense baseline", out / f"{name}_speedup.png")
         sections.append(report.study_markdown(

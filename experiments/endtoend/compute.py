@@ -8,12 +8,19 @@ when each gradient becomes ready in the backward pass (what DDP's buckets overla
 - times forward and backward (median of repeats), and records for every parameter when its
   gradient was accumulated, in seconds after backward began (a post-accumulate-grad hook).
 
-A compute profile (conf/compute_profile/<gpu>.yaml) turns that into ms per step on a GPU no one
-here has:
+A compute profile (conf/compute_profile/<gpu>.yaml) turns that into ms per step on a GPU, the
+first of these that applies:
 
-    step_ms = max(flops / (peak_tflops * efficiency), kernels * launch_us)
+1. a number given on the command line (`--compute-ms <study or model>=<ms>`): the user's;
+2. a measurement on that GPU of the same model at the same per-worker batch and input shape
+   (`measured_ms.<workload>`, written by `python -m experiments.endtoend.measure_compute` on the
+   GPU, or imported with its provenance): never carried to another model, batch or input, where
+   the time per sample differs (at batch 32 a GPU step is launch-bound: ResNet-110 with 1.7 M
+   parameters takes five times ResNet-18's 11.9 ms on an H200);
+3. the FLOP fallback, step_ms = max(flops / (peak_tflops * efficiency), kernels * launch_us),
+   with the error it makes where both exist stated in docs/endtoend.md (on the H200 it reads
+   ResNet-18 at batch 32 at 1.7 ms where 11.9 ms was measured).
 
-unless the profile lists a measured number for the model (`measured_ms.<model>`), which wins.
 The ready times scale with the step: a gradient ready at 30% of the backward here is taken as
 ready at 30% of the backward there (the backward's share of the step is this machine's too).
 """
@@ -48,14 +55,49 @@ class StepWork:
     backward_s: float
     ready_s: tuple[float, ...]  # per parameter (layout order): gradient accumulated, s after backward began
     sizes: tuple[int, ...]  # elements per parameter (layout order)
+    input_shape: tuple[int, ...] = ()  # one example's (a measured number applies to this input only)
 
     @property
     def step_s(self) -> float:
         return self.forward_s + self.backward_s
 
     def describe(self) -> dict[str, Any]:
-        return {"model": self.model, "batch": self.batch, "gflops": self.flops / 1e9, "kernels": self.kernels,
+        return {"model": self.model, "batch": self.batch, "input": list(self.input_shape), "params": sum(self.sizes),
+                "gflops": self.flops / 1e9, "kernels": self.kernels,
                 "forward_ms": self.forward_s * 1e3, "backward_ms": self.backward_s * 1e3}
+
+
+@dataclass(frozen=True)
+class MeasuredStep:
+    """One measured compute time on a profile's GPU and what it was measured on."""
+
+    ms: float
+    model: str
+    batch: int | None = None  # None: a bare number keyed by model name, which the user declared as the study's
+    input: tuple[int, ...] | None = None
+    params: int | None = None
+    what: str = "forward+backward"
+
+    @classmethod
+    def parse(cls, key: str, node: Any) -> "MeasuredStep":
+        if not isinstance(node, dict):
+            return cls(float(node), key)
+        return cls(float(node["ms"]), str(node["model"]), int(node["batch"]), tuple(int(v) for v in node["input"]),
+                   int(node["params"]) if node.get("params") is not None else None,
+                   str(node.get("what", "forward+backward")))
+
+    def matches(self, work: StepWork) -> bool:
+        if self.model != work.model:
+            return False
+        if self.batch is None:
+            return True
+        return (self.batch == work.batch and (not work.input_shape or self.input == tuple(work.input_shape))
+                and (self.params is None or self.params == sum(work.sizes)))
+
+    def label(self) -> str:
+        if self.batch is None:
+            return f"{self.model}"
+        return f"{self.model} at batch {self.batch}, input {'x'.join(map(str, self.input or ()))}"
 
 
 @dataclass(frozen=True)
@@ -67,30 +109,63 @@ class ComputeProfile:
     peak_tflops: float | None = None
     efficiency: float | None = None
     launch_us: float | None = None
-    measured_ms: dict[str, float] = field(default_factory=dict)
+    measured_ms: dict[str, Any] = field(default_factory=dict)  # workload -> MeasuredStep node (or model -> ms)
+    memory_bandwidth_gbs: float | None = None
+    selection_ms: dict[str, dict[int, float]] = field(default_factory=dict)  # method -> W -> ms, measured here
+    selection_at: dict[str, Any] = field(default_factory=dict)  # the layout and density they were measured at
+    selection_model: Any = None  # SelectionModel calibrated on this GPU, or borrowed (selection.py)
+    path: Path | None = None
 
     @classmethod
-    def load(cls, name: str) -> "ComputeProfile":
-        """A profile of conf/compute_profile/ by name, or `measured` (this machine's own times)."""
+    def load(cls, name: str, directory: Path = PROFILES) -> "ComputeProfile":
+        """A profile of `directory` (conf/compute_profile/) by name, a YAML path, or `measured`
+        (this machine's own times)."""
         if name == "measured":
             return cls("measured", "this machine")
-        path = PROFILES / f"{name}.yaml"
+        path = Path(name) if name.endswith((".yaml", ".yml")) else Path(directory) / f"{name}.yaml"
         if not path.is_file():
-            known = ", ".join(["measured", *sorted(p.stem for p in PROFILES.glob("*.yaml"))])
+            known = ", ".join(["measured", *sorted(p.stem for p in Path(directory).glob("*.yaml"))])
             raise ConfigError(f"compute_profile={name} does not exist: choose one of {known}")
         node = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
         assert isinstance(node, dict)
-        return cls(node["name"], node["gpu"], float(node["peak_tflops"]), float(node["efficiency"]),
-                   float(node["launch_us"]), {str(k): float(v) for k, v in (node.get("measured_ms") or {}).items()})
+        number = lambda key: float(node[key]) if node.get(key) is not None else None  # noqa: E731
+        selection_model = None
+        from experiments.endtoend.selection import SelectionModel  # selection.py imports this module
 
-    def step_ms(self, work: StepWork, measured_ms: float) -> tuple[float, str]:
+        if node.get("selection_model"):
+            model = node["selection_model"]
+            if isinstance(model, str):  # borrowed: another profile's calibration, scaled to this GPU's memory
+                other = cls.load(model, directory)
+                selection_model = other.selection_model.on(node["gpu"], number("memory_bandwidth_gbs"),
+                                                           other.memory_bandwidth_gbs)
+            else:
+                selection_model = SelectionModel(float(model["launch_us"]), float(model["bandwidth_gbs"]),
+                                                 str(model.get("calibrated_on", node["gpu"])))
+        return cls(node["name"], node["gpu"], number("peak_tflops"), number("efficiency"), number("launch_us"),
+                   dict(node.get("measured_ms") or {}), number("memory_bandwidth_gbs"),
+                   {str(m): {int(w): float(ms) for w, ms in row.items()} for m, row in (node.get("selection_ms") or {}).items()},
+                   dict(node.get("selection_at") or {}), selection_model, path)
+
+    def measurements(self) -> dict[str, MeasuredStep]:
+        return {key: MeasuredStep.parse(str(key), value) for key, value in self.measured_ms.items()}
+
+    def step_ms(self, work: StepWork, measured_ms: float, override: float | None = None) -> tuple[float, str]:
         """The compute ms of one step of `work`'s model and where the number comes from;
-        `measured_ms` is this machine's own (used by the `measured` profile)."""
+        `measured_ms` is this machine's own (used by the `measured` profile), `override` the
+        user's (module docstring)."""
+        if override is not None:
+            return override, "given on the command line (--compute-ms)"
         if self.name == "measured":
             return measured_ms, "measured here (median compute ms per rank in the runs)"
-        if work.model in self.measured_ms:
-            return self.measured_ms[work.model], f"measured on {self.gpu} (conf/compute_profile/{self.name}.yaml)"
-        assert self.peak_tflops and self.efficiency and self.launch_us is not None
+        where = f"conf/compute_profile/{self.name}.yaml" if self.path is None or self.path.parent == PROFILES else str(self.path)
+        entries = self.measurements()
+        for key, entry in entries.items():
+            if entry.matches(work):
+                return entry.ms, f"measured on {self.gpu}: {key}, {entry.what} ({where})"
+        if not (self.peak_tflops and self.efficiency and self.launch_us is not None):
+            raise ConfigError(f"compute_profile={self.name} has no measurement of {work.model} at batch {work.batch} "
+                              f"and no peak_tflops, efficiency, launch_us to derive one: measure it "
+                              f"(python -m experiments.endtoend.measure_compute) or give --compute-ms")
         flops_ms = work.flops / (self.peak_tflops * 1e12 * self.efficiency) * 1e3
         launch_ms = work.kernels * self.launch_us * 1e-3
         if flops_ms >= launch_ms:
@@ -98,7 +173,14 @@ class ComputeProfile:
                       f"on {self.gpu}")
         else:
             source = f"launch-bound: {work.kernels} kernels x {self.launch_us:g} us on {self.gpu}"
+        nearest = [f"{key} ({entry.label()}): {entry.ms:.3g} ms" for key, entry in entries.items() if entry.model == work.model]
+        source += (f"; FLOP fallback, {FLOP_FALLBACK_ERROR}"
+                   + (f"; not applied here: measured {', '.join(nearest)}, another batch or input" if nearest else ""))
         return max(flops_ms, launch_ms), source
+
+
+# What the FLOP fallback gets wrong where a measurement exists (docs/endtoend.md, "The compute term").
+FLOP_FALLBACK_ERROR = "which reads ResNet-18 at batch 32 on an H200 at 1.73 ms where 11.9 ms was measured (-85%)"
 
 
 class _CountOps(TorchDispatchMode):
@@ -160,7 +242,13 @@ def measure_step(cfg: DictConfig, repeats: int = 5) -> StepWork:
     median_ready = tuple(statistics.median(r[i] for r in readies[1:]) for i in range(len(parameters)))
     return StepWork(str(cfg.model.name), int(cfg.batch_size), float(flop_counter.get_total_flops()), ops.count,
                     statistics.median(forwards[1:]), statistics.median(backwards[1:]), median_ready,
-                    tuple(p.numel() for p in parameters))
+                    tuple(p.numel() for p in parameters), example_shape(batch))
+
+
+def example_shape(batch: Any) -> tuple[int, ...]:
+    """One example's input shape: the first tensor of the batch without its batch dimension."""
+    first = batch[0] if isinstance(batch, (tuple, list)) else next(iter(batch.values())) if isinstance(batch, dict) else batch
+    return tuple(first.shape[1:]) if isinstance(first, torch.Tensor) else ()
 
 
 def ddp_buckets(work: StepWork, element_bytes: int = 4, cap_mb: float = 25.0, first_cap_mb: float = 1.0) -> list[tuple[float, int]]:

@@ -5,9 +5,12 @@
 
 - compute_ms: one rank's forward+backward, measured here or from a compute profile
   (experiments/endtoend/compute.py);
-- selection_ms(W): measured with hosted ranks, fitted beyond them (extrapolate.py); under a GPU
-  profile scaled by the same factor as the compute (profile ms / measured ms): the model
-  assumes selection speeds up on the GPU as much as the forward and backward do;
+- selection_ms(W): under the `measured` profile, measured with hosted ranks here, fitted beyond
+  them (extrapolate.py); under a GPU profile, the first that applies (selection.py): the user's
+  (`--select-ms <method>=<ms>`); measured on that GPU (the profile's `selection_ms`, for a study of
+  the measured layout's size); modelled as ops x launch + bytes / bandwidth from the ops counted at
+  the study's layout, calibrated on a measured GPU; else (nothing counted) the hosted time scaled
+  as the compute is, said so in the sources;
 - exchange_ms(W): the cluster model's price of the method's ledger at W (ledger.py);
 - overlapped_ms(W): for the DDP-style baselines (the dense fp32 all-reduce with overlap, the
   bf16/fp16 hooks and PowerSGD, which DDP runs bucket by bucket), the part of the exchange
@@ -28,6 +31,7 @@ from experiments.endtoend.compute import ComputeProfile, StepWork, ddp_buckets, 
 from experiments.endtoend.extrapolate import Statistics
 from experiments.endtoend.ledger import at_workers, sent_bytes_max
 from experiments.endtoend.runs import RunStats
+from experiments.endtoend.selection import SAME_LAYOUT, SelectCost, log_interpolate
 
 # The dense baselines: the sparsifiers are compared with the fastest of them.
 DENSE_BASELINES = ("dense", "dense_overlap", "dense_bf16", "dense_fp16", "powersgd")
@@ -93,13 +97,38 @@ class Study:
     measured_compute_ms: float  # one rank's forward+backward here (median over the study's runs)
     profile: ComputeProfile
     methods: dict[str, Method] = field(default_factory=dict)
+    compute_override: float | None = None  # --compute-ms: the user's compute ms on the modelled GPU
+    select_override: dict[str, float] = field(default_factory=dict)  # --select-ms: method -> ms at every W
+    select_costs: dict[str, dict[int, SelectCost]] = field(default_factory=dict)  # counted at the study's layout
 
     def compute_ms(self) -> tuple[float, str]:
-        return self.profile.step_ms(self.work, self.measured_compute_ms)
+        return self.profile.step_ms(self.work, self.measured_compute_ms, self.compute_override)
+
+    def select_ms(self, method: str, workers: int, hosted_ms: float) -> tuple[float, str]:
+        """One rank's selection ms of `method` at `workers` on the modelled GPU, and its source
+        (module docstring); `hosted_ms` is the hosted runs' (fitted) time here."""
+        if method in self.select_override:
+            return self.select_override[method], "given on the command line (--select-ms)"
+        if self.profile.name == "measured":
+            return hosted_ms, "measured with hosted ranks here, fitted beyond"
+        gpu, numel = self.profile.gpu, sum(self.work.sizes)
+        table, at = self.profile.selection_ms.get(method), self.profile.selection_at
+        if table and abs(numel - int(at["numel"])) <= SAME_LAYOUT * int(at["numel"]):
+            return log_interpolate(table, workers), (f"measured on {gpu} at W = {min(table)}-{max(table)} "
+                                                     f"(N = {int(at['numel']):,}, d = {at['density']}), held beyond")
+        costs, model = self.select_costs.get(method), self.profile.selection_model
+        if costs and model is not None:
+            cost = SelectCost(round(log_interpolate({w: c.ops for w, c in costs.items()}, workers)),
+                              log_interpolate({w: c.bytes for w, c in costs.items()}, workers))
+            return model.ms(cost), (f"modelled: ops x {model.launch_us:.3g} us + bytes / {model.bandwidth_gbs:.4g} GB/s "
+                                    f"(calibrated on {model.calibrated_on}), ops counted here at N = {numel:,}, "
+                                    f"W = {', '.join(map(str, sorted(costs)))}")
+        compute_ms, _ = self.compute_ms()
+        scale = compute_ms / self.measured_compute_ms
+        return hosted_ms * scale, f"hosted time here scaled by {scale:.3g} (the compute's ratio): nothing counted"
 
     def point(self, method: Method, workers: int, network: NetworkModel) -> Point:
         compute_ms, _ = self.compute_ms()
-        scale = compute_ms / self.measured_compute_ms  # selection speeds up as compute does (module docstring)
         stats = method.statistics.at(workers)
         template = method.template
         ledger = at_workers(template.template, template.exchange,
@@ -109,7 +138,8 @@ class Study:
         else:
             exchange_ms = exposed_ms = network.price(ledger, workers) * 1e3
         overlapped = exchange_ms - exposed_ms
-        return Point(method.name, workers, network.name, compute_ms, stats["select_ms"] * scale, exchange_ms,
+        select_ms, _ = self.select_ms(method.name, workers, stats["select_ms"])
+        return Point(method.name, workers, network.name, compute_ms, select_ms, exchange_ms,
                      overlapped, sent_bytes_max(ledger, workers), stats["union"], stats["k_max"],
                      method.steps_to_target, workers in method.statistics.union.workers)
 

@@ -1,0 +1,111 @@
+"""`make endtoend` on a GPU from measured numbers: a profile's measured compute applies only to
+its model, batch and input; the measured selection table, its log-W interpolation and the
+modelled fallback; the user's --compute-ms and --select-ms reach the modelled step exactly; and
+the measuring command writes a profile the model then reads (on the CPU here)."""
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+import yaml
+
+from experiments.core.traffic import Collective
+from experiments.endtoend import measure_compute
+from experiments.endtoend.__main__ import measure, parse_pairs
+from experiments.endtoend.compute import ComputeProfile, StepWork
+from experiments.endtoend.extrapolate import fit_statistics
+from experiments.endtoend.model import Method, Study
+from experiments.endtoend.selection import SelectCost, SelectionModel, log_interpolate
+from experiments.endtoend.studies import QUICKSTART
+from experiments.core.network import NetworkModel
+
+
+def _work(batch=32, shape=(3, 32, 32), numel=11_173_962, model="resnet18") -> StepWork:
+    return StepWork(model, batch, flops=106.5e9, kernels=288, forward_s=0.05, backward_s=0.1, ready_s=(0.0,),
+                    sizes=(numel,), input_shape=shape)
+
+
+def test_the_h200_measurement_applies_to_its_model_batch_and_input_only():
+    h200 = ComputeProfile.load("h200")
+    ms, source = h200.step_ms(_work(), measured_ms=500.0)
+    assert ms == 11.8945 and source.startswith("measured on NVIDIA H200: resnet18_cifar10")
+    # the laptop-scale study: ResNet-18 on Fashion-MNIST at batch 16 is another step: the fallback, said so
+    ms, source = h200.step_ms(_work(16, (1, 28, 28), 11_172_810), measured_ms=500.0)
+    assert ms == pytest.approx(288 * 6e-3) and "FLOP fallback" in source and "not applied here" in source
+    assert "-85%" in source
+
+
+def _study(profile: ComputeProfile, numel: int, **kwargs) -> Study:
+    stats = fit_statistics([2, 4], [100.0, 190.0], [50.0, 50.0], [40.0, 40.0], numel=numel, split=False)
+    template = types.SimpleNamespace(template=(Collective("all_reduce", 100, 4),), exchange="dense",
+                                     template_union=100, template_k_max=100)
+    methods = {name: Method(name, None, template, stats, 100, False) for name in ("deft", "topk")}
+    return Study("resnet18", "eval/accuracy", 0.5, _work(numel=numel), 150.0, profile, methods, **kwargs)
+
+
+@pytest.mark.parametrize("compute_ms", [8.0, 10.0])
+def test_the_reviews_cases_flow_into_the_points_exactly(compute_ms):
+    """ResNet-18's compute at 8 and at 10 ms and DEFT's selection at 3 ms, given as inputs."""
+    study = _study(ComputeProfile.load("v100"), 11_172_810, compute_override=compute_ms, select_override={"deft": 3.0})
+    network = NetworkModel.preset("v100x4_10gbe")
+    for workers in (4, 64, 1024):
+        deft = study.point(study.methods["deft"], workers, network)
+        assert (deft.compute_ms, deft.select_ms) == (compute_ms, 3.0)
+        assert study.point(study.methods["topk"], workers, network).compute_ms == compute_ms
+    assert study.compute_ms()[1] == "given on the command line (--compute-ms)"
+    assert parse_pairs("--compute-ms", ["resnet18=8"]) == {"resnet18": 8.0}
+    assert parse_pairs("--select-ms", ["deft=3,topk=0.5"]) == {"deft": 3.0, "topk": 0.5}
+
+
+def test_selection_is_the_gpus_measurement_at_the_measured_layout_interpolated_in_log_w():
+    h200 = ComputeProfile.load("h200")
+    study = _study(h200, 11_172_810)  # within 1% of the measured 11,173,962
+    assert study.select_ms("deft", 16, 40.0)[0] == 2.0039
+    between = study.select_ms("deft", 8 * 2**0.5, 40.0)[0]  # half way in log W from W = 8 to 16
+    assert between == pytest.approx((10.178 + 2.0039) / 2)
+    assert study.select_ms("deft", 1024, 40.0)[0] == 1.7116  # held beyond W = 64
+    assert study.select_ms("topk", 4, 40.0)[1].startswith("measured on NVIDIA H200")
+    assert log_interpolate({2: 1.0, 8: 3.0}, 4) == pytest.approx(2.0)
+
+
+def test_selection_elsewhere_is_modelled_from_counted_ops_and_bytes_and_says_so():
+    study = _study(ComputeProfile.load("h200"), 71_802)  # the quickstart CNN: no measurement at its size
+    study.select_costs = {"deft": {4: SelectCost(50, 1e6), 32: SelectCost(80, 2e6)}}
+    ms, source = study.select_ms("deft", 4, 40.0)
+    model = ComputeProfile.load("h200").selection_model
+    assert ms == pytest.approx(50 * model.launch_us * 1e-3 + 1e6 / (model.bandwidth_gbs * 1e9) * 1e3)
+    assert source.startswith("modelled: ops x") and "calibrated on NVIDIA H200" in source
+    ms, source = study.select_ms("topk", 4, 40.0)  # nothing counted: the hosted time, scaled, said so
+    assert "scaled" in source and ms == pytest.approx(40.0 * 288 * 6e-3 / 150.0)
+    # a GPU without selection measurements borrows the H200's calibration, at its own memory bandwidth
+    v100 = ComputeProfile.load("v100").selection_model
+    assert v100.launch_us == model.launch_us and v100.bandwidth_gbs == pytest.approx(model.bandwidth_gbs * 900 / 4800)
+    assert SelectionModel(10, 1000, "x").ms(SelectCost(3, 2e6)) == pytest.approx(0.03 + 0.002)
+
+
+def test_measure_compute_refuses_cuda_without_a_gpu(tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here")
+    assert measure_compute.main(["--profile", "x", "--device", "cuda", "--profiles-dir", str(tmp_path)]) == 2
+    assert "no GPU" in capsys.readouterr().err and not (tmp_path / "x.yaml").exists()
+
+
+def test_measure_compute_writes_a_profile_the_model_then_uses(tmp_path):
+    """On the CPU, the quickstart study's model on the bundled digits, two repeats: the entry
+    round-trips through the YAML, a second run keeps the hand-written head, and the model takes
+    the measured number for exactly that model, batch and input."""
+    args = ["--profile", "cpu_test", "--device", "cpu", "--workloads", "", "--studies", "quickstart",
+            "--override", "dataset=digits", "--repeats", "2", "--warmup", "1", "--profiles-dir", str(tmp_path)]
+    assert measure_compute.main(args) == 0
+    path = tmp_path / "cpu_test.yaml"
+    (entry,) = yaml.safe_load(path.read_text())["measured_ms"].values()
+    assert entry["model"] == "cnn" and entry["batch"] == 32 and entry["ms"] > 0 and set(entry["parts_ms"]) == {
+        "forward", "backward", "optimizer"}
+    path.write_text(path.read_text().replace("name: cpu_test", "name: cpu_test  # kept"))
+    assert measure_compute.main(args) == 0
+    assert "# kept" in path.read_text()
+    profile = ComputeProfile.load("cpu_test", tmp_path)
+    ms, source = profile.step_ms(measure(QUICKSTART, quick=True), measured_ms=999.0)
+    assert ms == yaml.safe_load(path.read_text())["measured_ms"]["quickstart"]["ms"]
+    assert source.startswith("measured on CPU")
