@@ -258,6 +258,10 @@ def test_quick_endtoend_writes_the_tables_the_figure_and_every_point(tmp_path):
     # --publish's page renders the same tables from the JSON alone (docs/measured/endtoend.md)
     page = report.measured_page(serial).splitlines()
     assert any(line.startswith("| W | best dense baseline | deft |") for line in page)
+    assert "### How robust each pick is" in page  # every pick's verdict under the stated ranges
+    verdicts = serial["quickstart"]["robustness"]
+    assert set(verdicts) == {"v100x4_10gbe", "v100x4_25gbe", "v100x4_100g_ib"}
+    assert all(v == "robust" or v.startswith("depends on ") for by_w in verdicts.values() for v in by_w.values())
     assert set(page) <= set(text.splitlines()) and sum(line.startswith("| ") for line in page) > 3 * 9
     points = serial["quickstart"]["points"]
     methods = {p["method"] for p in points}

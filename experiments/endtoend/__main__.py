@@ -35,6 +35,7 @@ from experiments.endtoend import report
 from experiments.endtoend.assemble import methods_of
 from experiments.endtoend.compute import ComputeProfile, measure_step
 from experiments.endtoend.model import Study, runs_on
+from experiments.endtoend.robustness import robustness
 from experiments.endtoend.selection import count_for_study
 from experiments.endtoend.studies import STUDIES, StudySpec
 from experiments.launcher.compose import compose_job
@@ -73,6 +74,7 @@ def model_study(spec: StudySpec, folder: Path, networks: list[NetworkModel], pro
     study.select_costs = selection_costs(spec, quick, study)
     grid = {net.name: {w: [study.point(m, w, net) for m in methods.values() if runs_on(m.name, net)] for w in workers}
             for net in networks}  # runs_on: no bf16 baseline on GPUs without bf16 (V100)
+    robust = robustness(study, networks, workers)
     compute_ms, compute_source = study.compute_ms()
     hosted = sorted({w for m in methods.values() for w in m.statistics.union.workers})
     sources = [
@@ -88,7 +90,7 @@ def model_study(spec: StudySpec, folder: Path, networks: list[NetworkModel], pro
         + f" (accuracy runs at W = {next(iter(methods.values())).accuracy.workers}, kept at every W)",
     ]
     return {"title": spec.title, "metric": spec.metric, "target": target, "sources": sources, "grid": grid,
-            "work": work.describe(), "profile": profile.name}
+            "robustness": robust, "work": work.describe(), "profile": profile.name}
 
 
 def selection_costs(spec: StudySpec, quick: bool, study: Study) -> dict:
@@ -167,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         png = report.figure(study["grid"], f"{spec.title}: speedup over the best dense baseline", out / f"{name}_speedup.png")
         sections.append(report.study_markdown(
             spec.title, report.target_line(spec.metric, target, profile.name), study["sources"],
-            study["grid"]) + f"\n![speedup]({png.name})\n")
+            study["grid"], study["robustness"]) + f"\n![speedup]({png.name})\n")
     text = "# When sparsification pays\n\n" + "\n".join(sections)
     (out / "endtoend.md").write_text(text)
     report.write_json(out / "endtoend.json", studies)

@@ -100,6 +100,9 @@ class Study:
     compute_override: float | None = None  # --compute-ms: the user's compute ms on the modelled GPU
     select_override: dict[str, float] = field(default_factory=dict)  # --select-ms: method -> ms at every W
     select_costs: dict[str, dict[int, SelectCost]] = field(default_factory=dict)  # counted at the study's layout
+    # The robustness check's moves (robustness.py): compute and selection scaled on every point.
+    compute_scale: float = 1.0
+    select_scale: float = 1.0
 
     def compute_ms(self) -> tuple[float, str]:
         return self.profile.step_ms(self.work, self.measured_compute_ms, self.compute_override)
@@ -128,7 +131,7 @@ class Study:
         return hosted_ms * scale, f"hosted time here scaled by {scale:.3g} (the compute's ratio): nothing counted"
 
     def point(self, method: Method, workers: int, network: NetworkModel) -> Point:
-        compute_ms, _ = self.compute_ms()
+        compute_ms = self.compute_ms()[0] * self.compute_scale
         stats = method.statistics.at(workers)
         template = method.template
         ledger = at_workers(template.template, template.exchange,
@@ -138,7 +141,7 @@ class Study:
         else:
             exchange_ms = exposed_ms = network.price(ledger, workers) * 1e3
         overlapped = exchange_ms - exposed_ms
-        select_ms, _ = self.select_ms(method.name, workers, stats["select_ms"])
+        select_ms = self.select_ms(method.name, workers, stats["select_ms"])[0] * self.select_scale
         return Point(method.name, workers, network.name, compute_ms, select_ms, exchange_ms,
                      overlapped, sent_bytes_max(ledger, workers), stats["union"], stats["k_max"],
                      method.steps_to_target, workers in method.statistics.union.workers)

@@ -77,7 +77,17 @@ def pick_table(grid: Grid) -> list[str]:
     return lines
 
 
-def study_markdown(title: str, target_line: str, sources: list[str], grid: Grid) -> str:
+def robustness_table(grid: Grid, robustness: dict[str, dict[str, str]]) -> list[str]:
+    """Each pick's verdict under the stated ranges (robustness.py), laid out as pick_table."""
+    networks = list(grid)
+    lines = ["| W | " + " | ".join(networks) + " |", "|---|" + "---|" * len(networks)]
+    for w in sorted(next(iter(grid.values()))):
+        lines.append(f"| {w} | " + " | ".join(robustness[network][str(w)] for network in networks) + " |")
+    return lines
+
+
+def study_markdown(title: str, target_line: str, sources: list[str], grid: Grid,
+                   robustness: dict[str, dict[str, str]] | None = None) -> str:
     lines = [f"## {title}", "", target_line, ""]
     lines += [f"- {source}" for source in sources]
     for network in grid:
@@ -86,6 +96,12 @@ def study_markdown(title: str, target_line: str, sources: list[str], grid: Grid)
         paying = [f"{m} from W = {pays_from(grid, network, m)}" for m in sparsifiers_in(grid) if pays_from(grid, network, m)]
         lines.append("Pays: " + (", ".join(paying) if paying else "no sparsifier, at any W modelled") + ".")
     lines += ["", "### What would I pick (fastest to the target)", "", *pick_table(grid), ""]
+    if robustness:
+        lines += ["### How robust each pick is", "",
+                  "Modelled again with one input at each end of its range, the others as they were: alpha x0.5 "
+                  "and x2, beta efficiency 0.7 and 1, compute -30% and +30%, selection -50% and +50% "
+                  "(docs/endtoend.md). \"robust\": the same pick at all eight; else what changes it, and to what.",
+                  "", *robustness_table(grid, robustness), ""]
     return "\n".join(lines)
 
 
@@ -148,5 +164,5 @@ def measured_page(serial: dict[str, dict[str, Any]]) -> str:
     tables, rendered by the functions that wrote the study's own endtoend.md."""
     return "\n".join(
         study_markdown(study["title"], target_line(study["metric"], study["target"], study["profile"]),
-                       study["sources"], grid_of(study["points"]))
+                       study["sources"], grid_of(study["points"]), study.get("robustness"))
         for study in serial.values())
