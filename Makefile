@@ -75,12 +75,15 @@ data:
 # for the analysis, cached and cold. MODE=memory: peak memory of hosted ranks beside the estimate.
 # MODE=ddp: a torchvision ResNet-18 in real DDP, DDP's own all-reduce beside the sparsebench hook.
 # MODE=startup: where a quickstart run's wall time goes besides training (run.py, 3 repeats).
+# DEVICE=cuda (select and step): the same on the GPU, synchronized; select writes JSON with ARGS="--out F".
 MODE ?= select
+DEVICE ?=
+DEVICE_ARG := $(if $(DEVICE), --device $(DEVICE))
 bench: $(STAMP)
 ifeq ($(MODE),step)
-	$(PY) -m experiments.benchmarks.step --hosted 64 $(ARGS)
+	$(PY) -m experiments.benchmarks.step --hosted 64$(DEVICE_ARG) $(ARGS)
 else ifeq ($(MODE),select)
-	$(PY) -m experiments.benchmarks.select $(ARGS)
+	$(PY) -m experiments.benchmarks.select$(DEVICE_ARG) $(ARGS)
 else ifeq ($(MODE),load)
 	$(PY) -m experiments.benchmarks.load $(ARGS)
 else ifeq ($(MODE),memory)
