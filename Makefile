@@ -10,7 +10,7 @@ export MPLCONFIGDIR ?= $(CURDIR)/.venv/cache/matplotlib
 export JUPYTER_CONFIG_DIR ?= $(CURDIR)/.venv/cache/jupyter
 export JUPYTER_DATA_DIR ?= $(CURDIR)/.venv/cache/jupyter
 
-.PHONY: run test test-fast reproduce endtoend mutants data bench example calibrate lock clean
+.PHONY: run test test-fast reproduce endtoend mutants data bench gpu-check example calibrate lock clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -95,6 +95,13 @@ else ifeq ($(MODE),startup)
 else
 	$(error MODE must be select, step, load, memory, ddp or startup, got $(MODE))
 endif
+
+# Everything issue 36 measures on CUDA, on a machine with a GPU (docs/speed.md, "On a GPU"):
+# selection and the hosted step on the GPU, the tests a GPU changes, hosted ResNet-18 at W = 16.
+# About 6-8 minutes on one H200; OUT=DIR chooses where the results go.
+OUT ?= outputs/gpu_check
+gpu-check: $(STAMP)
+	PY=$(PY) bash experiments/benchmarks/gpu_check.sh $(OUT)
 
 # The DDP example (docs/ddp_hook.md, "Use a sparsifier in your own DDP script"): NPROC gloo (or NCCL)
 # processes under torchrun; e.g. make example ARGS="--sparsifier micro --steps 50 --out runs/m".

@@ -105,3 +105,16 @@ def test_the_benchmarks_time_between_synchronizations_on_cuda_only():
     assert "no GPU here" in device_problem("cuda", False)
     assert distributed_skip(2, "cuda", 1) == "W = 2 on CUDA needs 2 GPUs (one per NCCL process), 1 here"
     assert distributed_skip(2, "cuda", 2) is None and distributed_skip(4, "cpu", 0) is None
+
+
+def test_the_share_outside_forward_and_backward_is_the_step_less_every_ranks_compute():
+    from experiments.benchmarks.outside_share import outside_share
+
+    rows = [{"step": s, "kind": "train", "time/step_ms": 200.0, "time/compute_ms_mean": 11.0 + (s == 0) * 5,
+             "time/select_ms_mean": 0.5, "time/exchange_ms": 1.0} for s in range(6)]
+    rows.append({"step": 5, "kind": "eval", "eval/accuracy": 0.5})
+    share = outside_share(rows, workers=16, warmup_steps=1)
+    assert share["steps"] == 5 and share["compute_ms"] == 176.0
+    assert abs(share["outside_share"] - 0.12) < 1e-12  # 24 of 200 ms
+    with pytest.raises(ValueError, match="no timed train rows"):
+        outside_share(rows, workers=16, warmup_steps=10)
