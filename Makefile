@@ -10,7 +10,7 @@ export MPLCONFIGDIR ?= $(CURDIR)/.venv/cache/matplotlib
 export JUPYTER_CONFIG_DIR ?= $(CURDIR)/.venv/cache/jupyter
 export JUPYTER_DATA_DIR ?= $(CURDIR)/.venv/cache/jupyter
 
-.PHONY: run test test-fast reproduce endtoend mutants data bench example calibrate lock clean
+.PHONY: run test test-fast reproduce endtoend mutants data bench gpu-check example calibrate lock clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -75,12 +75,15 @@ data:
 # for the analysis, cached and cold. MODE=memory: peak memory of hosted ranks beside the estimate.
 # MODE=ddp: a torchvision ResNet-18 in real DDP, DDP's own all-reduce beside the sparsebench hook.
 # MODE=startup: where a quickstart run's wall time goes besides training (run.py, 3 repeats).
+# DEVICE=cuda (select and step): the same on the GPU, synchronized; select writes JSON with ARGS="--out F".
 MODE ?= select
+DEVICE ?=
+DEVICE_ARG := $(if $(DEVICE), --device $(DEVICE))
 bench: $(STAMP)
 ifeq ($(MODE),step)
-	$(PY) -m experiments.benchmarks.step --hosted 64 $(ARGS)
+	$(PY) -m experiments.benchmarks.step --hosted 64$(DEVICE_ARG) $(ARGS)
 else ifeq ($(MODE),select)
-	$(PY) -m experiments.benchmarks.select $(ARGS)
+	$(PY) -m experiments.benchmarks.select$(DEVICE_ARG) $(ARGS)
 else ifeq ($(MODE),load)
 	$(PY) -m experiments.benchmarks.load $(ARGS)
 else ifeq ($(MODE),memory)
@@ -92,6 +95,13 @@ else ifeq ($(MODE),startup)
 else
 	$(error MODE must be select, step, load, memory, ddp or startup, got $(MODE))
 endif
+
+# Everything issue 36 measures on CUDA, on a machine with a GPU (docs/speed.md, "On a GPU"):
+# selection and the hosted step on the GPU, the tests a GPU changes, hosted ResNet-18 at W = 16.
+# About 6-8 minutes on one H200; OUT=DIR chooses where the results go.
+OUT ?= outputs/gpu_check
+gpu-check: $(STAMP)
+	PY=$(PY) bash experiments/benchmarks/gpu_check.sh $(OUT)
 
 # The DDP example (docs/ddp_hook.md, "Use a sparsifier in your own DDP script"): NPROC gloo (or NCCL)
 # processes under torchrun; e.g. make example ARGS="--sparsifier micro --steps 50 --out runs/m".

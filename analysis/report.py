@@ -28,7 +28,7 @@ import pandas as pd
 from analysis import markdown, measured
 from analysis.figures import FIGURES
 from analysis.load import load_runs
-from analysis.report_tables import SHOWN, problem_runs, stand_in_notes, summary_cells
+from analysis.report_tables import SHOWN, device_notes, problem_runs, stand_in_notes, summary_cells
 from analysis.settings import key_title, varying_in
 from analysis.stats import STATS, nonfinite_reasons, run_stats, summarize
 from analysis.tables import RunTables
@@ -88,6 +88,7 @@ def write_report(paths: list[Path], out: Path, include_unfinished: bool = False,
     stand_in = ("Rows whose data is `stand-in` trained on stand-in data of the same shapes, not the paper's data: "
                 + "; ".join(notes) + ".") if notes else ""
     problems = problem_runs(tables.runs, nonfinite)
+    devices = device_notes(used.runs)
     summary.to_csv(out / "summary.csv", index=False)
     summary_records(summary)  # fails here, not at --publish, on a summary JSON cannot hold
     stats.merge(tables.runs[["run_id", "name", "error", "metrics_cut", "train_rows", "last_step"]], on="run_id").to_csv(
@@ -111,6 +112,7 @@ def write_report(paths: list[Path], out: Path, include_unfinished: bool = False,
         markdown.table(cells) if len(cells) else "No finished runs.",
         "",
         *([stand_in, ""] if stand_in else []),
+        *[line for note in devices for line in (note, "")],
         "## Failed, unfinished and non-finite runs",
         "",
         "Not averaged into the summary (unfinished runs are, with --include-unfinished, in rows of their own).",
@@ -128,6 +130,8 @@ def write_report(paths: list[Path], out: Path, include_unfinished: bool = False,
         text += f"\nRows also differ in: {', '.join(varying)}."
     if stand_in:
         text += "\n" + stand_in
+    for note in devices:
+        text += "\n" + note
     if len(problems):
         text += "\n\nFailed, unfinished or non-finite runs (see report.md):\n" + problems.to_string(index=False)
     return text

@@ -62,6 +62,24 @@ def stand_in_notes(summary: pd.DataFrame) -> list[str]:
     return [f"{_plain(dataset)}: {stand_in_what(source)}" for dataset, source in pairs.itertuples(index=False)]
 
 
+def device_notes(runs: pd.DataFrame) -> list[str]:
+    """What the report says when runs compared under reduction=rank_order (which promises the
+    same bits for every layout) ran on different devices: CUDA and the CPU round differently,
+    so their rows differ with no bug in either (device=auto picks by the GPU count per process,
+    experiments/runtime.auto_device). The runs are rows of their own anyway (`env.device`)."""
+    if "cfg.reduction" not in runs or "env.device" not in runs:
+        return []
+    compared = runs[(runs["cfg.reduction"] == "rank_order") & runs["env.device"].notna()]
+    devices = compared["env.device"].value_counts().sort_index()
+    if len(devices) < 2:
+        return []
+    each = ", ".join(f"{count} on {device}" for device, count in devices.items())
+    return [f"Runs compared under reduction=rank_order ran on different devices ({each}): rank_order makes "
+            f"layouts equal bit for bit on one device only (CUDA and the CPU round differently), so rows of "
+            f"different `env.device` differ without a bug; run every layout with device=cpu (or device=cuda "
+            f"with a GPU per process) to compare them."]
+
+
 def problem_runs(runs: pd.DataFrame, nonfinite: pd.Series | None = None) -> pd.DataFrame:
     """Every run whose status is not `done`, every run with non-finite numbers (`nonfinite`:
     per run_id the reason, "" for none; analysis.stats.nonfinite_reasons), and every run whose

@@ -17,6 +17,8 @@ from experiments.runtime import processes_of, recorded_world
 # What of env.json can change a run's numbers while its config stays the same: the machine's
 # kernels and math libraries (docs/reproducibility.md). `env.<name>` columns; the report shows
 # them as settings when runs differ in them (analysis.settings).
+# The device a run computed on (`resolved`: cpu or cuda; device=auto decides by the GPU count)
+# and the GPU's identity keep CUDA runs apart from CPU runs and one GPU model from another.
 PROVENANCE = {
     "cpu_model": ("device", "cpu_model"),
     "cpu_capability": ("device", "cpu_capability"),
@@ -25,6 +27,12 @@ PROVENANCE = {
     "onednn": ("device", "onednn"),
     "gpus": ("device", "gpus"),
     "torch": ("versions", "torch"),
+    "device": ("resolved", "device"),
+    "gpu": ("device", "gpu", "name"),
+    "gpu_capability": ("device", "gpu", "capability"),
+    "gpu_driver": ("device", "gpu", "driver"),
+    "cuda": ("device", "gpu", "cuda"),
+    "cudnn": ("device", "gpu", "cudnn"),
 }
 PROVENANCE_PREFIX = "env."
 
@@ -97,8 +105,10 @@ def describe_run(
 def provenance(env: dict[str, Any]) -> dict[str, Any]:
     """The `env.*` columns of one run (None where env.json, or an older one, lacks the entry)."""
     columns = {}
-    for name, (section, key) in PROVENANCE.items():
-        value = (env.get(section) or {}).get(key)
+    for name, path in PROVENANCE.items():
+        value: Any = env
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
         columns[PROVENANCE_PREFIX + name] = json.dumps(value) if isinstance(value, list) else value
     return columns
 

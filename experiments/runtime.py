@@ -94,8 +94,7 @@ def resolve(cfg: DictConfig, environ: Mapping[str, str] | None = None, cpu_count
     per_node = processes // cfg.launcher.nnodes
     device = cfg.device
     if device == "auto":
-        # One GPU per process is what NCCL needs; with fewer GPUs, the CPU (gloo) is the honest choice.
-        device = "cuda" if _gpu_count(gpus) >= per_node else "cpu"
+        device = auto_device(per_node, _gpu_count(gpus))
     backend = cfg.launcher.backend
     if backend == "auto":
         backend = "nccl" if device == "cuda" else "gloo"
@@ -116,6 +115,35 @@ def resolve(cfg: DictConfig, environ: Mapping[str, str] | None = None, cpu_count
         threads_per_process=threads,
         wandb_mode=wandb_mode(cfg.logger.wandb_mode, environ),
     )
+
+
+def auto_device(processes_per_node: int, gpus: int) -> str:
+    """What `device: auto` means: one GPU per process is what NCCL needs; with fewer GPUs, the
+    CPU (gloo) is the honest choice. So on a machine with one GPU a hosted run (one process) goes
+    to the GPU and a 2-process run to the CPU: layouts of one sweep can land on different devices
+    (`mixed_layout_devices`)."""
+    return "cuda" if gpus >= processes_per_node else "cpu"
+
+
+def mixed_layout_devices(cfgs: list[DictConfig], gpus: int) -> str | None:
+    """Why the jobs of one sweep that compare layouts bit for bit (`reduction: rank_order`) would
+    not run on one device, as one line naming the fix; None when they would. Only `device: auto`
+    is questioned (a device written out is the user's choice). `gpus`: this machine's count, a
+    parameter so that the rule is tested without a GPU."""
+    compared = [cfg for cfg in cfgs if cfg.reduction == "rank_order" and cfg.device == "auto"]
+    placed: dict[str, list[str]] = {}
+    for cfg in compared:
+        processes = processes_of(cfg.processes, cfg.workers)
+        layouts = placed.setdefault(auto_device(processes // cfg.launcher.nnodes, gpus), [])
+        layout = f"workers={cfg.workers} processes={processes}"
+        if layout not in layouts:
+            layouts.append(layout)
+    if len(placed) < 2:
+        return None
+    where = "; ".join(f"{', '.join(layouts)} on {device}" for device, layouts in sorted(placed.items()))
+    return (f"reduction=rank_order compares layouts bit for bit, but device=auto puts them on different devices "
+            f"with {gpus} GPU(s) here ({where}; auto takes the GPU only with one per process), and CUDA and the CPU "
+            f"round differently: set device=cpu for every job (or device=cuda with a GPU per process)")
 
 
 def _gpu_count(gpus: int | None) -> int:

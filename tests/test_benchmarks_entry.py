@@ -58,3 +58,63 @@ def test_make_bench_load_runs_at_tiny_sizes():
     lines = result.stdout.splitlines()
     assert any(line.startswith("tables: runs 4, steps 40 ") for line in lines), result.stdout
     assert [line.split()[0] for line in lines[-3:]] == ["parse", "cold", "cached"]
+
+
+@pytest.mark.parametrize("mode, module, added", [("select", "select", ""), ("step", "step", " --hosted 64")])
+def test_device_goes_to_select_and_step_as_an_argument(mode, module, added):
+    command = ["make", "-s", "-n", "-o", ".venv/.installed", "bench", f"MODE={mode}", f"PY={sys.executable}",
+               "DEVICE=cuda", "ARGS=--repeats 1"]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"{sys.executable} -m experiments.benchmarks.{module}{added} --device cuda --repeats 1"
+
+
+@pytest.mark.parametrize("module", ["select", "step"])
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a GPU is here: cuda is not refused")
+def test_device_cuda_without_a_gpu_is_refused_in_one_line_exit_2(module):
+    result = subprocess.run([sys.executable, "-m", f"experiments.benchmarks.{module}", "--device", "cuda"], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no GPU here" in lines[0] and "drop DEVICE=cuda" in lines[0], result.stderr
+
+
+def test_select_writes_its_numbers_as_json(tmp_path):
+    """The layout of the first H200 measurement (/work/shared/measurements/h200/select.json):
+    N, k, device, torch, the two baselines, rows per (method, backend, W)."""
+    import json
+
+    out = tmp_path / "select.json"
+    result = subprocess.run([sys.executable, "-m", "experiments.benchmarks.select", "--repeats", "1", "--workers", "1,4",
+                             "--methods", "micro", "--backends", "torch", "--out", str(out)], cwd=REPO,
+                            capture_output=True, text=True, timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 0, result.stderr
+    numbers = json.loads(out.read_text())
+    assert numbers["N"] == 11_173_962 and numbers["k"] == 11_173 and numbers["device"] == "cpu"
+    assert numbers["copy_ms"] > 0 and numbers["topk_ms"] > 0 and numbers["torch"]
+    assert [(row["method"], row["backend"], row["W"]) for row in numbers["rows"]] == [("micro", "torch", 1), ("micro", "torch", 4)]
+    assert all(row["select_ms"] > 0 and row["plan_ms"] is None and row["count"] > 0 for row in numbers["rows"])
+
+
+def test_the_benchmarks_time_between_synchronizations_on_cuda_only():
+    from experiments.benchmarks.select import _synchronizer, device_problem
+    from experiments.benchmarks.step import distributed_skip
+
+    assert _synchronizer("cpu") is None and _synchronizer("cuda") is not None
+    assert device_problem("cpu", False) is None and device_problem("cuda", True) is None
+    assert "no GPU here" in device_problem("cuda", False)
+    assert distributed_skip(2, "cuda", 1) == "W = 2 on CUDA needs 2 GPUs (one per NCCL process), 1 here"
+    assert distributed_skip(2, "cuda", 2) is None and distributed_skip(4, "cpu", 0) is None
+
+
+def test_the_share_outside_forward_and_backward_is_the_step_less_every_ranks_compute():
+    from experiments.benchmarks.outside_share import outside_share
+
+    rows = [{"step": s, "kind": "train", "time/step_ms": 200.0, "time/compute_ms_mean": 11.0 + (s == 0) * 5,
+             "time/select_ms_mean": 0.5, "time/exchange_ms": 1.0} for s in range(6)]
+    rows.append({"step": 5, "kind": "eval", "eval/accuracy": 0.5})
+    share = outside_share(rows, workers=16, warmup_steps=1)
+    assert share["steps"] == 5 and share["compute_ms"] == 176.0
+    assert abs(share["outside_share"] - 0.12) < 1e-12  # 24 of 200 ms
+    with pytest.raises(ValueError, match="no timed train rows"):
+        outside_share(rows, workers=16, warmup_steps=10)

@@ -28,6 +28,7 @@ from experiments import run_dir as run_files
 from experiments.launcher.compose import CONF_DIR
 from datasets.fashion_mnist import DEBIAN_DIR
 from tests.conftest import REPO, run_cli, run_world
+from tests.layouts import COMPARED_LAYOUTS, ONE_DEVICE
 from tests.harness import result_name
 from tests.specs import short_schedules
 
@@ -148,6 +149,20 @@ def cli_epoch_args(full: bool) -> list[str]:
     return ["dataset=synthetic", "dataset.image_size=28", "dataset.num_train=60000", "dataset.num_test=2000"]
 
 
+def cli_layouts(method: str, full: bool) -> dict[int, list[str]]:
+    """The command lines the test below compares, by process count: hosted, and on 2 processes
+    (4 with `full`). `device=cpu` pins them to one device: on a machine with one GPU,
+    device=auto put the hosted run on the GPU and the 2-process run on the CPU, and they differed
+    at step 0 (tests/test_layout_devices.py checks the pin)."""
+    common = ["experiment=quickstart", f"sparsifier={method}", "reduction=rank_order", "logger=local",
+              "logger.progress=false", ONE_DEVICE, *cli_epoch_args(full)]
+    return {processes: [*common, f"processes={processes}"] for processes in (1, 4 if full else 2)}
+
+
+COMPARED_LAYOUTS["test_the_command_line_logs_the_same_metrics_hosted_and_in_processes"] = [
+    list(cli_layouts("micro", False).values()), list(cli_layouts("micro", True).values())]
+
+
 # SPARSEBENCH_FULL_EPOCH=1 adds the literal quickstart epoch of every sparsifier, hosted and on
 # 4 processes (468 steps each; 20-40 s a run on 2 cores, about 10 minutes in all).
 FULL_EPOCHS = [(m.split(":")[0], True) for m in METHODS if ":" not in m] if os.environ.get("SPARSEBENCH_FULL_EPOCH") == "1" else []
@@ -160,13 +175,12 @@ def test_the_command_line_logs_the_same_metrics_hosted_and_in_processes(tmp_path
     processes (2 ranks each; the literal quickstart on 4 with SPARSEBENCH_FULL_EPOCH=1): every
     logged metric (train and eval) but timings is equal, step by step. (The 4-process world of
     every method is the harness's, above: 4 more interpreters here would double this test's cost.)"""
-    common = ["experiment=quickstart", f"sparsifier={method}", "reduction=rank_order", "logger=local",
-              "logger.progress=false", *cli_epoch_args(full)]
     runs = {}
-    spread_over = 4 if full else 2
-    for processes in (1, spread_over):
+    layouts = cli_layouts(method, full)
+    spread_over = max(layouts)
+    for processes, layout in layouts.items():
         run_dir = tmp_path / f"p{processes}"
-        result = run_cli([*common, f"processes={processes}", f"hydra.run.dir={run_dir}"], timeout=600)
+        result = run_cli([*layout, f"hydra.run.dir={run_dir}"], timeout=600)
         assert result.returncode == 0, result.stderr[-3000:]
         runs[processes] = run_dir
     env = {p: run_files.read_json(runs[p] / run_files.ENV)["resolved"] for p in runs}

@@ -41,3 +41,21 @@ def test_the_device_section_records_this_machines_cpu_kernels_and_libraries():
     if cpuinfo.exists():
         names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")]
         assert device["cpu_model"] == cpu_model() == (names[0] if names else cpu_model())
+
+
+def test_the_gpu_section_names_the_gpu_or_is_none_everywhere_without_one():
+    from types import SimpleNamespace
+
+    from experiments.launcher.environment import GPU_KEYS, gpu_description
+
+    assert gpu_description(cuda_available=False) == dict.fromkeys(GPU_KEYS)
+    h200 = SimpleNamespace(name="NVIDIA H200", major=9, minor=0)
+    gpu = gpu_description(cuda_available=True, properties=h200, driver="580.159")
+    assert (gpu["name"], gpu["capability"], gpu["driver"], gpu["cuda"]) == ("NVIDIA H200", "9.0", "580.159", torch.version.cuda)
+    assert set(gpu) == set(GPU_KEYS)
+    device = _device_description()
+    assert set(device["gpu"]) == set(GPU_KEYS)
+    if not torch.cuda.is_available():
+        assert device["gpu"] == dict.fromkeys(GPU_KEYS)
+    else:
+        assert device["gpu"]["name"] == torch.cuda.get_device_name(0)

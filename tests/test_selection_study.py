@@ -52,6 +52,16 @@ def rows_of(tables, run_dir) -> pd.DataFrame:
     return steps.sort_values("step").reset_index(drop=True)
 
 
+def test_the_replay_goes_to_the_gpu_when_there_is_one_unless_forced_to_the_cpu():
+    assert selection.study_device("auto", cuda_available=True) == "cuda"
+    assert selection.study_device("auto", cuda_available=False) == "cpu"
+    assert selection.study_device("cpu", cuda_available=True) == "cpu"
+    with pytest.raises(ValueError, match="no GPU here"):
+        selection.study_device("cuda", cuda_available=False)
+    cuda = selection.run_overrides("micro", 4, "auto", 1, 1, "mlp", "fashion_mnist", 0.001, device="cuda")
+    assert "device=cuda" in cuda and "device=cpu" not in cuda
+
+
 def test_it_writes_finished_runs_with_the_composed_config(study):
     out, measured, paths, lines, tables = study
     runs = tables.runs.set_index("run_id")
@@ -64,7 +74,9 @@ def test_it_writes_finished_runs_with_the_composed_config(study):
         method, w = run["sparsifier"], int(run["workers"])
         assert path.name == f"{method}_w{w}_{run['cfg.kernels']}"
         assert (run["model"], run["dataset"], run["cfg.tag"]) == (QUICK["model"], "fashion_mnist", selection.TAG)
-        assert (run["processes"], run["world"], run["cfg.device"]) == (1, "hosted", "cpu")
+        # On the GPU when there is one (the claims judged there), recorded in config and env.json.
+        assert (run["processes"], run["world"], run["cfg.device"]) == (1, "hosted", selection.study_device())
+        assert run["env.device"] == selection.study_device()
         assert run["density"] == selection.DENSITY and run["k_target"] == math.floor(selection.DENSITY * run["numel"])
         assert run["warmup_steps"] == settle_of(method)
         assert run["cfg.max_steps"] == settle_of(method) + 2 * timed_of(method)

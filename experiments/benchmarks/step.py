@@ -33,6 +33,11 @@ needs is estimated first; a W that does not fit is skipped, with the reason. To 
 the hosted ranks share two pregenerated gradients (and one starting residual), each rank adding
 them rotated by an offset of its own, so that their selections differ as independent ranks'
 would. Its goal: selection (plan + select) of 256 hosted ranks in <= 1 s per step.
+
+`--device cuda` (`make bench MODE=step DEVICE=cuda`): the distributed worlds run one NCCL process
+per GPU (a W with fewer GPUs than W is skipped, with the reason), and the hosted world puts all
+its ranks on the one GPU, its memory estimated against the GPU's free memory. Every phase is
+timed between synchronizations (PhaseClock with the world's synchronize).
 """
 from __future__ import annotations
 
@@ -286,7 +291,10 @@ def hosted_vectors(ranks: int, model: str) -> int:
     return ranks + HOSTED_GRADIENTS + 1 + (model != "fresh") + SCRATCH_VECTORS
 
 
-def available_memory_bytes() -> int | None:
+def available_memory_bytes(device: str = "cpu") -> int | None:
+    """Free memory where the hosted ranks' vectors live: the GPU's on CUDA, MemAvailable else."""
+    if device == "cuda":
+        return torch.cuda.mem_get_info()[0]
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
@@ -304,13 +312,15 @@ def measure_hosted(run: Run) -> list[dict]:
 
     torch.set_num_threads(run.threads)
     try:
-        world = init_world(run.workers, "cpu", "gloo", timeout_s=HOSTED_TIMEOUT_S)
+        world = init_world(run.workers, run.device, "nccl" if run.device == "cuda" else "gloo",
+                           timeout_s=HOSTED_TIMEOUT_S)
+        device = world.device
         layout = benchmark_layout(run.numel)
         std = gradient_std(layout.numel, run.density, run.gradients)
-        gradients = [gaussian_gradient(layout.numel, std, 0, i) for i in range(HOSTED_GRADIENTS)]
-        residuals = [torch.zeros(layout.numel) for _ in world.local_ranks]
-        out = torch.zeros(layout.numel)
-        start = torch.zeros(layout.numel)  # the shared starting residual (zeros: fresh)
+        gradients = [gaussian_gradient(layout.numel, std, 0, i).to(device) for i in range(HOSTED_GRADIENTS)]
+        residuals = [torch.zeros(layout.numel, device=device) for _ in world.local_ranks]
+        out = torch.zeros(layout.numel, device=device)
+        start = torch.zeros(layout.numel, device=device)  # the shared starting residual (zeros: fresh)
         start_residual(start, out, run.density, run.gradients, RESIDUAL_SEED)
         rank_shifts = [rank * RANK_STRIDE for rank in world.local_ranks]
         clock = PhaseClock(world.synchronize)
@@ -466,6 +476,13 @@ def print_hosted(workers: int, rows: list[dict]) -> None:
               + f"  <= {HOSTED_TARGET_MS:g} ms @ W={HOSTED_TARGET_RANKS}{verdict}")
 
 
+def distributed_skip(workers: int, device: str, gpus: int) -> str | None:
+    """Why a distributed W cannot run here (one GPU per NCCL process), None if it can."""
+    if device == "cuda" and gpus < workers:
+        return f"W = {workers} on CUDA needs {workers} GPUs (one per NCCL process), {gpus} here"
+    return None
+
+
 def comma_list(text: str) -> list[str]:
     return [item for item in text.split(",") if item]
 
@@ -492,6 +509,13 @@ def main() -> None:
     if args.child is not None:
         child_main(args.child)
         return
+    from experiments.benchmarks.select import device_problem
+
+    problem = device_problem(args.device, torch.cuda.is_available())
+    if problem:
+        print(problem, file=sys.stderr)
+        sys.exit(2)
+    gpus = torch.cuda.device_count() if args.device == "cuda" else 0
 
     backends = comma_list(args.backends)
     workers = [int(w) for w in comma_list(args.workers)]
@@ -508,13 +532,18 @@ def main() -> None:
               "distributed": [], "hosted": [], "hosted_skipped": []}
     try:
         for w in workers:
+            skip = distributed_skip(w, args.device, gpus)
+            if skip:
+                print(f"\nW = {w}: skipped: {skip}")
+                report.setdefault("distributed_skipped", []).append({"workers": w, "reason": skip})
+                continue
             rows = run_distributed(Run(w, comma_list(args.methods), settle=args.settle, repeats=args.repeats,
                                        device=args.device, **common))
             print_distributed(w, rows, args.device)
             report["distributed"].extend(rows)
         for w in hosted:
             vectors = hosted_vectors(w, args.gradients)
-            needed, available = vectors * numel * 4, available_memory_bytes()
+            needed, available = vectors * numel * 4, available_memory_bytes(args.device)
             budget = None if available is None else available - MEMORY_HEADROOM_BYTES
             print(f"\nHosted W = {w}: estimated memory {needed / 2**30:.1f} GiB ({vectors} vectors of N floats: "
                   f"residuals, shared gradients, aggregate, scratch)"
@@ -525,7 +554,7 @@ def main() -> None:
                 report["hosted_skipped"].append({"workers": w, "reason": reason})
                 continue
             rows = run_hosted(Run(w, comma_list(args.hosted_methods), settle=args.hosted_settle,
-                                  repeats=args.hosted_repeats, **common))
+                                  repeats=args.hosted_repeats, device=args.device, **common))
             print_hosted(w, rows)
             report["hosted"].extend(rows)
     except RuntimeError as error:

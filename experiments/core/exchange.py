@@ -12,6 +12,13 @@ method's `wire_dtype`), and the low-rank one computes its messages through the m
 
 Indices travel as int32 (every model here has fewer than 2**31 gradient elements), values in the
 accumulator's dtype; padding and size headers are sent and counted like everything else.
+
+Light on a GPU (issue 36): an exchange reads the size header on the host once (`_counts`) and
+then works on all W ranks' rows at once (one padded copy, one accumulation), with no loop over
+the W ranks of small kernels or host syncs; what is still per hosted rank is reading each rank's
+own accumulator (its values at S_r or U: the ranks' buffers are separate tensors) and the sum in
+rank order, whose order is the arithmetic (collectives.py). tests/test_exchange_syncs.py bounds the
+syncs and operations of a hosted exchange independently of W.
 """
 from __future__ import annotations
 
@@ -160,12 +167,12 @@ def union_allreduce(
     rank's selection, so they are appended to the selections' union without a second
     deduplication: U = (union of the S_r) + C, |U| = |union of the S_r| + |C|. They send no index
     bytes and count in no |S_r|; their values travel in the allreduce with the rest of U."""
-    counts = _all_gather_counts(selections, comm, out.device)
-    width = int(counts.max())
+    counts, sizes = _counts(selections, comm, out.device)
+    width = max(sizes)
     # Every rank knows width from the counts: when nobody selected (every unit shared), all
     # skip the index allgather alike (it would move 0 bytes).
     if width > 0:
-        all_indices = comm.all_gather(_padded_rows(selections, width, out.device))
+        all_indices = comm.all_gather(_padded_rows(selections, _local(counts, comm), width, out.device))
     else:
         all_indices = torch.empty((comm.world_size, 0), dtype=INDEX_DTYPE, device=out.device)
     union = sorted_union(all_indices, counts, out.numel())
@@ -176,7 +183,7 @@ def union_allreduce(
         union = torch.cat([union, shared.to(device=out.device, dtype=torch.int64)])
         appended = int(shared.numel())
     clock.mark("index_exchange")
-    return allreduce_at(union, accs, out, comm, counts.cpu(), clock, shared=appended)
+    return allreduce_at(union, accs, out, comm, torch.tensor(sizes, dtype=torch.int64), clock, shared=appended)
 
 
 def sparse_allgather(
@@ -188,24 +195,39 @@ def sparse_allgather(
 ) -> ExchangeResult:
     """Allgather (index, value) pairs; agg = (1/W) sum_r scatter(S_r, acc_r[S_r]). Each rank
     zeroes only its own selection."""
-    counts = _all_gather_counts(selections, comm, out.device)
-    width = int(counts.max())
-    all_indices = comm.all_gather(_padded_rows(selections, width, out.device))
+    counts, sizes = _counts(selections, comm, out.device)
+    width = max(sizes)
+    local = _local(counts, comm)
+    all_indices = comm.all_gather(_padded_rows(selections, local, width, out.device))
     clock.mark("index_exchange")
-    values = torch.zeros((len(accs), width), dtype=out.dtype, device=out.device)
-    for row, (selection, acc) in enumerate(zip(selections, accs)):
-        values[row, : selection.numel()] = acc[selection]
+    # Each hosted rank's values at its own selection (its buffer is its own), one padded copy.
+    values = _padded([acc[selection] for selection, acc in zip(selections, accs)], local, width, 0, out.dtype, out.device)
     all_values = comm.all_gather(values)
     clock.mark("value_exchange")
     out.zero_()
-    # Rank by rank: indices within one rank are unique, so each index_add_ is deterministic.
-    for rank in range(comm.world_size):
-        count = int(counts[rank])
-        out.index_add_(0, all_indices[rank, :count].long(), all_values[rank, :count])
+    # Where the W ranks' pairs are, rank-major (every rank's pairs in rank order): one host read.
+    pairs = _valid(counts, width).view(-1).nonzero().squeeze(1)
+    add_in_order(out, all_indices.view(-1).index_select(0, pairs).long(), all_values.view(-1).index_select(0, pairs))
     out.div_(comm.world_size)
     union = sorted_union(all_indices, counts, out.numel())
     clock.mark("scatter")
-    return ExchangeResult(counts.cpu(), int(union.numel()), [s.long() for s in selections])
+    return ExchangeResult(torch.tensor(sizes, dtype=torch.int64), int(union.numel()), [s.long() for s in selections])
+
+
+def add_in_order(out: torch.Tensor, indices: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """out[indices[i]] += values[i] for i = 0, 1, ... in that order: at a coordinate several
+    pairs share (W ranks' selections overlap), the values add in the order given, rank order
+    here, as W index_add_ calls one rank at a time did. On the CPU one index_add_ of a 1-D tensor
+    does exactly that (a serial loop over the index; not index_put_, whose accumulation goes
+    parallel with atomics past 32k elements). On CUDA index_add_ adds with atomics, in no fixed
+    order, so the pairs go through index_put_(accumulate=True): torch sorts them by coordinate
+    (a stable sort) and sums each coordinate's values in one thread, in their order, for up to
+    32 pairs a coordinate (a warp's tree beyond), then adds the sum to `out`: deterministic, and
+    for W <= 32 the same order as rank by rank (from a zero `out`). The GPU check compares it
+    with the rank-by-rank loop bit for bit (tests/test_exchange_syncs.py)."""
+    if out.device.type == "cuda":
+        return out.index_put_((indices,), values, accumulate=True)
+    return out.index_add_(0, indices, values)
 
 
 def leader_allreduce(
@@ -322,16 +344,36 @@ def allreduce_at(
     return ExchangeResult(counts, int(indices.numel()), [indices] * len(accs), shared)
 
 
-def _all_gather_counts(selections: list[torch.Tensor], comm: RankCollectives, device: torch.device) -> torch.Tensor:
-    """The size header: every rank's |S_r| (one int32 each)."""
+def _counts(selections: list[torch.Tensor], comm: RankCollectives, device: torch.device) -> tuple[torch.Tensor, list[int]]:
+    """The size header: every rank's |S_r| (one int32 each), as int64 on the device and as
+    numbers on the host: the one read of the device the exchange makes before its values (on
+    CUDA, the header's copy there and back)."""
     local = torch.tensor([[s.numel()] for s in selections], dtype=INDEX_DTYPE, device=device)
-    return comm.all_gather(local).view(-1).long()
+    counts = comm.all_gather(local).view(-1).long()
+    return counts, counts.tolist()
 
 
-def _padded_rows(selections: list[torch.Tensor], width: int, device: torch.device) -> torch.Tensor:
-    """Padding: gloo rejects uneven all_gather, so every rank sends `width` indices."""
-    rows = torch.full((len(selections), width), PAD, dtype=INDEX_DTYPE, device=device)
-    for row, selection in enumerate(selections):
-        rows[row, : selection.numel()] = selection
+def _local(counts: torch.Tensor, comm: RankCollectives) -> torch.Tensor:
+    """The hosted ranks' entries of `counts` (contiguous ranks: a slice, no copy)."""
+    return counts[comm.local_ranks[0]: comm.local_ranks[0] + comm.local_size]
+
+
+def _valid(counts: torch.Tensor, width: int) -> torch.Tensor:
+    """[ranks, width] bool: position j of row r holds one of rank r's |S_r| entries."""
+    return torch.arange(width, device=counts.device) < counts[:, None]
+
+
+def _padded(parts: list[torch.Tensor], sizes: torch.Tensor, width: int, fill: int, dtype: torch.dtype,
+            device: torch.device) -> torch.Tensor:
+    """The parts as the rows of a [len(parts), width] tensor, each padded with `fill`: one fill
+    and one masked copy (row-major, so part r lands in row r), not a copy per row."""
+    rows = torch.full((len(parts), width), fill, dtype=dtype, device=device)
+    if width > 0:
+        rows.masked_scatter_(_valid(sizes, width), torch.cat(parts).to(dtype))
     return rows
+
+
+def _padded_rows(selections: list[torch.Tensor], sizes: torch.Tensor, width: int, device: torch.device) -> torch.Tensor:
+    """Padding: gloo rejects uneven all_gather, so every rank sends `width` indices."""
+    return _padded(selections, sizes, width, PAD, INDEX_DTYPE, device)
 

@@ -149,7 +149,20 @@ def preflight(args: list[str]) -> int:
             check_run_dir(cfg, multirun, num)
             if not multirun:
                 _note_unswept(overrides, cfg)
+    if len(configs) > 1:
+        check_layout_devices(configs)
     return len(jobs)
+
+
+def check_layout_devices(configs: list[DictConfig], gpus: int | None = None) -> None:
+    """A sweep comparing layouts under reduction=rank_order must run them on one device: with
+    fewer GPUs than processes, device=auto sends a hosted job to the GPU and a multi-process job
+    to the CPU, whose logged numbers then differ at step 0 without any bug (runtime.auto_device)."""
+    from experiments.runtime import _gpu_count, mixed_layout_devices
+
+    problem = mixed_layout_devices(configs, _gpu_count(gpus))
+    if problem:
+        raise ConfigError(problem)
 
 
 def check_run_dir(cfg: DictConfig, multirun: bool, num: int) -> None:

@@ -4,7 +4,8 @@ settings resolved once in the parent (experiments/runtime.py) that every rank th
 The device section names what makes float results differ between machines that run the same
 code and versions (docs/reproducibility.md): the CPU model, the instruction set torch's kernels
 dispatch to (`cpu_capability`: AVX2 and AVX512 kernels sum in different orders), and the BLAS
-and oneDNN builds behind matrix products and convolutions.
+and oneDNN builds behind matrix products and convolutions; and the GPU (`gpu`: name, compute
+capability, driver, CUDA and cuDNN versions; None everywhere on a machine without one).
 
 No environment variable is copied wholesale: secrets such as WANDB_API_KEY never reach a file.
 """
@@ -82,7 +83,44 @@ def _device_description() -> dict[str, Any]:
     if torch.cuda.is_available():
         description["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
         description["cuda"] = torch.version.cuda
+    description["gpu"] = gpu_description()
     return description
+
+
+GPU_KEYS = ("name", "capability", "driver", "cuda", "cudnn", "count")
+
+
+def gpu_description(cuda_available: bool | None = None, properties=None, driver: str | None = None) -> dict[str, Any]:
+    """The GPU a CUDA run computes on (the first one; a machine's GPUs are one model here), as
+    the CPU section names the CPU: name, compute capability ("9.0"), driver, the CUDA and cuDNN
+    versions torch uses, and how many GPUs. None everywhere on a machine without CUDA. The
+    arguments stand in for this machine's (tests pass a fake)."""
+    import torch
+
+    cuda_available = torch.cuda.is_available() if cuda_available is None else cuda_available
+    if not cuda_available:
+        return dict.fromkeys(GPU_KEYS)
+    properties = torch.cuda.get_device_properties(0) if properties is None else properties
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return {
+        "name": properties.name,
+        "capability": f"{properties.major}.{properties.minor}",
+        "driver": driver if driver is not None else nvidia_driver(),
+        "cuda": torch.version.cuda,
+        "cudnn": str(cudnn) if cudnn is not None else None,
+        "count": torch.cuda.device_count(),
+    }
+
+
+def nvidia_driver() -> str | None:
+    """The driver version nvidia-smi reports ("580.159"), None without nvidia-smi."""
+    try:
+        result = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = result.stdout.strip().splitlines() if result.returncode == 0 else []
+    return lines[0].strip() or None if lines else None
 
 
 def collect_environment(runtime: Runtime, job: dict[str, Any]) -> dict[str, Any]:

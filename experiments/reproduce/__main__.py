@@ -82,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="the test suite's cut-down run")
     parser.add_argument("--skip-runs", action="store_true", help="judge what --out already holds")
     parser.add_argument("--publish", action="store_true", help="write the verdicts to docs/measured/claims.md")
+    parser.add_argument("--selection-device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="where the selection replay runs: auto, the GPU when there is one (default); cpu forces the CPU")
     options = parser.parse_args(argv)
     out = start_study(options.out, "reproduce")
     started = time.monotonic()
@@ -91,9 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         total = len(sweeps) + 1
         for number, sweep in enumerate(sweeps, 1):
             run_sweep(sweep, out, number, total)
-        print(f"[{total}/{total}] selection cost at ResNet-18 size (kernels torch and auto)", flush=True)
+        print(f"[{total}/{total}] selection cost at ResNet-18 size (kernels torch and auto, on "
+              f"{selection.study_device(options.selection_device)})", flush=True)
         study = selection.QUICK if options.quick else selection.FULL
-        selection.run_selection_study(out / SELECTION_FOLDER, **study)
+        selection.run_selection_study(out / SELECTION_FOLDER, **study, device=options.selection_device)
     elif not out.is_dir():
         raise SystemExit(f"--skip-runs: {out} does not exist")
     record = judge(out)

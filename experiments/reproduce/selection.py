@@ -49,7 +49,8 @@ steps continue the same trajectory, alternating the two paths step by step: step
 
 What is written. Per (method, W) two run directories, `<out>/<method>_w<W>_<kernels>/`, each an
 ordinary finished run: config.yaml (composed by Hydra, experiments/launcher/compose.py, with
-`kernels`, `warmup_steps` = S, `max_steps` = S + 2T, `tag`, `device=cpu`, `processes=1`, the
+`kernels`, `warmup_steps` = S, `max_steps` = S + 2T, `tag`, `device` (cuda when a GPU is here,
+else cpu; `--device cpu` forces the CPU, study_device), `processes=1`, the
 method's knobs), env.json and status.json (experiments/launcher/launch.prepare_run_dir, then
 `done`), metrics.jsonl (the rank process's JSONL sink) and summary.json (experiments/rank/summary.py's
 accumulator plus the fields the training loop records, and `replay`: what this study did). Both
@@ -156,12 +157,24 @@ def say_now(line: str) -> None:
 
 
 # -- configs ------------------------------------------------------------------------------------
+def study_device(requested: str = "auto", cuda_available: bool | None = None) -> str:
+    """Where the replay runs: `auto` is the GPU when there is one (the `selection.*` claims are
+    then judged on it, as the papers timed their selection on GPUs), else the CPU; `cpu` forces
+    the CPU. Written into every run's config (`device=`), so env.json and the analysis name it."""
+    available = torch.cuda.is_available() if cuda_available is None else cuda_available
+    if requested not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"the selection study's device must be auto, cpu or cuda, got {requested}")
+    if requested == "cuda" and not available:
+        raise ValueError("the selection study's device=cuda: no GPU here; use auto or cpu")
+    return "cuda" if requested == "cuda" or (requested == "auto" and available) else "cpu"
+
+
 def run_overrides(method: str, workers: int, kernels: str, settle: int, timed: int, model: str, dataset: str,
-                  density: float, epochs: int | None = None, extra: Sequence[str] = ()) -> list[str]:
+                  density: float, epochs: int | None = None, extra: Sequence[str] = (), device: str = "cpu") -> list[str]:
     """The command-line overrides of one run of the study (what `python run.py` would be given);
     `extra` last, so a caller's overrides win."""
     overrides = [f"model={model}", f"dataset={dataset}", f"sparsifier={method}", f"sparsifier.density={density}",
-                 f"workers={workers}", "processes=1", "device=cpu", f"launcher.threads_per_process={THREADS}",
+                 f"workers={workers}", "processes=1", f"device={device}", f"launcher.threads_per_process={THREADS}",
                  f"kernels={kernels}", f"tag={TAG}",
                  f"warmup_steps={settle}", f"max_steps={settle + 2 * timed}", "logger=local", "logger.log_every=1",
                  "logger.progress=false", *METHOD_OVERRIDES.get(method, ())]
@@ -286,14 +299,16 @@ class Replay:
 
     def __init__(self, cfg: DictConfig, pool: GradientPool) -> None:
         self.cfg, self.pool = cfg, pool
-        self.world: World = init_world(cfg.workers, "cpu", "gloo", cfg.launcher.timeout_s,
+        runtime = resolve(cfg)  # cfg's device (the study writes cpu or cuda)
+        self.world: World = init_world(cfg.workers, runtime.device, runtime.backend, cfg.launcher.timeout_s,
                                        NetworkModel.from_config(cfg.network), cfg.reduction)
         if self.world.processes != 1:
             raise RuntimeError("the selection study hosts every rank in this process: run it without torchrun")
         ranks = self.world.local_ranks
         self.sparsifiers: list[Sparsifier] = [build_sparsifier(cfg, pool.layout, rank) for rank in ranks]
-        self.residuals = [torch.zeros(pool.numel, dtype=pool.gradients.dtype) for _ in ranks]
-        self.out = torch.zeros(pool.numel, dtype=pool.gradients.dtype)
+        device = self.world.device
+        self.residuals = [torch.zeros(pool.numel, dtype=pool.gradients.dtype, device=device) for _ in ranks]
+        self.out = torch.zeros(pool.numel, dtype=pool.gradients.dtype, device=device)
         method = self.method
         network = self.world.comm.meter.network
         nbytes = pool.numel * self.out.element_size()
@@ -465,21 +480,24 @@ def run_selection_study(
     pool_size: int | None = None,
     progress: Progress | None = say_now,
     overrides: Sequence[str] = (),
+    device: str = "auto",
 ) -> list[Path]:
     """Runs the study into `out` (a new or empty directory); returns the run directories, two
     per (method, W). `settle_steps`, `timed_steps`: one number for every method or a mapping
     per method ("default" for the rest); None: SETTLE_STEPS, TIMED_STEPS. `overrides`: more
-    config overrides for every run (e.g. `launcher.threads_per_process=2`), recorded in config.yaml."""
+    config overrides for every run (e.g. `launcher.threads_per_process=2`), recorded in config.yaml.
+    `device`: auto (the GPU when there is one), cpu or cuda (study_device)."""
     return selection_study(out, workers, methods, density, settle_steps, timed_steps, model, dataset, pool_size,
-                           progress, overrides)[1]
+                           progress, overrides, device)[1]
 
 
 def selection_study(out: Path, workers: Sequence[int], methods: Sequence[str], density: float,
                     settle_steps: int | Mapping[str, int] | None, timed_steps: int | Mapping[str, int] | None,
                     model: str, dataset: str, pool_size: int | None, progress: Progress | None,
-                    overrides: Sequence[str] = ()) -> tuple[list[Measured], list[Path]]:
+                    overrides: Sequence[str] = (), device: str = "auto") -> tuple[list[Measured], list[Path]]:
     """run_selection_study, returning each (method, W)'s numbers too."""
     say = progress or (lambda line: None)
+    device = study_device(device)
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} is not empty: the study writes its run directories into a new directory")
@@ -490,9 +508,11 @@ def selection_study(out: Path, workers: Sequence[int], methods: Sequence[str], d
                      per_method(timed_steps, method, TIMED_STEPS, DEFAULT_TIMED)) for method in methods}
     # The pool, from the config of the study's first run (its model, data, optimizer, batch, seed).
     first = compose_run(run_overrides(methods[0], workers[-1], KERNEL_PATHS[0], *plan[methods[0]], model, dataset, density,
-                                      extra=overrides))
+                                      extra=overrides, device=device))
     torch.set_num_threads(resolve(first).threads_per_process)  # as a rank process of this config would
     pool = gradient_pool(first, pool_size or workers[-1])
+    # Computed on the CPU (a rank's forward/backward, once), replayed where the ranks are.
+    pool.gradients = pool.gradients.to(resolve(first).device)
     say(f"pool: {pool.size} real gradients of {first.model.name} on {first.dataset.name} "
         f"(N = {pool.numel:,}, k = {math.floor(density * pool.numel):,} at density {density}) in {pool.seconds:.1f} s")
     # One `epochs` for the whole study, enough for its longest run at its largest W: each run's
@@ -505,7 +525,7 @@ def selection_study(out: Path, workers: Sequence[int], methods: Sequence[str], d
         settle, timed = plan[method]
         for w in workers:
             cfg = compose_run(run_overrides(method, w, KERNEL_PATHS[0], settle, timed, model, dataset, density, epochs,
-                                            overrides))
+                                            overrides, device))
             one = measure(cfg, pool, out, settle, timed)
             measured.append(one)
             say(one.line())
@@ -538,6 +558,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle", type=int, default=None, help="settle steps for every method (default: per method)")
     parser.add_argument("--timed", type=int, default=None, help="timed steps per path for every method (default: per method)")
     parser.add_argument("--pool", type=int, default=None, help="gradients in the pool (default: the largest W)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="auto: the GPU when there is one; cpu forces the CPU")
     parser.add_argument("overrides", nargs="*", help="more config overrides for every run (key=value)")
     args = parser.parse_args(argv)
     options: dict[str, Any] = dict(QUICK) if args.quick else {}
@@ -554,8 +576,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         measured, _ = selection_study(args.out, options["workers"], methods, DENSITY, options.get("settle_steps"),
                                       options.get("timed_steps"), options.get("model", MODEL), DATASET,
-                                      options.get("pool_size"), say_now, args.overrides)
-    except FileExistsError as error:
+                                      options.get("pool_size"), say_now, args.overrides, args.device)
+    except (FileExistsError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print("\nmedian time/select_ms_max (ms) per method, kernels and W; 'error': mean density error of the timed steps")

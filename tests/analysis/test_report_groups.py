@@ -15,10 +15,11 @@ from experiments.store import RunStore
 
 def write_run(run_dir: Path, max_steps: int, seed: int, status: str = "done", skipped: bool = False,
               lr: float = 0.1, settings: dict | None = None, last_eval: float | None = None,
-              device: dict | None = None) -> Path:
+              device: dict | None = None, resolved_device: str | None = None) -> Path:
     """A Top-k run of `max_steps` logged steps (one evaluation), as the runner lays it out.
     `last_eval`: a second, later evaluation with this accuracy (NaN: written as null).
-    `device`: env.json's device section (the machine that made the run)."""
+    `device`: env.json's device section (the machine that made the run); `resolved_device`:
+    the device the run computed on (env.json's resolved section, cpu or cuda)."""
     run_dir.mkdir(parents=True)
     config = {"sparsifier": {"name": "topk", "density": 0.01, "exchange": "union_allreduce"},
               "model": {"name": "mlp"}, "dataset": {"name": "digits"}, "optimizer": {"name": "sgd", "lr": lr},
@@ -32,7 +33,8 @@ def write_run(run_dir: Path, max_steps: int, seed: int, status: str = "done", sk
         node[leaf] = value
     run_files.write_yaml(run_dir / run_files.CONFIG, config)
     store = RunStore(run_dir)
-    store.write_json(run_files.ENV, {"resolved": {"world": "hosted", "processes": 1}, "job": {"group": "g"},
+    resolved = {"world": "hosted", "processes": 1, **({"device": resolved_device} if resolved_device else {})}
+    store.write_json(run_files.ENV, {"resolved": resolved, "job": {"group": "g"},
                                      **({"device": device} if device else {})})
     writer = store.open_metrics()
     for step in range(max_steps):
@@ -153,6 +155,49 @@ def test_runs_made_on_different_machines_are_rows_of_their_own_naming_the_machin
         assert column in text.splitlines()[0]
     if separate:
         assert set(summary[separate[0]].astype(str)) == {AVX2[separate[0][4:]], other[separate[0][4:]]}
+
+
+H200 = {**AVX2, "gpu": {"name": "NVIDIA H200", "capability": "9.0", "driver": "580.159", "cuda": "13.0",
+                        "cudnn": "91500", "count": 1}}
+
+
+@pytest.mark.parametrize("other, other_device, separate", [
+    ({**H200, "gpu": {**H200["gpu"], "name": "NVIDIA A100-SXM4-80GB", "capability": "8.0"}}, "cuda",
+     ["env.gpu", "env.gpu_capability"]),
+    ({**H200, "gpu": {**H200["gpu"], "driver": "570.86"}}, "cuda", ["env.gpu_driver"]),
+    (H200, "cpu", ["env.device"]),  # the same machine, one run on its CPU
+    (H200, "cuda", []),
+])
+def test_runs_on_different_gpus_or_devices_are_rows_of_their_own_naming_the_gpu_key(
+        tmp_path: Path, other: dict, other_device: str, separate: list) -> None:
+    """As CPUs are kept apart: the GPU model, its compute capability and driver, and the device a
+    run computed on (a CPU run and a CUDA run of one config) are settings of their own."""
+    for name, seed, device, resolved in (("a0", 0, H200, "cuda"), ("a1", 1, H200, "cuda"), ("b0", 0, other, other_device)):
+        write_run(tmp_path / "runs" / name, 3, seed, device=device, resolved_device=resolved)
+    text = write_report([tmp_path / "runs"], tmp_path / "report", cache=False)
+    summary = _summary(tmp_path / "report")
+    assert sorted(column for column in summary.columns if column.startswith("env.")) == separate
+    assert sorted(summary["runs"]) == ([1, 2] if separate else [3])
+    for column in separate:
+        assert column in text.splitlines()[0]
+
+
+@pytest.mark.parametrize("reduction, devices, said", [
+    ("rank_order", ("cuda", "cpu"), True),
+    ("rank_order", ("cpu", "cpu"), False),
+    ("ring", ("cuda", "cpu"), False),  # ring promises no bits across layouts: nothing to warn about
+])
+def test_the_report_says_when_runs_compared_under_rank_order_ran_on_different_devices(
+        tmp_path: Path, reduction: str, devices: tuple, said: bool) -> None:
+    """device=auto with one GPU puts a hosted run on it and a 2-process run on the CPU: a user
+    comparing them under rank_order is told why their rows differ, instead of comparing silently."""
+    for name, device, processes in (("hosted", devices[0], 1), ("spread", devices[1], 2)):
+        write_run(tmp_path / "runs" / name, 3, 0, device=H200, resolved_device=device,
+                  settings={"processes": processes, "reduction": reduction})
+    text = write_report([tmp_path / "runs"], tmp_path / "report", cache=False)
+    report = (tmp_path / "report" / "report.md").read_text()
+    note = "Runs compared under reduction=rank_order ran on different devices (1 on cpu, 1 on cuda)"
+    assert (note in text and note in report and "device=cpu" in report) == said
 
 
 def test_a_non_finite_last_evaluation_is_flagged_not_replaced_by_an_earlier_one(tmp_path: Path) -> None:

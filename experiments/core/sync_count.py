@@ -1,0 +1,76 @@
+"""Counting what makes a hosted step heavy on a GPU, on any device: the operations dispatched
+(each a kernel launch on CUDA, 5-20 us of host time) and the host syncs among them (the host
+waits for the GPU's queue to drain).
+
+A host sync is an operation that needs a device value on the host: `.item()`, `int(t)`,
+`float(t)` (aten._local_scalar_dense), an output whose size depends on the data (nonzero, boolean
+masks, masked_select, unique, repeat_interleave without output_size), and a copy between devices
+(`.cpu()`, `torch.tensor(data, device=cuda)`: blocking copies synchronize their stream). On the
+CPU the same code dispatches the same operations, so the counts are measured there by
+construction, except cross-device copies, which exist only where there are two devices
+(`copies` counts them on CUDA). Used by tests/test_exchange_syncs.py (bounds independent of W)
+and by the GPU check (experiments/benchmarks/gpu_check.sh).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+# Operations whose result the host must wait for, on CUDA.
+SYNCING = frozenset({
+    "aten._local_scalar_dense", "aten.nonzero", "aten.masked_select", "aten._unique2", "aten.unique_dim",
+    "aten.unique_consecutive", "aten.equal", "aten.is_nonzero",
+})
+
+
+def _name(func: Any) -> str:
+    return f"aten.{func._schema.name.split('::')[-1]}"
+
+
+def _devices(value: Any) -> set[str]:
+    if isinstance(value, torch.Tensor):
+        return {value.device.type}
+    if isinstance(value, (list, tuple)):
+        return set().union(*(_devices(v) for v in value)) if value else set()
+    return set()
+
+
+def _bool_index(args: tuple) -> bool:
+    indices = args[1] if len(args) > 1 else ()
+    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices or ())
+
+
+class SyncCounter(TorchDispatchMode):
+    """`with SyncCounter() as counter:` counts every aten operation dispatched inside (`ops`),
+    the host syncs among them (`syncs`, by name in `sync_ops`) and the copies between devices
+    (`copies`, syncs too)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = 0
+        self.syncs = 0
+        self.copies = 0
+        self.sync_ops: Counter[str] = Counter()
+        self.op_names: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = _name(func)
+        self.ops += 1
+        self.op_names[name] += 1
+        syncing = name in SYNCING
+        if name == "aten.repeat_interleave" and kwargs.get("output_size") is None:
+            syncing = True
+        if name in ("aten.index", "aten.index_put_", "aten._index_put_impl_") and _bool_index(args):
+            syncing = True  # a boolean mask becomes indices: its count is read on the host
+        out = func(*args, **kwargs)
+        if name in ("aten._to_copy", "aten.copy_", "aten.to") and len(_devices(args) | _devices(out)) > 1:
+            self.copies += 1
+            syncing = True
+        if syncing:
+            self.syncs += 1
+            self.sync_ops[name] += 1
+        return out
