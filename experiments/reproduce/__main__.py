@@ -1,7 +1,7 @@
 """`make reproduce` (= `python -m experiments.reproduce`): the laptop studies, then a verdict on
 every claim of the papers.
 
-    python -m experiments.reproduce [--out DIR] [--quick] [--skip-runs]
+    python -m experiments.reproduce [--out DIR] [--quick] [--skip-runs] [--publish] [--selection-device auto]
 
 1. runs the laptop sweeps of experiments/reproduce/studies.py, each a `python run.py -m ...` a
    user could type, one progress line per finished run (every run's own output goes to
