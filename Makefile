@@ -75,6 +75,7 @@ data:
 # for the analysis, cached and cold. MODE=memory: peak memory of hosted ranks beside the estimate.
 # MODE=ddp: a torchvision ResNet-18 in real DDP, DDP's own all-reduce beside the sparsebench hook.
 # MODE=startup: where a quickstart run's wall time goes besides training (run.py, 3 repeats).
+# MODE=ops: torch operations and host syncs per select of every method, the GPU path counted on the CPU.
 MODE ?= select
 bench: $(STAMP)
 ifeq ($(MODE),step)
@@ -89,8 +90,10 @@ else ifeq ($(MODE),ddp)
 	$(PY) -m experiments.benchmarks.ddp_hook $(ARGS)
 else ifeq ($(MODE),startup)
 	$(PY) -m experiments.benchmarks.startup $(ARGS)
+else ifeq ($(MODE),ops)
+	$(PY) -m experiments.benchmarks.op_counts $(ARGS)
 else
-	$(error MODE must be select, step, load, memory, ddp or startup, got $(MODE))
+	$(error MODE must be select, step, load, memory, ddp, startup or ops, got $(MODE))
 endif
 
 # The DDP example (docs/ddp_hook.md, "Use a sparsifier in your own DDP script"): NPROC gloo (or NCCL)

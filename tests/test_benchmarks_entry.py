@@ -15,7 +15,8 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make
 BENCHMARKS = REPO / "experiments" / "benchmarks"
 # MODE -> the module it runs, and the arguments the Makefile adds before ARGS.
 MODES = {"select": ("select", ""), "step": ("step", " --hosted 64"), "load": ("load", ""),
-         "memory": ("hosted_memory", ""), "ddp": ("ddp_hook", ""), "startup": ("startup", "")}
+         "memory": ("hosted_memory", ""), "ddp": ("ddp_hook", ""), "startup": ("startup", ""),
+         "ops": ("op_counts", "")}
 PACKAGES = ("analysis", "experiments", "sparsifiers", "models", "datasets")
 
 
@@ -49,7 +50,7 @@ def test_make_bench_runs_the_modes_module(mode):
 def test_an_unknown_mode_names_the_modes():
     result = make_bench("loads", dry_run=True)
     assert result.returncode != 0
-    assert "MODE must be select, step, load, memory, ddp or startup, got loads" in result.stderr
+    assert "MODE must be select, step, load, memory, ddp, startup or ops, got loads" in result.stderr
 
 
 def test_make_bench_load_runs_at_tiny_sizes():

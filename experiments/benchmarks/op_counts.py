@@ -9,7 +9,7 @@ A sync is an op that hands data to the host: `.item()` (aten._local_scalar_dense
 masked_select, unique, boolean indexing, repeat_interleave without output_size), `equal`, and
 `.tolist()`/`.numpy()` (no aten op on a CPU tensor: caught at the Python API by a function mode).
 
-    python -m experiments.benchmarks.op_counts [--methods deft,topk] [--workers 1,16]
+    make bench MODE=ops   # = python -m experiments.benchmarks.op_counts [--methods deft,topk] [--workers 1,16]
 """
 from __future__ import annotations
 
@@ -167,6 +167,7 @@ def main() -> None:
                         "randomk,threshold,sage,accordion")
     parser.add_argument("--workers", default="1,16")
     parser.add_argument("--density", type=float, default=0.001)
+    parser.add_argument("--repeats", type=int, default=1, help="ignored: counts do not vary (the modes' common option)")
     args = parser.parse_args()
     layout = resnet18_cifar_layout()
     acc = at_operating_point(gradient_like(layout.numel), args.density)
