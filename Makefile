@@ -76,6 +76,7 @@ data:
 # MODE=ddp: a torchvision ResNet-18 in real DDP, DDP's own all-reduce beside the sparsebench hook.
 # MODE=startup: where a quickstart run's wall time goes besides training (run.py, 3 repeats).
 # DEVICE=cuda (select and step): the same on the GPU, synchronized; select writes JSON with ARGS="--out F".
+# MODE=ops: torch operations and host syncs per select of every method, the GPU path counted on the CPU.
 MODE ?= select
 DEVICE ?=
 DEVICE_ARG := $(if $(DEVICE), --device $(DEVICE))
@@ -92,8 +93,10 @@ else ifeq ($(MODE),ddp)
 	$(PY) -m experiments.benchmarks.ddp_hook $(ARGS)
 else ifeq ($(MODE),startup)
 	$(PY) -m experiments.benchmarks.startup $(ARGS)
+else ifeq ($(MODE),ops)
+	$(PY) -m experiments.benchmarks.op_counts $(ARGS)
 else
-	$(error MODE must be select, step, load, memory, ddp or startup, got $(MODE))
+	$(error MODE must be select, step, load, memory, ddp, startup or ops, got $(MODE))
 endif
 
 # Everything issue 36 measures on CUDA, on a machine with a GPU (docs/speed.md, "On a GPU"):

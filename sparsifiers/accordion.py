@@ -35,6 +35,8 @@ from experiments import metric_keys as keys
 from experiments.errors import ConfigError
 from sparsifiers.base import ExchangeKind, SelectionScope, Sparsifier
 from sparsifiers.kernels import ExactTopK
+from sparsifiers.kernels.backend import batched_path
+from sparsifiers.kernels.segmented import segmented_topk, unit_norms
 from sparsifiers.layout import Layout
 
 INITIAL_NORM = 1e-8  # prev_l before the first detection (the released value)
@@ -130,7 +132,8 @@ class Accordion(Sparsifier):
         # The step is not known here, so the norms are taken on every such step (one read of
         # the gradient, L small reductions, no host sync) and the detection step uses its own.
         if self.rank == 0 and self._epoch % self.switch_freq == 0 and self._detected_epoch != self._epoch:
-            self._norms = torch.stack([torch.linalg.vector_norm(grad[start:end]) for start, end in self.segments])
+            # One op for all parameters (fused on CUDA; vector_norm per parameter on the CPU).
+            self._norms = unit_norms(grad, [end - start for start, end in self.segments])
         return grad
 
     # -- 1.-2. detection on rank 0, broadcast as the plan --------------------------------------
@@ -167,10 +170,15 @@ class Accordion(Sparsifier):
         count = sum(ks)
         if self._indices.device != acc.device or self._indices.numel() < count:
             self._indices = torch.empty(max(count, self.k), dtype=torch.int64, device=acc.device)  # once: k is the largest
-        position = 0
-        for (start, end), k_l in zip(self.segments, ks):
-            self._top_k(acc[start:end], k_l, offset=start, out=self._indices[position : position + k_l])
-            position += k_l
+        if batched_path(acc):
+            # GPUs: every parameter in a fixed number of ops, no host sync (kernels/segmented.py).
+            segmented_topk(acc, [start for start, _ in self.segments], [end - start for start, end in self.segments],
+                           ks, out=self._indices[:count])
+        else:
+            position = 0
+            for (start, end), k_l in zip(self.segments, ks):
+                self._top_k(acc[start:end], k_l, offset=start, out=self._indices[position : position + k_l])
+                position += k_l
         return self._indices[:count]
 
     def _ks(self) -> list[int]:

@@ -42,6 +42,8 @@ from sparsifiers.deft_allocation import (
     unit_k,
 )
 from sparsifiers.kernels import ExactTopK
+from sparsifiers.kernels.backend import batched_path
+from sparsifiers.kernels.segmented import ranges, segmented_topk, tiles, unit_norms
 from sparsifiers.layout import Layout
 
 NORM_MODES = ("local", "global")
@@ -84,6 +86,7 @@ class DEFT(Sparsifier):
         # 1. units, once.
         self.units = make_units(layout, world_size)
         self.sizes = [end - start for start, end in self.units]
+        self._tiles = tiles(self.units, layout.numel)  # always, as make_units skips only empty pieces
         # This step's view, kept for metrics() and exact resume.
         self._step = -1
         self._k: list[int] = []
@@ -112,6 +115,9 @@ class DEFT(Sparsifier):
 
     # -- 2. k per unit ------------------------------------------------------------------------
     def _local_norms(self, acc: torch.Tensor) -> torch.Tensor:
+        # One fused op on CUDA; on the CPU the same per-unit vector_norm as the loop, bit for bit.
+        if self._tiles:
+            return unit_norms(acc, self.sizes)
         return torch.stack([torch.linalg.vector_norm(acc[start:end]) for start, end in self.units])
 
     def _unit_k(self, acc: torch.Tensor, step: int) -> list[int]:
@@ -158,16 +164,25 @@ class DEFT(Sparsifier):
         whole = self._common if leads else []
         count = sum(ks[unit] for unit in mine) + sum(self.sizes[unit] for unit in whole)
         self._ensure_buffers(acc, count)
-        position = 0
-        for unit in mine:
-            start, end = self.units[unit]
-            k_unit = ks[unit]
-            self._top_k(acc[start:end], k_unit, offset=start, out=self._indices[position : position + k_unit])
-            position += k_unit
-        for unit in whole:
-            start, end = self.units[unit]
-            torch.arange(start, end, out=self._indices[position : position + end - start])
-            position += end - start
+        selected = sum(ks[unit] for unit in mine)
+        if batched_path(acc):
+            # GPUs: every unit of the bin in a fixed number of ops, no host sync (kernels/segmented.py).
+            segmented_topk(acc, [self.units[unit][0] for unit in mine], [self.sizes[unit] for unit in mine],
+                           [ks[unit] for unit in mine], out=self._indices[:selected])
+            ranges([self.units[unit][0] for unit in whole], [self.sizes[unit] for unit in whole], acc.device,
+                   out=self._indices[selected:count])
+        else:
+            # The reference, and the CPU's path (the compiled top-k unit by unit).
+            position = 0
+            for unit in mine:
+                start, end = self.units[unit]
+                k_unit = ks[unit]
+                self._top_k(acc[start:end], k_unit, offset=start, out=self._indices[position : position + k_unit])
+                position += k_unit
+            for unit in whole:
+                start, end = self.units[unit]
+                torch.arange(start, end, out=self._indices[position : position + end - start])
+                position += end - start
         self._scanned = sum(self.sizes[unit] for unit in mine)
         return self._indices[:count]
 
@@ -182,8 +197,9 @@ class DEFT(Sparsifier):
         key = tuple(self._common)
         if self._shared is None or self._shared[0] != key or self._shared[1].device != self._indices.device:
             # The set of common units rarely changes between steps: built again only when it does.
-            ranges = [torch.arange(*self.units[unit], device=self._indices.device) for unit in self._common]
-            self._shared = (key, torch.cat(ranges))
+            starts = [self.units[unit][0] for unit in self._common]
+            lengths = [self.sizes[unit] for unit in self._common]
+            self._shared = (key, ranges(starts, lengths, self._indices.device))
         return self._shared[1]
 
     def _ensure_buffers(self, acc: torch.Tensor, count: int) -> None:

@@ -1,21 +1,30 @@
 """Random-k: k coordinates drawn uniformly, the same on every rank.
 
-    1. Stream (once): a generator seeded from the run seed alone, so every rank draws the same
-       numbers; it is this object's own torch.Generator, so the training RNG is never touched.
+    1. Stream: a counter-based generator (splitmix64 over int64 torch ops, identical on every
+       device): the t-th step's draws are a pure function of the run seed and t, so every rank,
+       CPU or GPU, draws the same numbers, a resumed run the same as one never stopped, and the
+       training RNG is never touched.
     2. Draw (every step): k distinct indices, uniform over all k-subsets of [0, N).
     3. Exchange: shared_allreduce. The indices are identical everywhere by construction, so no
        index travels: the values there are allreduced. No build-up, no selection cost beyond the draw.
 
-The draw allocates only k-sized tensors while k <= N / 2: iid uniform draws are deduplicated
-(topped up until at least k distinct values exist), then a uniform k-subset of those is kept.
-Every step of that is symmetric under relabelling [0, N), so the result is a uniform k-subset.
-For k > N / 2 a permutation of [0, N) is drawn into a buffer allocated once. Draws happen on the
-CPU and the k indices are then moved to the accumulator's device, so CPU and GPU runs of one seed
-select the same coordinates.
+The draw runs on the accumulator's device in a fixed number of ops (issue #36; it used to draw on
+the CPU with torch's generator and copy the indices over, 4x a top-k on a GPU). For k <= N / 2:
+m = k + a margin iid uniform draws u_0, u_1, ... (64-bit hashes of (seed, t, i), reduced mod N),
+one sort of (value, draw position) pairs finds each value's first appearance, and the k values
+that appear first are kept (in value order, found by a k-th smallest and a prefix sum, no sort): the distinct values of an iid uniform sequence, in order of first appearance, are a
+uniformly random sequence without repetition, so the k kept are a uniform k-subset (up to the
+bias of reducing 53 random bits mod N, below N / 2^53). One host sync checks that the m draws
+held k distinct values (the margin makes a shortfall rare; then m doubles, the same prefix).
+For k > N / 2: a hash per coordinate, and the k coordinates of smallest hash (a stable sort:
+ties, rare, by lower index). Which indices a seed draws changed with this sampler (before: torch's
+CPU generator); the distribution did not.
 """
 from __future__ import annotations
 
 from typing import Any
+
+import math
 
 import numpy as np
 import torch
@@ -31,6 +40,43 @@ def shared_seed(seed: int) -> int:
     return int(np.random.SeedSequence([seed, INDEX_STREAM]).generate_state(1)[0])
 
 
+MASK64 = (1 << 64) - 1
+GOLDEN = 0x9E3779B97F4A7C15  # splitmix64's increment
+MIX = (0xBF58476D1CE4E5B9, 0x94D049BB133111EB)  # splitmix64's multipliers
+SHIFTS = (30, 27, 31)
+
+
+def _signed(value: int) -> int:
+    """A 64-bit pattern as the int64 torch stores."""
+    value &= MASK64
+    return value - (1 << 64) if value >> 63 else value
+
+
+def mix_int(value: int) -> int:
+    """splitmix64's finalizer on a Python int (the per-step key, computed on the host)."""
+    for shift, multiplier in zip(SHIFTS, MIX + (None,)):
+        value ^= (value & MASK64) >> shift
+        if multiplier is not None:
+            value = (value * multiplier) & MASK64
+    return value & MASK64
+
+
+def mix(x: torch.Tensor) -> torch.Tensor:
+    """splitmix64's finalizer on int64 tensors, in place: wrapping multiplies, logical shifts (an
+    arithmetic shift masked), so every device computes the same bits as `mix_int`."""
+    for shift, multiplier in zip(SHIFTS, MIX + (None,)):
+        x.bitwise_xor_(x.bitwise_right_shift(shift).bitwise_and_((1 << (64 - shift)) - 1))
+        if multiplier is not None:
+            x.mul_(_signed(multiplier))
+    return x
+
+
+def hashes(key: int, count: int, device: torch.device) -> torch.Tensor:
+    """The first `count` outputs of the stream `key`: mix(key + (i + 1) * GOLDEN), int64."""
+    x = torch.arange(1, count + 1, dtype=torch.int64, device=device).mul_(_signed(GOLDEN)).add_(_signed(key))
+    return mix(x)
+
+
 class RandomK(Sparsifier):
     """Random-k with error feedback: identical uniform indices on every rank from a shared seed."""
 
@@ -41,42 +87,45 @@ class RandomK(Sparsifier):
     def __init__(self, layout: Layout, world_size: int, rank: int, density: float, **knobs) -> None:
         super().__init__(layout, world_size, rank, density=density, **knobs)
         # 1. Stream: the same seed on every rank.
-        self._generator = torch.Generator().manual_seed(shared_seed(self.seed))
-        self._permutation = torch.empty(0, dtype=torch.int64)  # only used when k > N / 2
+        self._seed = shared_seed(self.seed)
 
-    def _draw_sparse(self) -> torch.Tensor:
-        """k distinct uniform indices for k <= N / 2, allocating only O(k)."""
-        distinct = torch.empty(0, dtype=torch.int64)
-        while distinct.numel() < self.k:
-            missing = self.k - distinct.numel()
-            # A little over what is missing: expected collisions are about missing * k / N.
-            size = missing + missing * self.k // self.numel + 8
-            draws = torch.randint(0, self.numel, (size,), generator=self._generator)
-            distinct = torch.unique(torch.cat((distinct, draws)))
-        if distinct.numel() > self.k:
-            keep = torch.randperm(distinct.numel(), generator=self._generator)[: self.k]
-            distinct = torch.sort(distinct[keep]).values
-        return distinct
+    def _key(self, step: int) -> int:
+        """The stream of step `step` (its own splitmix64 sequence)."""
+        return mix_int(mix_int(self._seed) ^ mix_int((step + 1) * GOLDEN))
 
-    def _draw_dense(self) -> torch.Tensor:
-        """k distinct uniform indices for k > N / 2: the first k of a permutation."""
-        if self._permutation.numel() != self.numel:
-            self._permutation = torch.empty(self.numel, dtype=torch.int64)
-        torch.randperm(self.numel, generator=self._generator, out=self._permutation)
-        return torch.sort(self._permutation[: self.k]).values
+    def _draw_sparse(self, step: int, device: torch.device) -> torch.Tensor:
+        """k distinct uniform indices for k <= N / 2 (module docstring), allocating O(k)."""
+        k, n = self.k, self.numel
+        collisions = k * k / n  # about twice the expected repeats among k draws
+        draws = k + math.ceil(collisions + 8 * math.sqrt(collisions)) + 16
+        while True:
+            # 53 bits of each hash, reduced mod N; then one sort of (value, draw position) pairs,
+            # packed as value * draws + position (below 2^63 while N < 3e9).
+            values = hashes(self._key(step), draws, device).bitwise_right_shift_(11).remainder_(n)
+            ordered = torch.sort(values.mul_(draws).add_(torch.arange(draws, device=device))).values
+            value = torch.div(ordered, draws, rounding_mode="floor")
+            first = torch.ones(draws, dtype=torch.bool, device=device)  # each value's first appearance
+            torch.ne(value[1:], value[:-1], out=first[1:])
+            if int(first.sum()) >= k:  # the one host sync
+                break
+            draws *= 2  # rare: the same stream, longer
+        # The k values that appeared first: draw positions at most the k-th smallest first one
+        # (positions are distinct), written out in value order without another sort.
+        appeared = torch.where(first, ordered.sub_(value * draws), draws)
+        kept = appeared <= torch.kthvalue(appeared, k).values
+        slots = torch.where(kept, kept.cumsum(0).sub_(1), k)  # the rest go to a spare slot
+        return torch.empty(k + 1, dtype=torch.int64, device=device).scatter_(0, slots, value)[:k]
+
+    def _draw_dense(self, step: int, device: torch.device) -> torch.Tensor:
+        """k distinct uniform indices for k > N / 2: the k coordinates of smallest hash."""
+        keys = hashes(self._key(step), self.numel, device)
+        return torch.sort(torch.sort(keys, stable=True).indices[: self.k]).values
 
     def select(self, acc: torch.Tensor, step: int, plan: torch.Tensor | None = None) -> torch.Tensor:
         # 2. Draw: sorted, so the exchange gathers memory in order.
-        chosen = self._draw_sparse() if 2 * self.k <= self.numel else self._draw_dense()
-        return chosen.to(acc.device)
+        if 2 * self.k <= self.numel:
+            return self._draw_sparse(step, acc.device)
+        return self._draw_dense(step, acc.device)
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "index_seed": shared_seed(self.seed)}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"generator": self._generator.get_state()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if set(state) != {"generator"}:
-            raise ValueError(f"randomk state needs generator; got {sorted(state)}")
-        self._generator.set_state(state["generator"])
+        return {**super().describe(), "index_seed": shared_seed(self.seed), "sampler": "splitmix64"}

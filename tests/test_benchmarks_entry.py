@@ -15,7 +15,8 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make
 BENCHMARKS = REPO / "experiments" / "benchmarks"
 # MODE -> the module it runs, and the arguments the Makefile adds before ARGS.
 MODES = {"select": ("select", ""), "step": ("step", " --hosted 64"), "load": ("load", ""),
-         "memory": ("hosted_memory", ""), "ddp": ("ddp_hook", ""), "startup": ("startup", "")}
+         "memory": ("hosted_memory", ""), "ddp": ("ddp_hook", ""), "startup": ("startup", ""),
+         "ops": ("op_counts", "")}
 PACKAGES = ("analysis", "experiments", "sparsifiers", "models", "datasets")
 
 
@@ -49,7 +50,7 @@ def test_make_bench_runs_the_modes_module(mode):
 def test_an_unknown_mode_names_the_modes():
     result = make_bench("loads", dry_run=True)
     assert result.returncode != 0
-    assert "MODE must be select, step, load, memory, ddp or startup, got loads" in result.stderr
+    assert "MODE must be select, step, load, memory, ddp, startup or ops, got loads" in result.stderr
 
 
 def test_make_bench_load_runs_at_tiny_sizes():
@@ -80,7 +81,7 @@ def test_device_cuda_without_a_gpu_is_refused_in_one_line_exit_2(module):
 
 
 def test_select_writes_its_numbers_as_json(tmp_path):
-    """The layout of the first H200 measurement (/work/shared/measurements/h200/select.json):
+    """The layout of the first H200 measurement's select.json (conf/compute_profile/h200.yaml quotes it):
     N, k, device, torch, the two baselines, rows per (method, backend, W)."""
     import json
 

@@ -61,3 +61,30 @@ def use_compiled(*tensors: torch.Tensor) -> bool:
         if tensor.device.type != "cpu" or (tensor.is_floating_point() and tensor.dtype not in COMPILED_DTYPES):
             return False
     return True
+
+
+# -- the GPU's choices on CPU tensors (tests and op counts) -----------------------------------
+# Some selections have a third implementation beside the two above: batched over a model's units
+# in a fixed number of torch operations, for GPUs, where each op is a kernel launch and a host
+# round trip costs far more than the work (DEFT's and Accordion's per-unit top-k). On a CPU the
+# per-unit loop is faster, so it runs there. `simulated_gpu()` makes CPU tensors take the GPU's
+# choice, so that tests prove the batched path equal to the loop and count its operations.
+_simulated_gpu = 0
+
+
+def batched_path(*tensors: torch.Tensor) -> bool:
+    """Whether a selection takes its batched (GPU) path: any tensor off the CPU, or simulated."""
+    return _simulated_gpu > 0 or any(tensor.device.type != "cpu" for tensor in tensors)
+
+
+class simulated_gpu:
+    """Context manager: CPU tensors take the GPU's batched paths (`batched_path` is True)."""
+
+    def __enter__(self) -> "simulated_gpu":
+        global _simulated_gpu
+        _simulated_gpu += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        global _simulated_gpu
+        _simulated_gpu -= 1
