@@ -109,6 +109,7 @@ def time_method(name: str, workers: int, acc: torch.Tensor, layout, density: flo
 
     def one_step() -> int:
         nonlocal step
+        sparsifier.precondition(acc)  # as the step does (Accordion's detection reads its norms)
         plan = sparsifier.make_plan(acc, step) if sparsifier.plan_leader(step) is not None else None
         selection = sparsifier.select(acc, step, plan)
         count = acc.numel() if selection is None else selection.numel()
@@ -124,6 +125,7 @@ def time_method(name: str, workers: int, acc: torch.Tensor, layout, density: flo
     while workers > 1 and sparsifier.plan_leader(step) == 0:
         step += 1  # time rank 0 as a follower: the leader's cost is the plan line
     plan_ms = None
+    sparsifier.precondition(acc)
     if sparsifier.plan_leader(step) is not None:
         plan_ms = median_ms(lambda: sparsifier.make_plan(acc, step), repeats, acc.device)
     plan = sparsifier.make_plan(acc, step) if sparsifier.plan_leader(step) is not None else None
