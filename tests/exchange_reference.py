@@ -7,7 +7,8 @@ semantics (docs/algorithms.md "Exchange kinds", docs/metrics.md) and not from th
 - `ring_bytes`: each rank's bytes sent and received for a list of collectives (ring all-gather and
   all-reduce, binomial-tree broadcast, gTop-k's tree rounds, Ok-Topk's shift rounds and ring
   all-gatherv);
-- `OkTopkReplay`: Ok-Topk's selections, regions, thresholds and exchange, replayed step by step;
+- `OkTopkReplay`: Ok-Topk's selections, regions, thresholds and exchange, replayed step by step
+  (the released variant and the paper's);
 - `expected_exchange_metrics`: traffic, density, build-up and selection shape of the step;
 - `modelled_ms`: the alpha-beta model's time for a list of collectives.
 
@@ -182,7 +183,8 @@ class OkTopkReplay:
     thresholds and regions carry over): the sums in numpy float32, the thresholds Python floats
     (float64) rounded to float32 only where a float32 tensor meets them, as the released code does:
     `selections` are what each rank must select, `exchange` the aggregate, residuals and counts,
-    `collectives` what the step must issue."""
+    `collectives` what the step must issue. variant=paper: the k largest |acc| selected, the
+    owners' exact top-k, its search and the balancing (`_paper_gather`), the intersection."""
 
     def __init__(self, spec: str, numel: int, world_size: int) -> None:
         knobs = dict(OKTOPK_DEFAULTS)
