@@ -7,7 +7,8 @@ semantics (docs/algorithms.md "Exchange kinds", docs/metrics.md) and not from th
 - `ring_bytes`: each rank's bytes sent and received for a list of collectives (ring all-gather and
   all-reduce, binomial-tree broadcast, gTop-k's tree rounds, Ok-Topk's shift rounds and ring
   all-gatherv);
-- `OkTopkReplay`: Ok-Topk's selections, regions, thresholds and exchange, replayed step by step;
+- `OkTopkReplay`: Ok-Topk's selections, regions, thresholds and exchange, replayed step by step
+  (the released variant and the paper's);
 - `expected_exchange_metrics`: traffic, density, build-up and selection shape of the step;
 - `modelled_ms`: the alpha-beta model's time for a list of collectives.
 
@@ -173,7 +174,8 @@ def gtopk_tree(selections: list[torch.Tensor], accs: list[torch.Tensor]) -> dict
 
 # conf/sparsifier/oktopk.yaml's schedule and density, by hand.
 OKTOPK_DEFAULTS = {"density": 0.01, "warmup_steps": 128, "threshold_every": 32, "regions_every": 64,
-                   "recompute_residual": "released"}
+                   "recompute_residual": "released", "variant": "released"}
+OKTOPK_WORDS = ("recompute_residual", "variant")  # the knobs whose values are words
 
 
 class OkTopkReplay:
@@ -181,15 +183,17 @@ class OkTopkReplay:
     thresholds and regions carry over): the sums in numpy float32, the thresholds Python floats
     (float64) rounded to float32 only where a float32 tensor meets them, as the released code does:
     `selections` are what each rank must select, `exchange` the aggregate, residuals and counts,
-    `collectives` what the step must issue."""
+    `collectives` what the step must issue. variant=paper: the k largest |acc| selected, the
+    owners' exact top-k, its search and the balancing (`_paper_gather`), the intersection."""
 
     def __init__(self, spec: str, numel: int, world_size: int) -> None:
         knobs = dict(OKTOPK_DEFAULTS)
         for knob in spec.split(":")[1:]:
             key, _, value = knob.partition("=")
             if key in knobs:
-                knobs[key] = float(value) if key == "density" else value if key == "recompute_residual" else int(value)
+                knobs[key] = float(value) if key == "density" else value if key in OKTOPK_WORDS else int(value)
         self.k = math.floor(knobs["density"] * numel)
+        self.paper = knobs["variant"] == "paper"
         self.warmup, self.every, self.regions_every = knobs["warmup_steps"], knobs["threshold_every"], knobs["regions_every"]
         self.released_lookup = knobs["recompute_residual"] == "released"
         self.numel, self.world_size = numel, world_size
@@ -207,6 +211,10 @@ class OkTopkReplay:
         chosen = []
         for rank, acc in enumerate(step.accs):
             magnitude = np.abs(acc.numpy())
+            if self.paper:  # exactly the k largest |acc|, the lower index first on a tie; ascending
+                by_magnitude = np.lexsort((np.arange(magnitude.size), -magnitude))
+                chosen.append(torch.from_numpy(np.sort(by_magnitude[:self.k])).long())
+                continue
             if self._due(step.step, self.every):
                 th = float(np.sort(magnitude)[::-1][self.k - 1])  # the k-th largest
             else:
@@ -250,18 +258,25 @@ class OkTopkReplay:
         recompute = self._due(t, self.every)
         gathered: list[tuple[int, np.float32]] = []
         blocks = []
+        owner_sums: list[dict[int, np.float32]] = []
         for owner in range(W):
             sums: dict[int, np.float32] = {}
             for shift in range(W):  # sources owner, owner - 1, ... (the released order)
                 source = (owner - shift) % W
                 for p in region[source][owner]:
                     sums[p] = np.float32(sums.get(p, np.float32(0.0)) + accs[source][p])
+            owner_sums.append(sums)
             kept = [(p, v) for p, v in sorted(sums.items()) if (v != 0 if recompute else abs(v) > np.float32(self.glob))]
             blocks.append(len(kept))
             gathered += kept
-        issued += [Collective("all_gather", 1, INDEX_BYTES),
-                   Collective("all_gather_v", max(blocks), PAIR_BYTES, sizes=tuple(blocks))]
-        if recompute:
+        if self.paper:
+            gathered = self._paper_gather(owner_sums, issued, summed)
+        else:
+            issued += [Collective("all_gather", 1, INDEX_BYTES),
+                       Collective("all_gather_v", max(blocks), PAIR_BYTES, sizes=tuple(blocks))]
+        if self.paper:
+            pass  # th_glob was set by the search; the residual is the intersection
+        elif recompute:
             gathered = sorted(gathered, key=lambda pair: (-abs(pair[1]), pair[0]))[:min(len(gathered), self.k)]
             if gathered:
                 self.glob = float(abs(gathered[-1][1]))
@@ -274,7 +289,7 @@ class OkTopkReplay:
             aggregate[p] = float(np.float32(v / np.float32(W)))
         exchanged = _mask(numel, torch.tensor([p for p, _ in gathered], dtype=torch.int64))
         zeroed = [_mask(numel, s) & exchanged for s in step.selections]
-        if recompute and self.released_lookup and gathered:  # the released intersect1d_searchsorted on the top-k by magnitude
+        if recompute and self.released_lookup and gathered and not self.paper:  # the released intersect1d_searchsorted on the top-k by magnitude
             order = np.array([p for p, _ in gathered], dtype=np.int64)
             for rank, s in enumerate(selections):
                 found = np.searchsorted(order, s.astype(np.int64))
@@ -282,6 +297,41 @@ class OkTopkReplay:
                 zeroed[rank] = _mask(numel, torch.from_numpy(s[order[found] == s]).long())
         counts = [len(s) for s in selections]
         return ExpectedExchange(aggregate, exchanged, zeroed, counts, len(gathered), len(gathered)), issued
+
+
+    def _paper_gather(self, owner_sums: list[dict[int, np.float32]], issued: list[Collective], summed: str) -> list[tuple[int, np.float32]]:
+        """variant=paper, steps 5-6 (docs/algorithms.md): the owners keep exactly the k largest
+        |sum| of all regions (ties: the lower index; every non-zero sum if fewer), found by a
+        binary search over the float32 bits of the k-th magnitude t in [1, 2^31): one int64
+        count summed over the ranks first (is any t >= the smallest positive float at all?), then
+        one per probe; an all-gather of each owner's two counts (above t, at t); the size
+        header; the balancing, the kept pairs in rank order cut again into W blocks of
+        floor(G / W) (one more for the first G mod W) and each piece sent to its new holder in
+        shift rounds; the all-gatherv of the balanced blocks. Sets th_glob to t."""
+        W, k = self.world_size, self.k
+        every = sorted(((p, v) for sums in owner_sums for p, v in sums.items() if v != 0), key=lambda pair: (-abs(pair[1]), pair[0]))
+        gathered = sorted(every[:k])
+        probes = 1
+        if len(every) >= k:
+            kth = np.float32(abs(every[k - 1][1]))
+            self.glob = float(kth)
+            bits = int(np.array([kth], dtype=np.float32).view(np.int32)[0])
+            low, high = 1, 1 << 31  # count(>= low) >= k holds, count(>= high) < k
+            while high - low > 1:
+                middle = (low + high) // 2
+                probes += 1
+                low, high = (middle, high) if middle <= bits else (low, middle)
+            assert low == bits
+        issued += [Collective(summed, 1, 8)] * probes + [Collective("all_gather", 2, 8), Collective("all_gather", 1, INDEX_BYTES)]
+        holder = [j for j, sums in enumerate(owner_sums) for p, _ in gathered if p in sums]  # each kept pair's owner, in order
+        total = len(gathered)
+        balanced = [total // W + (i < total % W) for i in range(W)]
+        new_holder = [i for i in range(W) for _ in range(balanced[i])]
+        for shift in range(1, W):
+            sizes = tuple(sum(1 for a, b in zip(holder, new_holder) if a == r and b == (r + shift) % W) for r in range(W))
+            issued.append(Collective("shift_round", max(sizes), PAIR_BYTES, shift, sizes=sizes))
+        issued.append(Collective("all_gather_v", max(balanced), PAIR_BYTES, sizes=tuple(balanced)))
+        return gathered
 
 
 def oktopk_replayed(steps: list[RecordedStep], spec: str, reduction: str = "ring") -> list[tuple[list, ExpectedExchange, list[Collective]]]:

@@ -10,6 +10,9 @@ from experiments.launcher.compose import CONF_DIR
 # dense and recomputes every 32: the tests' few steps run its schedule shortened instead (step 0
 # dense, then a recompute-and-repartition step, a step on the kept thresholds, a recompute alone).
 OKTOPK_SHORT = "oktopk:warmup_steps=1:threshold_every=2:regions_every=3"
+# Its paper variant (exactly k selected and kept, the balancing before the all-gather) on the same
+# schedule: the recompute steps change nothing there but th_glob, the repartition still moves regions.
+OKTOPK_PAPER = f"{OKTOPK_SHORT}:variant=paper"
 
 
 def short_schedules(names: list[str]) -> list[str]:
@@ -19,5 +22,5 @@ def short_schedules(names: list[str]) -> list[str]:
 
 EVERY_METHOD = short_schedules(sorted(p.stem for p in (CONF_DIR / "sparsifier").glob("*.yaml"))) + [
     "topk:exchange=sparse_allgather", "deft:norms=global", "deft:density=0.3", "deft:density=0.3:common_units=leader",
-    "micro:threshold_start=calibrated",
+    "micro:threshold_start=calibrated", OKTOPK_PAPER,
 ]

@@ -31,7 +31,7 @@ from tests.exchange_reference import (
     expected_exchange_metrics, low_rank_sizes, modelled_ms, oktopk_replayed, plan_length, ring_bytes, wire_dtype_of,
 )
 from tests.harness import TINY, spec_overrides
-from tests.specs import EVERY_METHOD
+from tests.specs import EVERY_METHOD, OKTOPK_SHORT
 from tests.step_recorder import RecordedStep, record_steps
 
 WORKERS, STEPS = 4, 4
@@ -43,6 +43,8 @@ SPECS = [*EVERY_METHOD, "topk:error_feedback=false", "dense:reduction=rank_order
 NETWORK = "network=10gbe"  # so that the modelled times are logged too
 # gTop-k's tree needs W a power of 2 (W = 3 is refused: tests/test_gtopk.py).
 CASES = [(spec, workers) for spec in SPECS for workers in WORLDS if not (spec.startswith("gtopk") and workers == 3)]
+# Ok-Topk's recompute steps zeroing the exact intersection instead of the released lookup: at W = 4 only.
+CASES.append((f"{OKTOPK_SHORT}:recompute_residual=intersection", 4))
 
 
 def hosted_world(cfg):

@@ -269,17 +269,19 @@ def test_one_worker_owns_everything_and_sends_nothing():
 
 
 # -- the exchange against the replay, on random inputs --------------------------------------------
-@pytest.mark.parametrize("residual", ["released", "intersection"])
+@pytest.mark.parametrize("residual, variant", [("released", "released"), ("intersection", "released"), ("released", "paper")])
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5])
-def test_the_exchange_is_the_replay_on_random_selections(world_size, residual):
+def test_the_exchange_is_the_replay_on_random_selections(world_size, residual, variant):
     """Four steps (threshold_every = 2, regions_every = 3: a recompute and repartition, a kept
     threshold, a recompute, a repartition on a kept threshold) of random accumulators with
-    repeated magnitudes and random selections of different sizes, hosted, against the replay."""
+    repeated magnitudes and random selections of different sizes, hosted, against the replay.
+    variant=paper: the owners' exact top-k with its ties at the k-th magnitude (to the lower
+    index), fewer than k non-zero sums at times, and the balancing's rounds."""
     generator = torch.Generator().manual_seed(world_size)
     numel, density = 50, 0.1
-    ranks = methods(world_size, numel, density, threshold_every=2, regions_every=3, recompute_residual=residual)
+    ranks = methods(world_size, numel, density, threshold_every=2, regions_every=3, recompute_residual=residual, variant=variant)
     replay = OkTopkReplay(f"oktopk:density={density}:warmup_steps=0:threshold_every=2:regions_every=3:"
-                          f"recompute_residual={residual}", numel, world_size)
+                          f"recompute_residual={residual}:variant={variant}", numel, world_size)
     for step in range(4):
         accs = [torch.randint(-4, 5, (numel,), generator=generator).float() / 4 for _ in range(world_size)]
         selections = [torch.sort(torch.randperm(numel, generator=generator)[:int(torch.randint(0, 12, (1,), generator=generator))]).values

@@ -27,7 +27,7 @@ from experiments import run_dir as run_files
 from experiments.rank.checkpoint import FORMAT, complete_steps, load_agreed, step_dir
 from experiments.run_dir import read_metrics
 from tests.conftest import REPO, TINY_RUN, run_cli, run_world
-from tests.specs import short_schedules
+from tests.specs import OKTOPK_PAPER, short_schedules
 
 METHODS = short_schedules(sorted(path.stem for path in (REPO / "conf" / "sparsifier").glob("*.yaml")))
 TIMING = ("time/", "wall_s")
@@ -62,9 +62,10 @@ def run_harness(out: Path, workers: int, processes: int, stops: tuple[int, ...],
 # (hidden state, dropout) resumes too, MiCRO's calibrated threshold start (resumed past step 0,
 # it must not calibrate again), and Accordion detecting every epoch (resumed at step 11, a
 # detection that compares with the norms and learning rate of step 0's, from the checkpoint), and
-# SIDCo's adaptive stages (their 5-step average resumed mid-window).
+# SIDCo's adaptive stages (their 5-step average resumed mid-window), and Ok-Topk's paper variant
+# (th_glob from its exact search, the regions repartitioned every 3 steps).
 LAYOUTS = {"hosted-w4": (4, 1, (13, 18), [*METHODS, "topk+lstm", "micro:threshold_start=calibrated", "accordion:switch_freq=1",
-                                       "sidco:stages=-2"]),
+                                       "sidco:stages=-2", OKTOPK_PAPER]),
            "distributed-w2": (2, 2, (24, 33), METHODS)}
 EVERY = 5  # resume_harness.TINY's checkpoint.every_steps
 
