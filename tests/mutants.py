@@ -61,6 +61,8 @@ MUTANTS = (
     Mutant("gtopk_zeroes_its_whole_selection", "experiments/core/exchange.py",
            "    zeroed = [selection[torch.isin(selection, final_indices)] for selection in selections]",
            "    zeroed = list(selections)", ("tests/test_gtopk.py", "tests/test_full_step.py")),
+    Mutant("gtopk_merges_round_to_float32", "experiments/core/exchange.py",
+           "MERGED_DTYPE = torch.float64", "MERGED_DTYPE = torch.float32", ("tests/test_gtopk.py",)),
     Mutant("gtopk_round_priced_as_its_messages_in_turn", "experiments/core/collective_costs.py",
            "    return max((point_to_point_s(c, nbytes, source, destination) for source, destination in pairs), default=0.0)",
            "    return sum((point_to_point_s(c, nbytes, source, destination) for source, destination in pairs), 0.0)",
