@@ -71,9 +71,9 @@ class Accordion(Sparsifier):
         layout: Layout,
         world_size: int,
         rank: int,
-        density: float = 0.99,
-        k_low: float = 0.1,
-        k_high: float = 0.99,
+        density: float = 0.01,
+        k_low: float = 0.001,  # the lineage's run.sh (--k_low=0.001); 0.1 is only the released function's default
+        k_high: float = 0.01,  # the lineage's run.sh (--k_high=0.01); 0.99 is only the released function's default
         threshold: float = 0.5,
         switch_freq: int = 10,
         **knobs,

@@ -5,7 +5,8 @@ a broadcast.
     1. Selection: each rank's exact top-k of |acc| (k = floor(density * N)), signed values.
     2. Rounds s = 1, 2, ..., W/2: rank r + s sends its k pairs to rank r (r a multiple of 2s) and
        drops out; r merges the two lists, values at a common index summed, and keeps the k
-       largest |sum| (ties: the lower index).
+       largest |sum| (ties: the lower index). As numpy runs the released code, a receiver's list
+       is float64 after its first merge; what is sent, and rank 0's final list, is float32.
     3. Rank 0 broadcasts its k pairs; agg = those sums / W on every rank.
     4. Error feedback: a rank zeroes its residual where its own selection meets the final k;
        the rest of its selection stays. A value a merge dropped while its index survived through

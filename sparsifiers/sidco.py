@@ -157,7 +157,8 @@ class SIDCo(Sparsifier):
         t_min = survivors.min()
         if self.distribution == "exp":
             return float(t_min) - (float(survivors.mean()) - float(t_min)) * math.log(q)
-        if self._shifted.numel() < survivors.numel() or self._shifted.dtype != survivors.dtype:
+        buffer = self._shifted
+        if buffer.numel() < survivors.numel() or buffer.dtype != survivors.dtype or buffer.device != survivors.device:
             self._shifted = torch.empty(max(survivors.numel(), self._shifted.numel() * 3 // 2),
                                         dtype=survivors.dtype, device=survivors.device)
         shifted = torch.sub(survivors, t_min, out=self._shifted[:survivors.numel()])
@@ -169,11 +170,15 @@ class SIDCo(Sparsifier):
         # 1. Mode.
         stages = self._cur_stages if self.stages < 0 else self.stages
         # 2. Input: x = |acc| / ||acc||_2 in scratch (nothing of size N allocated per step).
-        norm = float(torch.linalg.vector_norm(acc))
-        if not (norm > 0.0 and math.isfinite(norm)):  # acc = 0: the released code's NaN selects nothing
+        norm = torch.linalg.vector_norm(acc)
+        value = float(norm)
+        if not (value > 0.0 and math.isfinite(value)):  # acc = 0: the released code's NaN selects nothing
             self._last = {"threshold": math.nan, "stages": stages}
             return self._empty.to(acc.device)
         x = scratch("sidco_x", acc.numel(), acc.dtype, acc.device)
+        # Divided by the 0-dim tensor, as released (`tensor.abs() / norm`): a true division. By a
+        # Python float, CUDA would multiply by its reciprocal instead (one ulp off in about a
+        # quarter of x on an H200); the float serves only the zero test above.
         torch.abs(acc, out=x).div_(norm)
         # 3. First stage.
         d = self.density

@@ -6,6 +6,7 @@ block on one kernel path."""
 from __future__ import annotations
 
 import functools
+import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -17,8 +18,14 @@ from sparsifiers import kernels
 
 class CompiledCalls:
     """Counts the calls of each compiled kernel (sparsifiers.kernels.compiled) and the numpy
-    arrays they were handed, by wrapping the module's functions while the block runs: callers
-    look them up as `compiled.<name>` at call time, so every call goes through the wrapper."""
+    arrays they were handed, at the call sites: while the block runs, the package attribute
+    `sparsifiers.kernels.compiled` is a stand-in whose kernels are counting wrappers, and callers
+    import it as `from sparsifiers.kernels import compiled` at call time, so every call from
+    Python goes through a wrapper. The kernel module itself is left alone: numba resolves a
+    kernel's globals (the kernels it calls, `_magnitude`) in that module when it first compiles
+    it, which may be inside the block, and a plain Python wrapper there would fail the compile
+    ("Untyped global name"). Kernels called by other kernels are not counted (they never were:
+    compiled code calls them directly)."""
 
     def __init__(self) -> None:
         self.calls: dict[str, int] = {}
@@ -31,15 +38,14 @@ class CompiledCalls:
             return
         from sparsifiers.kernels import compiled
 
-        originals = {name: getattr(compiled, name) for name in dir(compiled)
-                     if hasattr(getattr(compiled, name), "py_func")}  # the njit dispatchers
-        for name, kernel in originals.items():
-            setattr(compiled, name, self._wrap(name, kernel))
+        stand_in = types.ModuleType(compiled.__name__, compiled.__doc__)
+        stand_in.__dict__.update({name: self._wrap(name, value) if hasattr(value, "py_func") else value  # the njit dispatchers
+                                  for name, value in vars(compiled).items() if not name.startswith("__")})
+        kernels.compiled = stand_in
         try:
             yield self
         finally:
-            for name, kernel in originals.items():
-                setattr(compiled, name, kernel)
+            kernels.compiled = compiled
 
     def _wrap(self, name: str, kernel: Callable) -> Callable:
         @functools.wraps(kernel)

@@ -155,21 +155,34 @@ def expected_exchange(step: RecordedStep, kind: str, wire_dtype: torch.dtype | N
 
 
 def gtopk_tree(selections: list[torch.Tensor], accs: list[torch.Tensor]) -> dict[int, np.float32]:
-    """docs/algorithms.md, gtopk: rank r's k pairs (index: acc_r[index], in float32 as sent);
-    rounds s = 1, 2, ...: rank r (a multiple of 2s) takes rank r + s's pairs, sums the values at
-    a common index (in float32) and keeps the k largest |sum|, the lower index first on a tie.
-    Rank 0's pairs at the end."""
+    """docs/algorithms.md, gtopk, replayed as the released `gtopk_sparse_allreduce` computes in
+    numpy: rank r's k pairs (index: acc_r[index], float32); rounds s = 1, 2, ...: rank r (a
+    multiple of 2s) takes rank r + s's pairs, which the sender rounded to float32 (`values.astype(
+    np.float32)` into its float64 message) and which arrive in a float64 receive buffer. The
+    receiver adds them to its own values at a common index in place (`values[c1] += ...`: in
+    float32 while its list is still its own float32 values, in float64 once a merge has made it
+    the concatenation of its values and the float64 buffer) and keeps the k largest |value| of
+    the float64 concatenation, the lower index first on a tie (the released tie order is
+    numpy's). Rank 0's pairs at the end, rounded to float32."""
     k = selections[0].numel()
-    lists = [{int(i): np.float32(acc[i]) for i in selection} for selection, acc in zip(selections, accs)]
+    lists = [(selection.numpy().astype(np.int64), acc[selection].numpy().astype(np.float32))
+             for selection, acc in zip(selections, accs)]
     stride = 1
     while stride < len(lists):
         for rank in range(0, len(lists), 2 * stride):
-            merged = dict(lists[rank])
-            for index, value in lists[rank + stride].items():
-                merged[index] = merged[index] + value if index in merged else value
-            lists[rank] = dict(sorted(merged.items(), key=lambda pair: (-abs(pair[1]), pair[0]))[:k])
+            indexes, values = lists[rank][0], lists[rank][1].copy()
+            incoming_indexes, sent = lists[rank + stride]
+            received = sent.astype(np.float32).astype(np.float64)  # the sender's float32 message, in float64
+            _, own, other = np.intersect1d(indexes, incoming_indexes, assume_unique=True, return_indices=True)
+            values[own] += received[other]  # float32 at a receiver's first merge, float64 after
+            alone = np.ones(k, dtype=bool)
+            alone[other] = False  # the released code zeroes the incoming copy; here it leaves the list
+            candidates = np.concatenate((indexes, incoming_indexes[alone]))
+            sums = np.concatenate((values, received[alone]))  # float64 from here on
+            kept = np.lexsort((candidates, -np.abs(sums)))[:k]
+            lists[rank] = (candidates[kept], sums[kept])
         stride *= 2
-    return lists[0]
+    return {int(index): np.float32(value) for index, value in zip(*lists[0])}
 
 
 # conf/sparsifier/oktopk.yaml's schedule and density, by hand.

@@ -4,6 +4,10 @@ step by tests/stepped_ranks.py:
 
     K_l = max(1, int(ratio * n_l)): k_low 0.1 -> 1, 1, 2; k_high 0.99 -> 9, 2, 19 (9.9, 2.97, 19.8).
 
+These are the released function's argument defaults (FUNCTION_DEFAULTS), which the cases pass
+explicitly; the method's defaults are the lineage's run.sh values, 0.001 and 0.01
+(test_defaults_are_the_run_scripts_values), at which every K_l here would be 1.
+
 Each rank's gradient on parameter l is scale * (a fixed random unit vector), so its norm is the
 scale given here (to float32 rounding; every relative change below is at least 0.1 away from 0.5).
 """
@@ -17,6 +21,8 @@ import torch
 
 from experiments import metric_keys as keys
 from experiments.errors import ConfigError
+from experiments.launcher.compose import compose_job
+from experiments.rank.build import build_sparsifier
 from sparsifiers.accordion import Accordion, decide, parameter_k
 from sparsifiers.layout import Layout
 from tests.compiled_calls import CompiledCalls
@@ -26,6 +32,7 @@ from tests.stepped_ranks import SteppedRanks, gradients
 LAYOUT = Layout.from_shapes([("a", (2, 5)), ("b", (3,)), ("c", (4, 5))])
 SIZES = [10, 3, 20]
 LOW, HIGH = [1, 1, 2], [9, 2, 19]
+FUNCTION_DEFAULTS = {"k_low": 0.1, "k_high": 0.99}  # AccordionTopKReducer's argument defaults, an option
 
 
 def unit_vectors(seed: int) -> list[torch.Tensor]:
@@ -51,6 +58,7 @@ def reference_selection(acc: torch.Tensor, ks: list[int]) -> list[int]:
 
 
 def make_world(world_size: int = 2, **knobs) -> SteppedRanks:
+    knobs = {**FUNCTION_DEFAULTS, **knobs}
     return SteppedRanks([Accordion(LAYOUT, world_size, rank, density=0.001, **knobs) for rank in range(world_size)])
 
 
@@ -79,7 +87,7 @@ def check_step(step, ks: list[int], world_size: int) -> None:
 
 
 def test_k_per_parameter_by_hand():
-    sparsifier = Accordion(LAYOUT, 2, 0, density=0.001)
+    sparsifier = Accordion(LAYOUT, 2, 0, density=0.001, **FUNCTION_DEFAULTS)
     assert (sparsifier.k_of[False], sparsifier.k_of[True]) == (LOW, HIGH)
     assert sparsifier.k == sum(HIGH) == 30 and sparsifier.density == 30 / 33  # the all-k_high plan
     assert Accordion(LAYOUT, 2, 0, density=0.001, k_low=0.5).k_of[False] == [5, 1, 10]  # 1.5 -> 1
@@ -196,7 +204,7 @@ def test_bad_knobs_name_their_key(knob, value):
 
 
 def test_describe_and_density_is_ignored():
-    sparsifier = Accordion(LAYOUT, 4, 3, density=0.001)
+    sparsifier = Accordion(LAYOUT, 4, 3, density=0.001, **FUNCTION_DEFAULTS)
     described = sparsifier.describe()
     assert described["requested_density"] == 0.001 and described["k"] == 30
     assert (described["k_all_low"], described["k_all_high"], described["exchange"]) == (4, 30, "sparse_allgather")
@@ -205,8 +213,9 @@ def test_describe_and_density_is_ignored():
 
 def test_both_kernel_paths_select_the_same():
     """k_high 0.1: 4 K_l < n_l, so ExactTopK takes its compiled path under kernels=auto (at the
-    default k_high 0.99 it takes the reference, 4 K_l >= n_l, so tests/test_kernels.py's
-    whole-step comparison would compare the reference with itself: it does not list accordion)."""
+    released function's k_high 0.99 it takes the reference, 4 K_l >= n_l). Run alone on a fresh
+    clone (nothing compiled yet), numba compiles the kernels inside the spy: CompiledCalls must
+    leave the kernel module's globals alone for that compile to succeed."""
     sizes = [40_000, 5_000, 10]
     layout = Layout.from_shapes((f"p{i}", (size,)) for i, size in enumerate(sizes))
 
@@ -219,3 +228,20 @@ def test_both_kernel_paths_select_the_same():
     reference, _ = history("torch")
     fast, calls = history("auto")
     assert fast == reference and "topk_at_cut" in calls
+
+
+def test_defaults_are_the_run_scripts_values():
+    """k_low 0.001 and k_high 0.01: what all three lineage repositories pass in their run.sh
+    (--k_low=0.001 --k_high=0.01), in the constructor and in conf/sparsifier/accordion.yaml; the
+    released function's own defaults, 0.1 and 0.99, stay reachable as knobs. Here, 0.01 * 20 =
+    0.2 and the rest smaller: every K_l is 1 at either ratio."""
+    sparsifier = Accordion(LAYOUT, 2, 0)
+    assert (sparsifier.k_low, sparsifier.k_high, sparsifier.threshold, sparsifier.switch_freq) == (0.001, 0.01, 0.5, 10)
+    assert sparsifier.k_of == {False: [1, 1, 1], True: [1, 1, 1]}
+    described = sparsifier.describe()
+    assert (described["k_low"], described["k_high"]) == (0.001, 0.01)
+    cfg = compose_job(["sparsifier=accordion", "dataset=synthetic", "model=mlp"])
+    assert (cfg.sparsifier.k_low, cfg.sparsifier.k_high, cfg.sparsifier.switch_freq) == (0.001, 0.01, 10)
+    built = build_sparsifier(compose_job(["sparsifier=accordion", "dataset=synthetic", "model=mlp",
+                                          "sparsifier.k_low=0.1", "sparsifier.k_high=0.99"]), LAYOUT, rank=0)
+    assert (built.k_low, built.k_high, built.k_of[False], built.k_of[True]) == (0.1, 0.99, LOW, HIGH)

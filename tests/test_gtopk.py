@@ -60,6 +60,63 @@ def test_one_rank_sends_nothing_and_keeps_its_own_top_k():
     assert [c.op for c in meter.collectives] == ["broadcast"] and meter.sent.tolist() == [0.0]
 
 
+HALF_ULP = 2.0 ** -24  # half of float32's ulp at 1.0: 1 + HALF_ULP rounds to 1.0 (ties to even)
+
+
+def zeros_at(*indices: int) -> dict[int, float]:
+    """A rank whose k selected values are all 0 (it only passes its partner's list on)."""
+    return {index: 0.0 for index in indices}
+
+
+def test_eight_ranks_keep_float64_after_the_first_merge_and_choose_their_k_on_it():
+    """The released merge precision, by hand (k = 1; `gtopk_sparse_allreduce` in numpy: a
+    receiver's own float32 values are added to in place at its first merge, then concatenated
+    with the float64 receive buffer, so its list is float64 from then on). Round 1 (first
+    merges, float32): rank 0 {1: 1}, rank 2 {1: 2^-24}, rank 4 {0: 1}, rank 6 {7: 0.5}. Round 2:
+    rank 0 adds in float64: {1: 1 + 2^-24}; rank 4 keeps {0: 1} over 0.5. Round 3: rank 0 holds
+    1 + 2^-24 at index 1 against rank 4's 1 at index 0 and keeps index 1, the larger in float64;
+    its final value is rounded to float32, 1.0. Rounding every merge to float32 would tie 1 with
+    1 there and keep index 0 (the lower): another coordinate, other residuals."""
+    ranks = [{1: 1.0}, zeros_at(5), {1: HALF_ULP}, zeros_at(5), {0: 1.0}, zeros_at(5), {7: 0.5}, zeros_at(5)]
+    out, result, _ = merged(ranks)
+    assert out.tolist() == [0, 1 / 8, 0, 0, 0, 0, 0, 0]
+    assert [z.tolist() for z in result.zeroed] == [[1], [], [1], [], [], [], [], []]
+    # The float32-per-merge rule (sparsebench before): index 1's sum rounds to 1.0 in round 2.
+    assert torch.tensor(1.0) + torch.tensor(HALF_ULP) == torch.tensor(1.0)
+    assert 1.0 + HALF_ULP != 1.0  # in float64 it does not
+
+
+def test_sixteen_ranks_add_in_float64_and_round_what_they_send_to_float32():
+    """k = 2, by hand. Index 0: rank 0's 1 meets 2^-24 from ranks 2 (round 2), 4 (round 3) and 8
+    (round 4): rank 0 adds them in float64 to 1 + 3 * 2^-24, rounded at the end to float32 (a
+    tie between 1 + 2^-23 and 1 + 2^-22: the even one) 1 + 2^-22, where float32-per-merge rounds
+    every step back to 1 (two ulps apart). Index 1: rank 8 holds 1 + 2^-24 in float64 after
+    round 2 (its 1, rank 10's 2^-24) and sends it rounded to float32, 1; rank 0 adds its own
+    2^-24: 1 + 2^-24, rounded at the end to 1. Had rank 8 sent its float64 value, rank 0 would
+    hold 1 + 2^-23."""
+    ranks = [zeros_at(6, 7)] * 16
+    ranks[0] = {0: 1.0, 1: HALF_ULP}
+    ranks[2] = {0: HALF_ULP, 5: 0.0}
+    ranks[4] = {0: HALF_ULP, 5: 0.0}
+    ranks[8] = {0: HALF_ULP, 1: 1.0}
+    ranks[10] = {1: HALF_ULP, 5: 0.0}
+    out, result, _ = merged(ranks)
+    released = [(1 + 2.0 ** -22) / 16, 1 / 16]
+    assert out[:2].tolist() == released and not out[2:].any()
+    zeroed = [z.tolist() for z in result.zeroed]
+    assert zeroed[0] == zeroed[8] == [0, 1] and zeroed[2] == zeroed[4] == [0] and zeroed[10] == [1]
+    # What the two other rules give, by hand, in torch's float32 and Python's float64:
+    one, half = torch.tensor(1.0), torch.tensor(HALF_ULP)
+    float32_per_merge = ((one + half) + half) + half
+    assert float32_per_merge == 1.0 and float(float32_per_merge) / 16 != released[0]
+    float64_sent_unrounded = HALF_ULP + (1.0 + HALF_ULP)
+    assert float(torch.tensor(float64_sent_unrounded)) / 16 != released[1]
+    # The independent replay of the released rule agrees.
+    selections = [torch.tensor(sorted(pairs)) for pairs in ranks]
+    accs = [torch.zeros(8).index_put_((s,), torch.tensor([pairs[int(i)] for i in s])) for s, pairs in zip(selections, ranks)]
+    assert {i: float(v) for i, v in gtopk_tree(selections, accs).items()} == {0: 1 + 2.0 ** -22, 1: 1.0}
+
+
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("world_size", [2, 8])
 def test_random_lists_with_ties_match_the_reference_tree(seed, world_size):
@@ -86,3 +143,26 @@ def test_a_world_that_is_no_power_of_2_is_refused_naming_the_fix(workers, fix):
         GTopK(Layout.from_shapes([("w", (10,))]), workers, 0, density=0.2)
     with pytest.raises(ConfigError, match=f"^workers={workers}: gtopk .*: set {fix}$"):
         preflight(["sparsifier=gtopk", f"workers={workers}", "dataset=digits", "model=mlp"])
+
+
+@pytest.mark.parametrize("world_size", [8, 16])
+def test_correlated_gradients_match_the_released_precision_to_the_bit(world_size):
+    """Ranks whose gradients share a signal (most indices meet at every merge), where rounding
+    every merge to float32 differs from the released float64 lists in several of the k values
+    (8 to 14 of 200 at W = 8, 25 to 40 at W = 16 over ten seeds): the exchange matches the
+    independent replay (tests/exchange_reference.py) in every value and residual."""
+    generator = torch.Generator().manual_seed(world_size)
+    numel, k = 1000, 200
+    base = torch.randn(numel, generator=generator)
+    accs = [base + 0.3 * torch.randn(numel, generator=generator) for _ in range(world_size)]
+    selections = [acc.abs().topk(k).indices.sort().values for acc in accs]
+    comm = RankCollectives(world_size, list(range(world_size)), use_process_group=False)
+    out = torch.empty(numel)
+    result = exchange(ExchangeKind.TREE_MERGE, selections, accs, out, comm)
+    final = gtopk_tree(selections, accs)
+    expected = torch.zeros(numel)
+    for index, value in final.items():
+        expected[index] = float(value) / world_size
+    assert torch.equal(out, expected)
+    for selection, zeroed in zip(selections, result.zeroed):
+        assert zeroed.tolist() == [i for i in selection.tolist() if i in final]

@@ -12,6 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.special import gammaincinv
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from experiments import metric_keys as keys
 from experiments.errors import ConfigError
@@ -424,3 +425,47 @@ def test_fixed_stages_keep_no_state():
     sparsifier = SIDCo(LAYOUT, 2, 0, 0.01)
     sparsifier.select(next(noise(LAYOUT.numel, 1, seed=0))[0], 0)
     assert sparsifier.state_dict() == {}
+
+
+class _Divisions(TorchDispatchMode):
+    """Records the divisor of every division, and every multiplication, of a tensor of `numel`
+    elements as the dispatcher sees it: a divisor is a 0-dim tensor (a true division on every
+    device) or a Python number (which CUDA turns into a multiplication by its reciprocal)."""
+
+    def __init__(self, numel: int) -> None:
+        super().__init__()
+        self.numel, self.divisors, self.multiplications = numel, [], 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if isinstance(args[0], torch.Tensor) and args[0].numel() == self.numel:
+            if func.overloadpacket in (torch.ops.aten.div, torch.ops.aten.div_):
+                self.divisors.append(args[1])
+            elif func.overloadpacket in (torch.ops.aten.mul, torch.ops.aten.mul_):
+                self.multiplications += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("distribution", ["exp", "gpareto", "gamma"])
+def test_the_normalisation_divides_by_the_norm_as_a_tensor(distribution):
+    """Step 2 as released (`tensor.abs() / torch.norm(tensor)`): x = |acc| divided by the 0-dim
+    norm tensor. Divided by the norm as a Python float, CUDA multiplies by the float's
+    reciprocal and x is one ulp off in about a quarter of its elements (an H200, N = 262,144);
+    on the CPU both are a true division, so this checks the divisor itself."""
+    acc = torch.randn(3003, generator=torch.Generator().manual_seed(3))
+    with _Divisions(acc.numel()) as recorded:
+        one(3003, 0.01, distribution=distribution).select(acc, 0)
+    [divisor] = recorded.divisors
+    assert isinstance(divisor, torch.Tensor) and divisor.dim() == 0 and divisor.device == acc.device
+    assert torch.equal(divisor, torch.linalg.vector_norm(acc)) and recorded.multiplications == 0
+
+
+def test_the_shifted_buffer_follows_the_device():
+    """A later round's buffer (survivors - t_min) is reallocated when the survivors' device
+    changes, as when their size or dtype does. The meta device stands in for a GPU: the round
+    gets as far as reading its statistics, which a meta tensor cannot give."""
+    sidco = one(10, 0.1, distribution="gpareto", stages=2)
+    sidco._round(torch.tensor([1.0, 2.0, 4.0]), 0.5)
+    assert sidco._shifted.device.type == "cpu"
+    with pytest.raises(RuntimeError, match="item\\(\\) cannot be called on meta tensors"):
+        sidco._round(torch.tensor([1.0, 2.0, 4.0], device="meta"), 0.5)
+    assert sidco._shifted.device.type == "meta" and sidco._shifted.numel() >= 3
