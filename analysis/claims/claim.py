@@ -25,10 +25,13 @@ Numbers = Mapping[str, float]
 @dataclass(frozen=True)
 class Statistic:
     """A claim's measurement: subject -> its named numbers (in the order they read best), and the
-    reasons a subject, or the whole claim, could not be measured."""
+    reasons a subject, or the whole claim, could not be measured. `reported`: subjects measured
+    beside the judged ones but outside the claim's scope (Ok-Topk's released variant, against a
+    bound that assumes the paper's algorithm): shown with their numbers, never judged."""
 
     subjects: dict[str, dict[str, float]] = field(default_factory=dict)
     gaps: tuple[str, ...] = ()
+    reported: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 The rule that turns subjects into one verdict: NOT_MEASURABLE when no subject could be measured
 (the reason says what the study lacks); otherwise DOES_NOT_HOLD when any measured subject fails
 the criterion, HOLDS when every one passes. Subjects that could not be measured beside measured
-ones are named in the verdict's reason, never silently dropped.
+ones are named in the verdict's reason, never silently dropped. Subjects a statistic reports
+without judging (Statistic.reported) are in the verdict's numbers and in no count of held ones.
 """
 from __future__ import annotations
 
@@ -26,7 +27,9 @@ def judge(claim: Claim, study: Study) -> Verdict:
     if not held:
         return Verdict(claim, Outcome.NOT_MEASURABLE, {}, {}, gaps or "nothing in the study to measure", scope)
     outcome = Outcome.HOLDS if all(held.values()) else Outcome.DOES_NOT_HOLD
-    return Verdict(claim, outcome, statistic.subjects, held, f"not measured: {gaps}" if gaps else "", scope)
+    # Reported subjects keep their numbers beside the judged ones, with no entry in `held`.
+    measured = {**statistic.subjects, **statistic.reported}
+    return Verdict(claim, outcome, measured, held, f"not measured: {gaps}" if gaps else "", scope)
 
 
 def judge_study(study: Study, claims: Iterable[Claim] = CLAIMS) -> list[Verdict]:

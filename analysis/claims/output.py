@@ -32,7 +32,7 @@ def measured_text(verdict: Verdict) -> str:
     parts = []
     for name, numbers in verdict.measured.items():
         values = ", ".join(f"{key}={number(value)}" for key, value in numbers.items())
-        mark = "" if verdict.held.get(name, True) else " (fails)"
+        mark = " (reported, not judged)" if name not in verdict.held else "" if verdict.held[name] else " (fails)"
         parts.append(f"{name}{mark}: {values}")
     return "; ".join(parts) if parts else "-"
 
@@ -55,15 +55,19 @@ def _brief(outcome: str, reason: str | None, held: dict[str, bool], measured: di
            failures_shown: int = 3, numbers_shown: int = 2) -> str:
     if outcome == Outcome.NOT_MEASURABLE.value:
         return f"not measurable: {reason}"
+    def shown(names: list[str]) -> str:
+        cells = [f"{name}: " + ", ".join(f"{key}={number(_number_of(value))}" for key, value in
+                                         list(measured[name].items())[:numbers_shown]) for name in names[:failures_shown]]
+        more = f" (and {len(names) - failures_shown} more)" if len(names) > failures_shown else ""
+        return "; ".join(cells) + more
+
     text = f"{sum(held.values())} of {len(held)} hold"
     failing = [name for name, ok in held.items() if not ok]
     if failing:
-        shown = []
-        for name in failing[:failures_shown]:
-            values = list(measured[name].items())[:numbers_shown]
-            shown.append(f"{name}: " + ", ".join(f"{key}={number(_number_of(value))}" for key, value in values))
-        more = f" (and {len(failing) - failures_shown} more)" if len(failing) > failures_shown else ""
-        text += "; fails: " + "; ".join(shown) + more
+        text += "; fails: " + shown(failing)
+    reported = [name for name in measured if name not in held]  # measured beside, never judged
+    if reported:
+        text += "; reported, not judged: " + shown(reported)
     return text
 
 

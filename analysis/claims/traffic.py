@@ -183,9 +183,6 @@ def oktopk_variant(group: pd.DataFrame) -> str | None:
     return values.pop() if values else "released"
 
 
-PAPER = "paper variant"  # 1 for a subject of variant=paper runs (judged), 0 for the released variant (reported)
-
-
 def oktopk_traffic_vs_bound(study: Study) -> Statistic:
     """Per (method, context, density) and W: the largest over settled logged steps (the later
     half of a run's rows, from step SETTLED_FROM_STEP on and past the dense warm-up), every step
@@ -232,25 +229,22 @@ def oktopk_traffic_vs_bound(study: Study) -> Statistic:
             gaps.append(f"{label}: no Ok-Topk runs logging {keys.SENT_MAX} on settled steps at two or more worker "
                         f"counts >= 2 (W={seen})")
             continue
-        numbers = {"worst": max(max(values) for values in every_step.values()), PAPER: float(variant == "paper")}
+        numbers = {"worst": max(max(values) for values in every_step.values())}
         numbers.update({at("sent/bound", w): max(values) for w, values in sorted(every_step.items())})
         numbers.update({at("recompute sent/bound", w): max(values) for w, values in sorted(recompute.items())})
         (subjects if variant == "paper" else released)[label] = numbers
     if not subjects:
         for label, numbers in released.items():
-            shown = ", ".join(f"{name} {value:.3g}" for name, value in numbers.items() if name != PAPER)
+            shown = ", ".join(f"{name} {value:.3g}" for name, value in numbers.items())
             gaps.append(f"{label} (variant=released, measured, not judged): {shown}")
         gaps.append("no variant=paper Ok-Topk runs: the bound is the paper algorithm's (exactly k selected and kept, "
                     "balanced); run sparsifier.variant=paper")
-    else:
-        subjects.update(released)  # reported beside the judged ones
-    return Statistic(subjects, tuple(gaps))
+        released = {}
+    return Statistic(subjects, tuple(gaps), reported=released)  # the released variant beside, not judged
 
 
 def within_bound(numbers: Numbers) -> bool:
-    """The paper variant: worst <= 1. The released variant is reported, not judged."""
-    if numbers.get(PAPER) == 0.0:
-        return True
+    """The paper variant: worst <= 1 (the released variant is reported, never judged)."""
     worst = numbers["worst"]
     return finite(worst) and worst <= 1.0
 

@@ -298,3 +298,25 @@ def test_the_command_line_exits_2_for_a_path_without_runs(tmp_path, all_hold, ca
     assert not (root / "claims").exists()
     assert claims_main([str(tmp_path / "nowhere")]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_a_reported_subject_is_shown_with_its_numbers_and_never_judged(all_hold):
+    """Ok-Topk's released variant beside its paper variant: in the verdict's numbers and the
+    summary, in no count of what holds, and a failing-size number cannot make the claim fail."""
+    import dataclasses
+
+    from analysis.claims.claim import Statistic
+    from analysis.claims.judge import judge
+    from analysis.claims.output import brief_table_of, claim_records
+    from analysis.claims.study import Study
+    from analysis.load import load_runs
+
+    root, _ = all_hold
+    statistic = Statistic({"oktopk(variant=paper)": {"worst": 0.84}}, reported={"oktopk(variant=released)": {"worst": 13.5}})
+    claim = dataclasses.replace(BY_ID["traffic.bound.oktopk"], measure=lambda study: statistic, studies=())
+    verdict = judge(claim, Study.of(load_runs([root], cache=False)))
+    assert verdict.outcome is Outcome.HOLDS and verdict.held == {"oktopk(variant=paper)": True}
+    assert verdict.measured["oktopk(variant=released)"] == {"worst": 13.5}
+    expected = "1 of 1 hold; reported, not judged: oktopk(variant=released): worst=13.5"
+    assert brief_text(verdict) == expected
+    assert expected.replace("|", "\\|") in brief_table_of(json.loads(json.dumps(claim_records([verdict]))))
