@@ -22,6 +22,7 @@ import argparse
 import datetime
 import importlib
 import json
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -51,7 +52,17 @@ def provenance(run_roots: list[Path], wall_seconds: float | None) -> dict[str, A
         "torch": versions.most_common(1)[0][0] if versions else None,
         "wall_seconds": None if wall_seconds is None else round(float(wall_seconds)),
         "published": datetime.date.today().isoformat(),
+        "published_at": _head(),
     }
+
+
+def _head() -> str | None:
+    """This checkout's commit: the code that judged and rendered the runs (None outside git)."""
+    try:
+        found = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PAGES.parent.parent, capture_output=True, text=True)
+    except OSError:
+        return None
+    return found.stdout.strip() or None if found.returncode == 0 else None
 
 
 def run_command(run_roots: list[Path]) -> str:
@@ -76,6 +87,9 @@ def header(record: dict[str, Any]) -> str:
         notes.append("with uncommitted changes")
     if source["runs_at_other_commits"]:
         notes.append(f"{source['runs_at_other_commits']} of {source['runs']} runs at other commits")
+    published_at = source.get("published_at")  # absent in pages published before it was recorded
+    if published_at and published_at != source["commit"]:
+        notes.append(f"judged and rendered at `{published_at[:12]}`")
     wall = source["wall_seconds"]
     took = f", {wall // 60} min {wall % 60:02d} s" if wall is not None else ""
     return "\n".join([
