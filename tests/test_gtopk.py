@@ -117,14 +117,9 @@ def test_sixteen_ranks_add_in_float64_and_round_what_they_send_to_float32():
     assert {i: float(v) for i, v in gtopk_tree(selections, accs).items()} == {0: 1 + 2.0 ** -22, 1: 1.0}
 
 
-@pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("world_size", [2, 8])
-def test_random_lists_with_ties_match_the_reference_tree(seed, world_size):
-    """Values from {-2, -1, 1, 2} make ties and duplicate indices at every merge."""
-    generator = torch.Generator().manual_seed(seed)
-    numel, k = 24, 5
-    accs = [torch.randint(-2, 3, (numel,), generator=generator).float() for _ in range(world_size)]
-    selections = [torch.randperm(numel, generator=generator)[:k].sort().values for _ in range(world_size)]
+def assert_matches_the_reference_tree(selections: list[torch.Tensor], accs: list[torch.Tensor], numel: int) -> None:
+    """The hosted exchange's aggregate and residuals equal the independent replay's, bit for bit."""
+    world_size = len(accs)
     comm = RankCollectives(world_size, list(range(world_size)), use_process_group=False)
     out = torch.empty(numel)
     result = exchange(ExchangeKind.TREE_MERGE, selections, accs, out, comm)
@@ -135,6 +130,17 @@ def test_random_lists_with_ties_match_the_reference_tree(seed, world_size):
     assert torch.equal(out, expected)
     for selection, zeroed in zip(selections, result.zeroed):
         assert zeroed.tolist() == [i for i in selection.tolist() if i in final]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("world_size", [2, 8])
+def test_random_lists_with_ties_match_the_reference_tree(seed, world_size):
+    """Values from {-2, -1, 1, 2} make ties and duplicate indices at every merge."""
+    generator = torch.Generator().manual_seed(seed)
+    numel, k = 24, 5
+    accs = [torch.randint(-2, 3, (numel,), generator=generator).float() for _ in range(world_size)]
+    selections = [torch.randperm(numel, generator=generator)[:k].sort().values for _ in range(world_size)]
+    assert_matches_the_reference_tree(selections, accs, numel)
 
 
 @pytest.mark.parametrize("workers, fix", [(3, "workers=2 or workers=4"), (12, "workers=8 or workers=16")])
@@ -156,13 +162,4 @@ def test_correlated_gradients_match_the_released_precision_to_the_bit(world_size
     base = torch.randn(numel, generator=generator)
     accs = [base + 0.3 * torch.randn(numel, generator=generator) for _ in range(world_size)]
     selections = [acc.abs().topk(k).indices.sort().values for acc in accs]
-    comm = RankCollectives(world_size, list(range(world_size)), use_process_group=False)
-    out = torch.empty(numel)
-    result = exchange(ExchangeKind.TREE_MERGE, selections, accs, out, comm)
-    final = gtopk_tree(selections, accs)
-    expected = torch.zeros(numel)
-    for index, value in final.items():
-        expected[index] = float(value) / world_size
-    assert torch.equal(out, expected)
-    for selection, zeroed in zip(selections, result.zeroed):
-        assert zeroed.tolist() == [i for i in selection.tolist() if i in final]
+    assert_matches_the_reference_tree(selections, accs, numel)
