@@ -136,6 +136,19 @@ def test_a_setting_that_changes_what_is_measured_is_a_row_of_its_own(tmp_path: P
 AVX2 = {"cpu_model": "AMD EPYC 7B12", "cpu_capability": "AVX2", "blas": "mkl", "blas_version": "2024.2", "onednn": "v3.12.0"}
 
 
+def _kept_apart_by(tmp_path: Path, separate: list):
+    """Reports the three runs under tmp_path/runs (two seeds of one machine, one other run) and
+    checks that exactly the `separate` env columns keep the other run in a row of its own, named
+    in the table's header; returns the summary."""
+    text = write_report([tmp_path / "runs"], tmp_path / "report", cache=False)
+    summary = _summary(tmp_path / "report")
+    assert sorted(column for column in summary.columns if column.startswith("env.")) == separate
+    assert sorted(summary["runs"]) == ([1, 2] if separate else [3])
+    for column in separate:
+        assert column in text.splitlines()[0]
+    return summary
+
+
 @pytest.mark.parametrize("other, separate", [
     ({**AVX2, "cpu_model": "AMD EPYC 9B14", "cpu_capability": "AVX512"}, ["env.cpu_capability", "env.cpu_model"]),
     ({**AVX2, "blas_version": "2025.0"}, ["env.blas_version"]),
@@ -147,12 +160,7 @@ def test_runs_made_on_different_machines_are_rows_of_their_own_naming_the_machin
     the report never averages two machines' runs together, and its table names what differs."""
     for name, seed, device in (("a0", 0, AVX2), ("a1", 1, AVX2), ("b0", 0, other)):
         write_run(tmp_path / "runs" / name, 3, seed, device=device)
-    text = write_report([tmp_path / "runs"], tmp_path / "report", cache=False)
-    summary = _summary(tmp_path / "report")
-    assert sorted(column for column in summary.columns if column.startswith("env.")) == separate
-    assert sorted(summary["runs"]) == ([1, 2] if separate else [3])
-    for column in separate:
-        assert column in text.splitlines()[0]
+    summary = _kept_apart_by(tmp_path, separate)
     if separate:
         assert set(summary[separate[0]].astype(str)) == {AVX2[separate[0][4:]], other[separate[0][4:]]}
 
@@ -174,12 +182,7 @@ def test_runs_on_different_gpus_or_devices_are_rows_of_their_own_naming_the_gpu_
     run computed on (a CPU run and a CUDA run of one config) are settings of their own."""
     for name, seed, device, resolved in (("a0", 0, H200, "cuda"), ("a1", 1, H200, "cuda"), ("b0", 0, other, other_device)):
         write_run(tmp_path / "runs" / name, 3, seed, device=device, resolved_device=resolved)
-    text = write_report([tmp_path / "runs"], tmp_path / "report", cache=False)
-    summary = _summary(tmp_path / "report")
-    assert sorted(column for column in summary.columns if column.startswith("env.")) == separate
-    assert sorted(summary["runs"]) == ([1, 2] if separate else [3])
-    for column in separate:
-        assert column in text.splitlines()[0]
+    _kept_apart_by(tmp_path, separate)
 
 
 @pytest.mark.parametrize("reduction, devices, said", [
