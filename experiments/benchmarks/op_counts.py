@@ -16,62 +16,31 @@ from __future__ import annotations
 import argparse
 import copy
 from collections import Counter
-from dataclasses import dataclass, field
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from experiments.core.sync_count import SyncCounter
 from sparsifiers.kernels.backend import current_backend, set_backend, simulated_gpu
 
-SYNC_OPS = {
-    "aten._local_scalar_dense.default", "aten.nonzero.default", "aten.nonzero_static.default",
-    "aten.masked_select.default", "aten._unique2.default", "aten._unique.default", "aten.unique_dim.default",
-    "aten.unique_consecutive.default", "aten.equal.default", "aten.is_nonzero.default",
-    "aten.argwhere.default", "aten.nonzero_numpy.default",
-}
 # Python-level calls that copy a tensor to the host without an aten op on CPU tensors.
 SYNC_METHODS = {"tolist", "numpy"}
 
 
-@dataclass
-class Counts:
-    ops: int = 0
-    syncs: int = 0
-    by_op: Counter = field(default_factory=Counter)
-    syncs_by_op: Counter = field(default_factory=Counter)
+class Counts(SyncCounter):
+    """The core's counter (experiments/core/sync_count.py: every aten op, the syncs among them)
+    plus the host reads no aten op shows on the CPU (`.tolist()`, `.numpy()`)."""
+
+    @property
+    def by_op(self) -> Counter:
+        return self.op_names
+
+    @property
+    def syncs_by_op(self) -> Counter:
+        return self.sync_ops
 
 
-def _is_sync(func, args, kwargs) -> bool:
-    name = str(func)
-    if name in SYNC_OPS:
-        return True
-    if name.startswith("aten.repeat_interleave") and kwargs.get("output_size") is None and (
-            len(args) < 4 or args[3] is None) and isinstance(args[0], torch.Tensor) and name.endswith(".Tensor"):
-        return True
-    if name.startswith("aten.index.Tensor") or name.startswith("aten.index_put"):
-        indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
-        return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices or ())
-    return False
-
-
-class _Dispatch(TorchDispatchMode):
-    def __init__(self, counts: Counts) -> None:
-        super().__init__()
-        self.counts = counts
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        name = str(func)
-        self.counts.ops += 1
-        self.counts.by_op[name] += 1
-        if _is_sync(func, args, kwargs):
-            self.counts.syncs += 1
-            self.counts.syncs_by_op[name] += 1
-        return func(*args, **kwargs)
-
-
-class _Function(TorchFunctionMode):
+class _HostReads(TorchFunctionMode):
     def __init__(self, counts: Counts) -> None:
         super().__init__()
         self.counts = counts
@@ -80,7 +49,7 @@ class _Function(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         if name in SYNC_METHODS:
             self.counts.syncs += 1
-            self.counts.syncs_by_op[f"Tensor.{name}"] += 1
+            self.counts.sync_ops[f"Tensor.{name}"] += 1
         return func(*args, **(kwargs or {}))
 
 
@@ -94,14 +63,13 @@ class count_ops:
         set_backend("torch")
         self._gpu = simulated_gpu()
         self._gpu.__enter__()
-        self._function = _Function(self.counts)
-        self._dispatch = _Dispatch(self.counts)
+        self._function = _HostReads(self.counts)
         self._function.__enter__()
-        self._dispatch.__enter__()
+        self.counts.__enter__()
         return self.counts
 
     def __exit__(self, *exc) -> None:
-        self._dispatch.__exit__(*exc)
+        self.counts.__exit__(*exc)
         self._function.__exit__(*exc)
         self._gpu.__exit__(*exc)
         set_backend(self._backend)

@@ -8,8 +8,9 @@ masks, masked_select, unique, repeat_interleave without output_size), and a copy
 (`.cpu()`, `torch.tensor(data, device=cuda)`: blocking copies synchronize their stream). On the
 CPU the same code dispatches the same operations, so the counts are measured there by
 construction, except cross-device copies, which exist only where there are two devices
-(`copies` counts them on CUDA). Used by tests/test_exchange_syncs.py (bounds independent of W)
-and by the GPU check (experiments/benchmarks/gpu_check.sh).
+(`copies` counts them on CUDA). Used by tests/test_exchange_syncs.py (bounds independent of W),
+by the GPU check (experiments/benchmarks/gpu_check.sh) and by the selection's op counts
+(experiments/benchmarks/op_counts.py, which adds the Python-level host reads).
 """
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 # Operations whose result the host must wait for, on CUDA.
 SYNCING = frozenset({
-    "aten._local_scalar_dense", "aten.nonzero", "aten.masked_select", "aten._unique2", "aten.unique_dim",
-    "aten.unique_consecutive", "aten.equal", "aten.is_nonzero",
+    "aten._local_scalar_dense", "aten.nonzero", "aten.nonzero_static", "aten.nonzero_numpy", "aten.argwhere",
+    "aten.masked_select", "aten._unique", "aten._unique2", "aten.unique_dim", "aten.unique_consecutive",
+    "aten.equal", "aten.is_nonzero",
 })
 
 
@@ -62,8 +64,9 @@ class SyncCounter(TorchDispatchMode):
         self.ops += 1
         self.op_names[name] += 1
         syncing = name in SYNCING
-        if name == "aten.repeat_interleave" and kwargs.get("output_size") is None:
-            syncing = True
+        if (name == "aten.repeat_interleave" and func._schema.overload_name in ("Tensor", "self_Tensor")
+                and kwargs.get("output_size") is None):
+            syncing = True  # tensor repeats: the output's size is their sum, read on the host
         if name in ("aten.index", "aten.index_put_", "aten._index_put_impl_") and _bool_index(args):
             syncing = True  # a boolean mask becomes indices: its count is read on the host
         out = func(*args, **kwargs)
