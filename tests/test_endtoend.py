@@ -238,6 +238,10 @@ def test_gpus_without_bf16_model_fp16_as_their_16_bit_baseline():
     v100, dgx, flat = (NetworkModel.preset(n) for n in ("v100x4_25gbe", "dgx_a100_200g_ib", "10gbe"))
     assert not runs_on("dense_bf16", v100) and runs_on("dense_fp16", v100) and runs_on("topk", v100)
     assert runs_on("dense_bf16", dgx) and runs_on("dense_fp16", dgx) and runs_on("dense_bf16", flat)
+    # the modelled GPU's profile says it where it does: H200s on the V100 cluster's network have bf16
+    h200, v100_gpu = ComputeProfile.load("h200"), ComputeProfile.load("v100")
+    assert runs_on("dense_bf16", v100, h200) and not runs_on("dense_bf16", flat, v100_gpu)
+    assert runs_on("dense_bf16", v100, ComputeProfile.load("measured")) is False  # this machine: the network's
 
 
 # -- the whole study, cut down -------------------------------------------------------------------

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 # Operations whose result the host must wait for, on CUDA.
 SYNCING = frozenset({
@@ -48,10 +49,15 @@ def _bool_index(args: tuple) -> bool:
 class SyncCounter(TorchDispatchMode):
     """`with SyncCounter() as counter:` counts every aten operation dispatched inside (`ops`),
     the host syncs among them (`syncs`, by name in `sync_ops`) and the copies between devices
-    (`copies`, syncs too)."""
+    (`copies`, syncs too). With `count_bytes`, also the bytes of every operation's tensor
+    arguments and results (`bytes`: each read or written once), the memory traffic a
+    bandwidth-bound kernel pays (the end-to-end model's selection time, endtoend/selection.py)."""
 
-    def __init__(self) -> None:
+    def __init__(self, count_bytes: bool = False) -> None:
         super().__init__()
+        self.count_bytes = count_bytes
+        self.bytes = 0
+        self.bytes_by_op: Counter[str] = Counter()
         self.ops = 0
         self.syncs = 0
         self.copies = 0
@@ -76,4 +82,9 @@ class SyncCounter(TorchDispatchMode):
         if syncing:
             self.syncs += 1
             self.sync_ops[name] += 1
+        if self.count_bytes:
+            leaves = tree_flatten((args, kwargs, out))[0]
+            nbytes = sum(t.numel() * t.element_size() for t in leaves if isinstance(t, torch.Tensor))
+            self.bytes += nbytes
+            self.bytes_by_op[name] += nbytes
         return out

@@ -3,7 +3,7 @@ time to a target accuracy of every sparsifier against the strongest dense baseli
 networks, at W = 4 to 1,024 (docs/endtoend.md).
 
     python -m experiments.endtoend [--out DIR] [--studies quickstart,resnet18]
-        [--networks v100x4_10gbe,v100x4_25gbe,v100x4_100g_ib] [--compute-profile v100]
+        [--networks v100x4_10gbe,v100x4_25gbe,v100x4_100g_ib] [--compute-profile h200]
         [--workers 4,8,...,1024] [--target quickstart=0.8] [--quick] [--skip-runs] [--publish]
         [--compute-ms resnet18=8] [--select-ms deft=3]
 
@@ -47,13 +47,13 @@ TIMED = "the measured compute and selection times carry it (the statistics and a
 
 
 def measure(spec: StudySpec, quick: bool):
-    """The study's model and batch, counted and timed here (compute.py)."""
+    """The study's model and batch, counted and timed here (compute.py), and its sparsifiers' density."""
     overrides = [f"experiment={spec.accuracy}", *(spec.quick_accuracy if quick else ())]
     # One job's config: the sweep's lists (methods) do not change the model, its data or batch.
     cfg = compose_job([o for o in overrides if "," not in o])
     with open_dict(cfg):
         del cfg["hydra"]
-    return measure_step(cfg)
+    return measure_step(cfg), float(cfg.sparsifier.density)
 
 
 def model_study(spec: StudySpec, folder: Path, networks: list[NetworkModel], profile: ComputeProfile,
@@ -65,14 +65,15 @@ def model_study(spec: StudySpec, folder: Path, networks: list[NetworkModel], pro
     methods = methods_of(spec, folder, target, accuracy_workers)
     if not methods:
         raise SystemExit(f"{folder}: no finished accuracy run to model (run without --skip-runs first)")
-    work = measure(spec, quick)
+    work, density = measure(spec, quick)
     measured = sorted(m.accuracy.compute_ms for m in methods.values())
     compute_ms, select_ms = compute_ms or {}, select_ms or {}
     override = compute_ms.get(spec.name, compute_ms.get(work.model))
     study = Study(spec.name, spec.metric, target, work, measured[len(measured) // 2], profile, methods,
-                  override, {m: ms for m, ms in select_ms.items() if m in methods})
+                  override, {m: ms for m, ms in select_ms.items() if m in methods}, density=density,
+                  stands_for=spec.stands_for)
     study.select_costs = selection_costs(spec, quick, study)
-    grid = {net.name: {w: [study.point(m, w, net) for m in methods.values() if runs_on(m.name, net)] for w in workers}
+    grid = {net.name: {w: [study.point(m, w, net) for m in methods.values() if runs_on(m.name, net, profile)] for w in workers}
             for net in networks}  # runs_on: no bf16 baseline on GPUs without bf16 (V100)
     robust = robustness(study, networks, workers)
     compute_ms, compute_source = study.compute_ms()
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="output directory (default outputs/endtoend/<time>)")
     parser.add_argument("--studies", default="quickstart,resnet18", help=f"comma list of {', '.join(STUDIES)}")
     parser.add_argument("--networks", default=",".join(NETWORKS), help="network presets (conf/network/) or YAML paths")
-    parser.add_argument("--compute-profile", default="v100", help="measured | v100 | a100 | h100 | h200 (conf/compute_profile/) or a YAML path")
+    parser.add_argument("--compute-profile", default="h200", help="h200 (default: the GPU measured) | v100 | a100 | h100 | measured (this machine) (conf/compute_profile/) or a YAML path")
     parser.add_argument("--compute-ms", action="append", default=[], help="<study or model>=<ms>: compute per step on the modelled GPU")
     parser.add_argument("--select-ms", action="append", default=[], help="<method>=<ms>: selection per rank on the modelled GPU, every W")
     parser.add_argument("--workers", default=",".join(map(str, WORKERS)), help="modelled worker counts")

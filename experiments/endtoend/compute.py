@@ -115,6 +115,7 @@ class ComputeProfile:
     selection_at: dict[str, Any] = field(default_factory=dict)  # the layout and density they were measured at
     selection_model: Any = None  # SelectionModel calibrated on this GPU, or borrowed (selection.py)
     path: Path | None = None
+    bf16: bool | None = None  # the GPU has bf16 (None: the network preset's nodes say, model.runs_on)
 
     @classmethod
     def load(cls, name: str, directory: Path = PROFILES) -> "ComputeProfile":
@@ -140,19 +141,24 @@ class ComputeProfile:
                                                            other.memory_bandwidth_gbs)
             else:
                 selection_model = SelectionModel(float(model["launch_us"]), float(model["bandwidth_gbs"]),
-                                                 str(model.get("calibrated_on", node["gpu"])))
+                                                 str(model.get("calibrated_on", node["gpu"])),
+                                                 float(model["ranking_gbs"]) if model.get("ranking_gbs") else None)
         return cls(node["name"], node["gpu"], number("peak_tflops"), number("efficiency"), number("launch_us"),
                    dict(node.get("measured_ms") or {}), number("memory_bandwidth_gbs"),
                    {str(m): {int(w): float(ms) for w, ms in row.items()} for m, row in (node.get("selection_ms") or {}).items()},
-                   dict(node.get("selection_at") or {}), selection_model, path)
+                   dict(node.get("selection_at") or {}), selection_model, path,
+                   bool(node["bf16"]) if node.get("bf16") is not None else None)
 
     def measurements(self) -> dict[str, MeasuredStep]:
         return {key: MeasuredStep.parse(str(key), value) for key, value in self.measured_ms.items()}
 
-    def step_ms(self, work: StepWork, measured_ms: float, override: float | None = None) -> tuple[float, str]:
+    def step_ms(self, work: StepWork, measured_ms: float, override: float | None = None,
+                stands_for: str | None = None) -> tuple[float, str]:
         """The compute ms of one step of `work`'s model and where the number comes from;
         `measured_ms` is this machine's own (used by the `measured` profile), `override` the
-        user's (module docstring)."""
+        user's (module docstring). `stands_for`: the workload whose measured step a laptop-scale
+        study stands for on the GPU (the same model, at the papers' batch and input), used when
+        this profile measured it and nothing measured matches the study's own step."""
         if override is not None:
             return override, "given on the command line (--compute-ms)"
         if self.name == "measured":
@@ -162,6 +168,11 @@ class ComputeProfile:
         for key, entry in entries.items():
             if entry.matches(work):
                 return entry.ms, f"measured on {self.gpu}: {key}, {entry.what} ({where})"
+        standing = entries.get(stands_for) if stands_for else None
+        if standing is not None and standing.model == work.model:
+            return standing.ms, (f"measured on {self.gpu}: {stands_for} ({standing.label()}), {standing.what} ({where}); "
+                                 f"the step this study stands for: its hosted runs train {work.model} at batch {work.batch}, "
+                                 f"input {'x'.join(map(str, work.input_shape or ()))}")
         if not (self.peak_tflops and self.efficiency and self.launch_us is not None):
             raise ConfigError(f"compute_profile={self.name} has no measurement of {work.model} at batch {work.batch} "
                               f"and no peak_tflops, efficiency, launch_us to derive one: measure it "

@@ -23,6 +23,8 @@
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 
 from experiments.core.network import NetworkModel
@@ -38,10 +40,12 @@ DENSE_BASELINES = ("dense", "dense_overlap", "dense_bf16", "dense_fp16", "powers
 NEEDS_BF16 = ("dense_bf16",)  # not modelled on a network whose GPUs lack bf16 (network.bf16 false: V100)
 
 
-def runs_on(method: str, network: NetworkModel) -> bool:
-    """Whether the study models `method` on `network`: a bf16 baseline only where the nodes' GPUs
-    have bf16 (a V100 has none, so there fp16, `dense_fp16`, is the 16-bit baseline)."""
-    return network.bf16 or method not in NEEDS_BF16
+def runs_on(method: str, network: NetworkModel, profile: ComputeProfile | None = None) -> bool:
+    """Whether the study models `method` on `network`: a bf16 baseline only where the GPUs have
+    bf16 (a V100 has none, so there fp16, `dense_fp16`, is the 16-bit baseline). The modelled
+    GPU's profile says so where it does (`bf16`), else the network preset's nodes."""
+    bf16 = profile.bf16 if profile is not None and profile.bf16 is not None else network.bf16
+    return bf16 or method not in NEEDS_BF16
 
 
 @dataclass(frozen=True)
@@ -100,12 +104,14 @@ class Study:
     compute_override: float | None = None  # --compute-ms: the user's compute ms on the modelled GPU
     select_override: dict[str, float] = field(default_factory=dict)  # --select-ms: method -> ms at every W
     select_costs: dict[str, dict[int, SelectCost]] = field(default_factory=dict)  # counted at the study's layout
+    density: float | None = None  # the sparsifiers' density in the study's runs
+    stands_for: str | None = None  # the measured workload whose GPU step the study's stands for (studies.py)
     # The robustness check's moves (robustness.py): compute and selection scaled on every point.
     compute_scale: float = 1.0
     select_scale: float = 1.0
 
     def compute_ms(self) -> tuple[float, str]:
-        return self.profile.step_ms(self.work, self.measured_compute_ms, self.compute_override)
+        return self.profile.step_ms(self.work, self.measured_compute_ms, self.compute_override, self.stands_for)
 
     def select_ms(self, method: str, workers: int, hosted_ms: float) -> tuple[float, str]:
         """One rank's selection ms of `method` at `workers` on the modelled GPU, and its source
@@ -114,21 +120,47 @@ class Study:
             return self.select_override[method], "given on the command line (--select-ms)"
         if self.profile.name == "measured":
             return hosted_ms, "measured with hosted ranks here, fitted beyond"
-        gpu, numel = self.profile.gpu, sum(self.work.sizes)
-        table, at = self.profile.selection_ms.get(method), self.profile.selection_at
-        if table and abs(numel - int(at["numel"])) <= SAME_LAYOUT * int(at["numel"]):
-            return log_interpolate(table, workers), (f"measured on {gpu} at W = {min(table)}-{max(table)} "
+        table = self.measured_selection(method)
+        if table:
+            at = self.profile.selection_at
+            return log_interpolate(table, workers), (f"measured on {self.profile.gpu} at W = {min(table)}-{max(table)} "
                                                      f"(N = {int(at['numel']):,}, d = {at['density']}), held beyond")
         costs, model = self.select_costs.get(method), self.profile.selection_model
         if costs and model is not None:
             cost = SelectCost(round(log_interpolate({w: c.ops for w, c in costs.items()}, workers)),
-                              log_interpolate({w: c.bytes for w, c in costs.items()}, workers))
-            return model.ms(cost), (f"modelled: ops x {model.launch_us:.3g} us + bytes / {model.bandwidth_gbs:.4g} GB/s "
-                                    f"(calibrated on {model.calibrated_on}), ops counted here at N = {numel:,}, "
-                                    f"W = {', '.join(map(str, sorted(costs)))}")
+                              log_interpolate({w: c.bytes for w, c in costs.items()}, workers),
+                              log_interpolate({w: c.ranked for w, c in costs.items()}, workers))
+            why = self.unmeasured_because(method)
+            return model.ms(cost), (f"modelled{f' ({why})' if why else ''}: {model.describe()}, ops counted "
+                                    f"here at N = {sum(self.work.sizes):,}, W = {', '.join(map(str, sorted(costs)))}")
         compute_ms, _ = self.compute_ms()
         scale = compute_ms / self.measured_compute_ms
         return hosted_ms * scale, f"hosted time here scaled by {scale:.3g} (the compute's ratio): nothing counted"
+
+    def measured_selection(self, method: str) -> dict[int, float] | None:
+        """The profile's measured selection of `method` (W -> ms) when it applies to this study:
+        measured at this layout (N within 1%) and density, of the code that runs now (a method
+        whose `select` was rewritten since the measurement is `superseded` there)."""
+        table, at = self.profile.selection_ms.get(method), self.profile.selection_at
+        numel = sum(self.work.sizes)
+        if not table or abs(numel - int(at["numel"])) > SAME_LAYOUT * int(at["numel"]) or self.unmeasured_because(method):
+            return None
+        return table
+
+    def unmeasured_because(self, method: str) -> str | None:
+        """Why the profile's measurement of `method` does not apply here (None: it does, or there is none)."""
+        at = self.profile.selection_at
+        if method not in self.profile.selection_ms:
+            return None
+        numel, density = sum(self.work.sizes), self.density
+        if abs(numel - int(at["numel"])) > SAME_LAYOUT * int(at["numel"]):
+            return None  # another model: nothing was measured for it
+        if density is not None and not math.isclose(density, float(at["density"]), rel_tol=1e-6):
+            return f"{self.profile.gpu} measured d = {at['density']}, the study runs d = {density:g}"
+        superseded = (at.get("superseded") or {}).get(method)
+        if superseded:
+            return f"{self.profile.gpu} measured the code of {at.get('code', '?')}, since rewritten: {superseded}"
+        return None
 
     def point(self, method: Method, workers: int, network: NetworkModel) -> Point:
         compute_ms = self.compute_ms()[0] * self.compute_scale

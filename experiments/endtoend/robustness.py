@@ -66,7 +66,7 @@ def robustness(study: Study, networks: list[NetworkModel], workers: list[int]) -
     """network -> str(W) -> the pick's verdict (string keys: the JSON's, so the page renders alike)."""
     result: dict[str, dict[str, str]] = {}
     for network in networks:
-        methods = [m for m in study.methods.values() if runs_on(m.name, network)]
+        methods = [m for m in study.methods.values() if runs_on(m.name, network, study.profile)]
         picks = {w: _winner([study.point(m, w, network) for m in methods]) for w in workers}
         winners: dict[int, dict[str, str | None]] = {w: {} for w in workers}
         for perturbation in PERTURBATIONS:

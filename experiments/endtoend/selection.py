@@ -4,27 +4,30 @@ method, W and layout size, else modelled from what one selection dispatches.
     measured:  the profile's `selection_ms.<method>.<W>` (a GPU benchmark's medians at the
                layout `selection_at.numel`), for a study whose N is within 1% of that layout;
                between measured W linear in log W, beyond them held at the nearest
-    modelled:  select_ms = ops x launch_us + bytes / bandwidth
+    modelled:  select_ms = ops x launch_us + (bytes - ranked) / bandwidth + ranked / ranking
 
-ops and bytes are counted here, on the CPU, at the study's layout and density: every aten op one
-rank's `select` dispatches on the torch path of the selection kernels, the one a GPU runs (a kernel launch there; `.item()` and the like a host sync too) and
-the bytes its tensor arguments and results hold (read or written once each), after the method
-has settled for a few steps on gradient-like data (experiments/benchmarks/select.py's). launch_us
-and the bandwidth are fitted on the measured GPU (`selection_model` in its profile: least squares
-of its measured selection over the ops and bytes counted at the measurement's layout,
-`python -m experiments.endtoend.selection`); another GPU takes the same launch cost (the host's
-eager dispatch, which is what bounds these selections) and that fitted bandwidth times its own
-memory bandwidth over the measured GPU's.
+ops and bytes are counted here, on the CPU, at the study's layout and density, on the path a GPU
+takes (the kernels' torch path, the selections' batched paths): every aten op one rank's
+`select` dispatches (a kernel launch there; `.item()` and the like a host sync too), the bytes
+its tensor arguments and results hold (read or written once each), and among them the `ranked`
+bytes of the ranking ops (topk, sort, kthvalue: a radix select on a GPU, several passes over its
+input, about three times slower per byte than a streaming kernel on the H200), after the method
+has settled for a few steps on gradient-like data (experiments/benchmarks/select.py's).
+launch_us and the two throughputs are fitted on the measured GPU (`selection_model` in its
+profile: least squares, relative to each measurement, over the methods whose select is the code
+it measured, `python -m experiments.endtoend.selection`); another GPU takes the same launch cost
+(the host's eager dispatch) and the throughputs times its memory bandwidth over the measured GPU's.
 """
 from __future__ import annotations
 
 import bisect
+import copy
 import math
 from dataclasses import dataclass
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+
+from experiments.core.sync_count import SyncCounter
 
 SETTLE_STEPS = 8  # as the selection benchmark: adaptive thresholds settle before the count
 SAME_LAYOUT = 0.01  # a measurement applies to a study whose N is within 1% of the measured N
@@ -32,54 +35,53 @@ SAME_LAYOUT = 0.01  # a measurement applies to a study whose N is within 1% of t
 
 @dataclass(frozen=True)
 class SelectCost:
-    """What one rank's `select` dispatched: aten ops and the bytes of their tensors."""
+    """What one rank's `select` dispatched: aten ops, the bytes of their tensors, and the bytes
+    of the ranking ops among them (RANKING)."""
 
     ops: int
     bytes: float
+    ranked: float = 0.0
 
 
-class _CountOpsAndBytes(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops = 0
-        self.bytes = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        self.ops += 1
-        leaves = tree_flatten((args, kwargs or {}, out))[0]
-        self.bytes += sum(t.numel() * t.element_size() for t in leaves if isinstance(t, torch.Tensor))
-        return out
+# The ops that rank their input (a radix select or sort on a GPU) rather than stream it.
+RANKING = ("aten.topk", "aten.sort", "aten.kthvalue")
 
 
 def count_select(sparsifier, acc: torch.Tensor, workers: int, settle: int = SETTLE_STEPS) -> SelectCost:
     """Counts rank 0's `select` (as a follower where the method has a leader) after `settle`
-    steps, feedback as if every rank selected as many as rank 0 (the selection benchmark's)."""
+    steps, feedback as if every rank selected as many as rank 0 (the selection benchmark's), on
+    the path a GPU takes: the kernels' torch path (the compiled kernels are CPU-only) and the
+    selections' batched paths (`simulated_gpu`: on CPU tensors DEFT and Accordion would take their
+    per-unit loops, which dispatch many more, smaller operations than a GPU runs)."""
     from sparsifiers.base import Feedback
-    from sparsifiers.kernels.backend import current_backend, set_backend
+    from sparsifiers.kernels.backend import current_backend, set_backend, simulated_gpu
 
     previous = current_backend()
-    set_backend("torch")  # the path a GPU takes: the compiled kernels are CPU-only, and no aten op
+    set_backend("torch")
     try:
-        return _count_select(sparsifier, acc, workers, settle, Feedback)
+        with simulated_gpu():
+            step = 0
+            for step in range(settle):
+                sparsifier.precondition(acc)  # the step's own hook before any plan (Accordion's norms)
+                plan = sparsifier.make_plan(acc, step) if sparsifier.plan_leader(step) is not None else None
+                chosen = sparsifier.select(acc, step, plan)
+                count = acc.numel() if chosen is None else int(chosen.numel())
+                sparsifier.observe(Feedback(step, torch.full((workers,), count, dtype=torch.int64),
+                                            min(acc.numel(), count * workers)))
+            step = settle
+            while workers > 1 and sparsifier.plan_leader(step) == 0:
+                step += 1
+            sparsifier.precondition(acc)
+            leader = sparsifier.plan_leader(step)
+            # The leader's plan made on a copy: a follower's select computes what the plan did (DEFT's
+            # unit norms) and must not find it cached on itself.
+            planner = copy.deepcopy(sparsifier) if leader not in (None, 0) else sparsifier
+            plan = planner.make_plan(acc, step) if leader is not None else None
+            with SyncCounter(count_bytes=True) as counter:
+                sparsifier.select(acc, step, plan)
     finally:
         set_backend(previous)
-
-
-def _count_select(sparsifier, acc: torch.Tensor, workers: int, settle: int, Feedback) -> SelectCost:
-    step = 0
-    for step in range(settle):
-        plan = sparsifier.make_plan(acc, step) if sparsifier.plan_leader(step) is not None else None
-        chosen = sparsifier.select(acc, step, plan)
-        count = acc.numel() if chosen is None else int(chosen.numel())
-        sparsifier.observe(Feedback(step, torch.full((workers,), count, dtype=torch.int64), min(acc.numel(), count * workers)))
-    step = settle
-    while workers > 1 and sparsifier.plan_leader(step) == 0:
-        step += 1
-    plan = sparsifier.make_plan(acc, step) if sparsifier.plan_leader(step) is not None else None
-    with _CountOpsAndBytes() as counter:
-        sparsifier.select(acc, step, plan)
-    return SelectCost(counter.ops, float(counter.bytes))
+    return SelectCost(counter.ops, float(counter.bytes), float(sum(counter.bytes_by_op[op] for op in RANKING)))
 
 
 def count_method(overrides: list[str], layout, density: float, workers: int) -> SelectCost:
@@ -98,8 +100,9 @@ SAME_CONFIG = {"dense_overlap": "dense"}  # a twin priced from another method's 
 
 def count_for_study(overrides: list[str], methods: list[str], workers: tuple[int, ...] = COUNT_WORKERS) -> dict[str, dict[int, SelectCost]]:
     """Each method's select, counted at the layout and density of the study whose accuracy runs
-    `overrides` compose (its model, data and sparsifier knobs), at `workers`. A method whose
-    config does not compose is left out (the model then says it scaled the hosted time)."""
+    `overrides` compose (its model, data and sparsifier knobs), at `workers`. A W the method
+    cannot run at (ExDyna past its block count) is left out of its counts; a method counted at no
+    W is an error, as is any other failure: a model that silently fell back would misprice it."""
     from omegaconf import open_dict
 
     from experiments.launcher.compose import compose_job
@@ -113,15 +116,19 @@ def count_for_study(overrides: list[str], methods: list[str], workers: tuple[int
     layout = Layout.from_module(build_model(cfg, build_dataset(cfg)))
     costs: dict[str, dict[int, SelectCost]] = {}
     for method in methods:
-        per_w = {}
-        try:
-            for w in workers:
-                job = compose_job([*base, f"sparsifier={SAME_CONFIG.get(method, method)}", f"workers={w}"])
-                density = float(job.sparsifier.get("density", 0.01))
-                acc = at_operating_point(gradient_like(layout.numel), density)
-                per_w[w] = count_select(build_sparsifier(job, layout, rank=0), acc, w)
-        except Exception:  # noqa: BLE001 - a method that cannot be built here is not counted
-            continue
+        per_w, refused = {}, []
+        for w in workers:
+            job = compose_job([*base, f"sparsifier={SAME_CONFIG.get(method, method)}", f"workers={w}"])
+            density = float(job.sparsifier.get("density", 0.01))
+            acc = at_operating_point(gradient_like(layout.numel), density)
+            try:
+                sparsifier = build_sparsifier(job, layout, rank=0)
+            except ValueError as error:  # this W is out of the method's range
+                refused.append(f"W = {w}: {error}")
+                continue
+            per_w[w] = count_select(sparsifier, acc, w)
+        if not per_w:
+            raise ValueError(f"{method}: its selection could not be counted at any W ({'; '.join(refused)})")
         costs[method] = per_w
     return costs
 
@@ -162,44 +169,71 @@ def log_interpolate(points: dict[int, float], workers: int) -> float:
 
 @dataclass(frozen=True)
 class SelectionModel:
-    """ops x launch_us + bytes / bandwidth, calibrated on `calibrated_on`."""
+    """ops x launch_us + (bytes - ranked) / bandwidth + ranked / ranking, calibrated on `calibrated_on`."""
 
     launch_us: float
-    bandwidth_gbs: float  # effective: what the calibration's bytes term moves per second
+    bandwidth_gbs: float  # effective: what the streaming ops move per second
     calibrated_on: str
+    ranking_gbs: float | None = None  # effective: what the ranking ops get through per second (None: as streaming)
 
     def ms(self, cost: SelectCost) -> float:
-        return cost.ops * self.launch_us * 1e-3 + cost.bytes / (self.bandwidth_gbs * 1e9) * 1e3
+        ranking = self.ranking_gbs or self.bandwidth_gbs
+        return (cost.ops * self.launch_us * 1e-3 + (cost.bytes - cost.ranked) / (self.bandwidth_gbs * 1e9) * 1e3
+                + cost.ranked / (ranking * 1e9) * 1e3)
+
+    def describe(self) -> str:
+        ranking = f" + ranked bytes / {self.ranking_gbs:.4g} GB/s" if self.ranking_gbs else ""
+        return (f"ops x {self.launch_us:.3g} us + bytes / {self.bandwidth_gbs:.4g} GB/s{ranking} "
+                f"(calibrated on {self.calibrated_on})")
 
     def on(self, gpu: str, memory_bandwidth_gbs: float | None, calibrated_memory_gbs: float | None) -> "SelectionModel":
-        """The same model on another GPU: its bandwidth scaled by the memory bandwidths' ratio."""
+        """The same model on another GPU: its throughputs scaled by the memory bandwidths' ratio."""
         if not memory_bandwidth_gbs or not calibrated_memory_gbs:
             return self
-        return SelectionModel(self.launch_us, self.bandwidth_gbs * memory_bandwidth_gbs / calibrated_memory_gbs,
-                              self.calibrated_on)
+        ratio = memory_bandwidth_gbs / calibrated_memory_gbs
+        return SelectionModel(self.launch_us, self.bandwidth_gbs * ratio, self.calibrated_on,
+                              self.ranking_gbs * ratio if self.ranking_gbs else None)
 
 
-def fit(costs: list[SelectCost], measured_ms: list[float]) -> tuple[float, float]:
-    """(launch_us, bandwidth GB/s): least squares of ms = ops a + bytes b with a, b >= 0."""
+def fit(costs: list[SelectCost], measured_ms: list[float]) -> tuple[float, float, float | None]:
+    """(launch_us, bandwidth GB/s, ranking GB/s or None): non-negative least squares of
+    ms = ops a + (bytes - ranked) b + ranked c, each point weighted by 1 / its measured ms: the
+    relative error is what matters, and the measured times span a decade (0.08 ms for a threshold
+    scan, 0.7 ms for a Gaussian fit), which an unweighted fit would leave to the slowest few."""
+    import itertools
+
     import numpy as np
 
-    a = np.array([[c.ops * 1e-3, c.bytes * 1e-9 * 1e3] for c in costs])  # ms per us of launch, ms per (GB/s)^-1
     y = np.array(measured_ms)
-    solution, *_ = np.linalg.lstsq(a, y, rcond=None)
-    launch, inverse_bw = (float(v) for v in solution)
-    if inverse_bw <= 0:  # the bytes explain nothing: launches alone
-        launch, inverse_bw = float(np.dot(a[:, 0], y) / np.dot(a[:, 0], a[:, 0])), 1e-9
-    return launch, 1.0 / inverse_bw
+    a = np.array([[c.ops * 1e-3, (c.bytes - c.ranked) * 1e-6, c.ranked * 1e-6] for c in costs]) / y[:, None]
+    best: tuple[float, np.ndarray] | None = None
+    # Non-negative least squares of three unknowns: the unconstrained fit on every face.
+    for size in (3, 2, 1):
+        for columns in map(list, itertools.combinations(range(3), size)):
+            if 1 not in columns:
+                continue  # the streaming bytes always cost something
+            x = np.zeros(3)
+            x[columns] = np.linalg.lstsq(a[:, columns], np.ones_like(y), rcond=None)[0]
+            residual = float(np.sum((a @ x - 1.0) ** 2))
+            if (x >= 0).all() and x[1] > 0 and (best is None or residual < best[0]):
+                best = (residual, x)
+    if best is None:
+        raise ValueError("the selection model cannot be fitted: no positive bandwidth explains the measurements")
+    launch, inverse_bw, inverse_ranking = best[1]
+    return float(launch), 1.0 / float(inverse_bw), (1.0 / float(inverse_ranking) if inverse_ranking > 0 else None)
 
 
-CALIBRATION_METHODS = ("topk", "deft", "micro", "exdyna")
+# The methods whose `select` is the code the H200 measured (selection_at.code in its profile): DEFT,
+# Accordion, Random-k, Ok-Topk and SIDCo changed since (`superseded` there).
+CALIBRATION_METHODS = ("topk", "micro", "exdyna", "dgc", "threshold", "gaussiank", "sage")
 CALIBRATION_WORKERS = (1, 4, 16, 64)
 
 
 def main() -> None:
-    """Counts the calibration's (method, W) at the CIFAR ResNet-18 layout and fits the model to
-    the H200's measured selection (conf/compute_profile/h200.yaml): prints what to paste into
-    its `selection_model` and `selection_counts`."""
+    """Counts the calibration's (method, W) at the CIFAR ResNet-18 layout, fits the model to the
+    H200's measured selection of those methods (conf/compute_profile/h200.yaml) and prints what
+    to paste into its `selection_model`, each point's error, and what the model then says of the
+    methods whose select changed since the measurement (`superseded`)."""
     from experiments.endtoend.compute import ComputeProfile
     from experiments.launcher.compose import compose_job
     from experiments.rank.build import build_dataset, build_model
@@ -210,19 +244,24 @@ def main() -> None:
     layout = Layout.from_module(build_model(cfg, build_dataset(cfg)))  # CIFAR ResNet-18: N = 11,173,962
     assert layout.numel == int(profile.selection_at["numel"]), layout.numel
     density = float(profile.selection_at["density"])
-    costs, measured, rows = [], [], []
-    for method in CALIBRATION_METHODS:
+    superseded = list((profile.selection_at.get("superseded") or {}))
+    rows = []
+    for method in (*CALIBRATION_METHODS, *(m for m in ("deft", "accordion") if m in superseded)):
         for workers in CALIBRATION_WORKERS:
             cost = count_method([f"sparsifier={method}", "dataset=synthetic", "model=mlp"], layout, density, workers)
-            costs.append(cost)
-            measured.append(profile.selection_ms[method][workers])
             rows.append((method, workers, cost))
-            print(f"  {method}: {{{workers}: [{cost.ops}, {cost.bytes:.0f}]}}", flush=True)
-    launch, bandwidth = fit(costs, measured)
-    print(f"launch_us: {launch:.3g}, bandwidth_gbs: {bandwidth:.4g}")
-    model = SelectionModel(launch, bandwidth, "H200")
-    for (method, workers, cost), ms in zip(rows, measured):
-        print(f"{method} W={workers}: measured {ms:.3g} ms, modelled {model.ms(cost):.3g} ms")
+            print(f"  {method} W={workers}: {cost.ops} ops, {cost.bytes:.4g} bytes, {cost.ranked:.4g} ranked", flush=True)
+    fitted = [(m, w, c) for m, w, c in rows if m in CALIBRATION_METHODS]
+    launch, bandwidth, ranking = fit([c for _, _, c in fitted], [profile.selection_ms[m][w] for m, w, _ in fitted])
+    print(f"selection_model: {{launch_us: {launch:.3g}, bandwidth_gbs: {bandwidth:.4g}, "
+          f"ranking_gbs: {ranking if ranking is None else f'{ranking:.4g}'}, calibrated_on: {profile.gpu}}}")
+    model = SelectionModel(launch, bandwidth, profile.gpu, ranking)
+    for method, workers, cost in rows:
+        measured = profile.selection_ms.get(method, {}).get(workers)
+        note = "" if method in CALIBRATION_METHODS else f" (not fitted: its select changed since {profile.selection_at.get('code')})"
+        error = f", {(model.ms(cost) - measured) / measured:+.0%}" if measured else ""
+        print(f"{method} W={workers}: measured {measured if measured is None else f'{measured:.3g}'} ms, "
+              f"modelled {model.ms(cost):.3g} ms{error}{note}")
 
 
 if __name__ == "__main__":

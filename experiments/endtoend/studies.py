@@ -36,6 +36,9 @@ class StudySpec:
     # The test suite's cut-down version, appended to the accuracy and the statistics sweeps.
     quick_accuracy: tuple[str, ...] = ()
     quick_statistics: tuple[str, ...] = ()
+    # The measured workload (conf/compute_profile/*.yaml `measured_ms`) whose step this study's
+    # stands for on a modelled GPU: the same model at the papers' batch and input.
+    stands_for: str | None = None
 
     def sweeps(self, quick: bool = False) -> tuple[Sweep, ...]:
         extra = self.quick_accuracy if quick else ()
@@ -70,5 +73,5 @@ QUICKSTART = StudySpec(
 RESNET18 = StudySpec(
     name="resnet18", title="ResNet-18 at laptop scale (Fashion-MNIST, 11,172,810 parameters)",
     accuracy="endtoend/resnet18", statistics="endtoend/resnet18_statistics", accuracy_workers=2,
-    settle=4, until=12, metric="eval/accuracy", target=0.50)
+    settle=4, until=12, metric="eval/accuracy", target=0.50, stands_for="resnet18_cifar10")
 STUDIES = {study.name: study for study in (QUICKSTART, RESNET18)}
