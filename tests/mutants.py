@@ -230,10 +230,12 @@ MUTANTS = (
     Mutant("compute_time_only_after_backward", "experiments/core/step.py",
            "            loss.backward()\n", "            loss.backward()\n        start = time.perf_counter()\n", ("tests/test_full_step.py",)),
     Mutant("exchange_timed_before_it_runs", "experiments/core/step.py",
-           "    result = exchange(method.exchange, selections, accs, out, world.comm, leader, shared, clock, sparsifiers, step)\n"
+           "    result = exchange(method.exchange, selections, accs, out, world.comm, leader, shared, clock, sparsifiers, step,\n"
+           "                      counts)\n"
            "    exchange_ms = _elapsed_ms(world, start)",
            "    exchange_ms = _elapsed_ms(world, start)\n"
-           "    result = exchange(method.exchange, selections, accs, out, world.comm, leader, shared, clock, sparsifiers, step)", ("tests/test_full_step.py",)),
+           "    result = exchange(method.exchange, selections, accs, out, world.comm, leader, shared, clock, sparsifiers, step,\n"
+           "                      counts)", ("tests/test_full_step.py",)),
     Mutant("compute_mean_is_the_max", "experiments/core/metrics.py",
            "        keys.COMPUTE_MEAN: float(column[\"compute_ms\"].mean()),", "        keys.COMPUTE_MEAN: float(column[\"compute_ms\"].max()),", ("tests/test_full_step.py",)),
     Mutant("cltk_plan_one_index_too_many", "sparsifiers/cltk.py",
