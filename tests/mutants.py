@@ -136,6 +136,10 @@ MUTANTS = (
     # -- traffic -------------------------------------------------------------------------------
     Mutant("broadcast_header_not_metered", "experiments/core/collectives.py",
            "        self.meter.broadcast(1, header.element_size(), root)\n", "", ("tests/test_exchange.py",)),
+    Mutant("known_plan_length_still_sends_its_header", "experiments/core/step.py",
+           "        shape = None if length is None else (length,)\n", "        shape = None\n", ("tests/test_exchange.py",)),
+    Mutant("known_counts_not_checked", "experiments/core/exchange.py",
+           "        if selection.numel() != sizes[rank]:\n", "        if False:\n", ("tests/test_exchange.py",)),
     Mutant("allreduce_traffic_halved", "experiments/core/traffic.py",
            "        nbytes = 2.0 * (self.world_size - 1) / self.world_size * elements * element_bytes",
            "        nbytes = (self.world_size - 1) / self.world_size * elements * element_bytes", ("tests/test_exchange.py",)),
