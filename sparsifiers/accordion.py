@@ -14,7 +14,9 @@ and k_high when the gradient's norm changes quickly (a "critical regime").
     4. Selection: exact top-K_l of |acc| inside each parameter (ties broken by lower index).
     5. Memory: acc with the selected entries zeroed (the framework's error feedback).
     6. Exchange: sparse_allgather, agg = (1/W) sum_r scatter(S_r, acc_r[S_r]); every rank sends
-       sum_l K_l pairs, the same count everywhere (the plan is shared).
+       sum_l K_l pairs, the same count everywhere (the plan is shared), which every rank knows
+       before the exchange: no size header travels (`known_counts`), nor a header before the
+       plan, one choice per parameter (`plan_length`).
 
 `density` is ignored (k_low and k_high decide; a sweep may set sparsifier.density for every
 method): the target of a step is the plan's sum_l K_l (`current_k`, what density/error is
@@ -140,6 +142,9 @@ class Accordion(Sparsifier):
     def plan_leader(self, step: int) -> int | None:
         return 0 if self.is_detection(step) else None
 
+    def plan_length(self, step: int) -> int:
+        return len(self.segments)
+
     def make_plan(self, acc: torch.Tensor, step: int) -> torch.Tensor:
         if self._norms is None:
             raise RuntimeError(f"accordion: no raw gradient norms at detection step {step} "
@@ -183,6 +188,10 @@ class Accordion(Sparsifier):
 
     def _ks(self) -> list[int]:
         return [self.k_of[high][l] for l, high in enumerate(self._high)]
+
+    def known_counts(self, step: int) -> list[int]:
+        """Every rank sends sum_l K_l of the plan every rank follows."""
+        return [self.current_k] * self.world_size
 
     @property
     def current_k(self) -> int:

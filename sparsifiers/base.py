@@ -12,7 +12,8 @@ One step, as the world drives it (see experiments/core/step.py):
     plan = make_plan(acc, t) on rank plan_leader(t), broadcast   # only if a leader is declared
     S    = select(acc, t, plan)                   # timed
     C    = shared_indices(t)                      # after select: coordinates every rank adds, or None
-    agg  = exchange(kind, {S_r}, {acc_r}, C)      # the world; traffic counted there
+    n    = known_counts(t)                        # after select: every |S_r| if all ranks know it, or None
+    agg  = exchange(kind, {S_r}, {acc_r}, C, n)   # the world; traffic counted there
     observe(Feedback(t, counts, aggregated))      # identical on all ranks
     on_residual_zeroed(indices)                   # which coordinates this rank transmitted
 
@@ -20,6 +21,10 @@ Shared indices C (DEFT's "common" units, sent whole by everyone in the released 
 to every rank without exchange (from the plan every rank received), so they are in no rank's
 selection S_r: they send no indices, count in no |S_r|, but their values are allreduced with the
 union, U = (union of the S_r) + C, and every rank zeroes them in its residual.
+
+Sizes every rank knows do not travel: a method whose counts |S_r| (`known_counts`) or plan length
+(`plan_length`) follow from what every rank holds before the exchange (a fixed k, a shared plan)
+declares them, and the exchange and the plan's broadcast send no size header for them.
 """
 from __future__ import annotations
 
@@ -172,6 +177,12 @@ class Sparsifier(ABC):
         """Called on the leader only: a 1-D int64 tensor the world broadcasts to all ranks."""
         raise NotImplementedError(f"{self.name} declares no leader plan")
 
+    def plan_length(self, step: int) -> int | None:
+        """The number of elements of `make_plan`'s plan at `step` when every rank knows it before
+        the broadcast (then the plan travels alone), or None (the default): the broadcast sends
+        its length first, in a one-element size header."""
+        return None
+
     # -- selection ---------------------------------------------------------------------------
     @abstractmethod
     def select(self, acc: torch.Tensor, step: int, plan: torch.Tensor | None = None) -> torch.Tensor | None:
@@ -185,6 +196,15 @@ class Sparsifier(ABC):
         world may ask one rank only) and in no rank's selection (the exchange appends them to
         the selections' union without deduplicating), or None (the default): none.
         Only the union_allreduce exchange takes them. DEFT's common units (`common_units=released`)."""
+        return None
+
+    def known_counts(self, step: int) -> list[int] | None:
+        """Every rank's |S_r| at `step`, called after `select`: W counts, identical on every rank
+        and known to all of them before the exchange (a fixed k, or the counts a shared plan
+        fixes), so that the exchange sends no size header; the exchange checks the hosted ranks'
+        selections against them. None (the default): the counts depend on each rank's data and
+        travel in the header. Only the union_allreduce and sparse_allgather exchanges take them
+        (the others send no header)."""
         return None
 
     # -- fixed-size messages (dense, PowerSGD) ------------------------------------------------

@@ -5,7 +5,8 @@
     3. Its indices are broadcast; every rank's selection is the leader's.
     4. Exchange: leader_broadcast: every rank allreduces its values at those indices.
 
-Exactly k coordinates are aggregated. The released code selects on every rank and throws all but
+Exactly k coordinates are aggregated, and the plan is k indices, which every rank knows: its
+broadcast goes without a size header (`plan_length`). The released code selects on every rank and throws all but
 the leader's away; as docs/algorithms.md asks wherever released code and intent differ, that is the
 default (`select_on: all`, so selection times match the papers' harness), and `select_on:
 leader` is the evident intent: only the leader pays for a selection. Selections and results are
@@ -48,6 +49,9 @@ class CLTK(Sparsifier):
     # 2. the leader selects.
     def make_plan(self, acc: torch.Tensor, step: int) -> torch.Tensor:
         return self._top_k(acc, self.k)
+
+    def plan_length(self, step: int) -> int:
+        return self.k
 
     # 3. every rank takes the broadcast indices as its selection.
     def select(self, acc: torch.Tensor, step: int, plan: torch.Tensor | None = None) -> torch.Tensor:

@@ -21,6 +21,13 @@
 the bins and the common units) or `global` (norms averaged over ranks first, so every rank uses
 the same k_l). Averaging is one small allreduce before the plan, through the protocol's
 `averaged_inputs`/`receive_average` hooks; a world that never calls them fails at the first step.
+
+Sizes that need no header: the plan is always W + 1 + (number of units) long (every unit is in
+one bin or common), so its broadcast goes without one (`plan_length`). With `norms=global` every
+rank holds the same k_l and the plan, so every rank's count is known before the exchange (its
+bin's k_l, plus the common units' sizes for the leader under `common_units=leader`) and the
+exchange sends no size header (`known_counts`). With `norms=local` (the default) a rank's k_l
+come from its own acc, which no collective before the exchange carries: the header stays.
 """
 from __future__ import annotations
 
@@ -144,6 +151,10 @@ class DEFT(Sparsifier):
     def plan_leader(self, step: int) -> int:
         return step % self.world_size
 
+    def plan_length(self, step: int) -> int:
+        """W bin sizes, the common count, then every unit once (encode_plan)."""
+        return self.world_size + 1 + len(self.units)
+
     def make_plan(self, acc: torch.Tensor, step: int) -> torch.Tensor:
         ks = self._unit_k(acc, step)
         common = common_units(ks, self.sizes)
@@ -201,6 +212,18 @@ class DEFT(Sparsifier):
             lengths = [self.sizes[unit] for unit in self._common]
             self._shared = (key, ranges(starts, lengths, self._indices.device))
         return self._shared[1]
+
+    def known_counts(self, step: int) -> list[int] | None:
+        """norms=global: every rank's count from the shared k_l and plan (as `select` counts its
+        own); norms=local: None, each rank's k_l are its own."""
+        if step != self._step:
+            raise ValueError(f"deft.known_counts({step}) asked after select of step {self._step}")
+        if self.norms != "global":
+            return None
+        leader = self.plan_leader(step)
+        whole = sum(self.sizes[unit] for unit in self._common) if self.common_units == "leader" else 0
+        return [sum(self._k[unit] for unit in self._bins[(step + rank) % self.world_size])
+                + (whole if rank == leader else 0) for rank in range(self.world_size)]
 
     def _ensure_buffers(self, acc: torch.Tensor, count: int) -> None:
         if self._indices.device != acc.device:

@@ -4,6 +4,9 @@ With `union_allreduce` the union of W selections holds between k and min(W*k, N)
 that growth is the gradient build-up the partition methods (DEFT, MiCRO, ExDyna) remove.
 `sparse_allgather` sends (index, value) pairs instead, as GRACE and DGC do.
 
+Every rank selects exactly k = floor(density * N) (<= N, so always k), which every rank knows:
+either exchange goes without its size header (`known_counts`).
+
 The top-k is exact, with ties at the k-th magnitude broken by lower index (sparsifiers/kernels/topk.py).
 """
 from __future__ import annotations
@@ -28,3 +31,6 @@ class TopK(Sparsifier):
 
     def select(self, acc: torch.Tensor, step: int, plan: torch.Tensor | None = None) -> torch.Tensor:
         return self._top_k(acc, self.k)
+
+    def known_counts(self, step: int) -> list[int]:
+        return [self.k] * self.world_size

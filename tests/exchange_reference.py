@@ -3,7 +3,8 @@ semantics (docs/algorithms.md "Exchange kinds", docs/metrics.md) and not from th
 
 - `expected_exchange`: the aggregate, each rank's zeroed set and the counts, in float64;
 - `expected_collectives`: the collectives the step must issue, padding and size headers included
-  (DEFT's units, plan and common units by `deft_units`, `plan_length`, `deft_common_coordinates`);
+  (DEFT's units, plan and common units by `deft_units`, `plan_length`, `deft_common_coordinates`;
+  which methods' counts every rank knows, so that no size header travels, by `sends_size_header`);
 - `ring_bytes`: each rank's bytes sent and received for a list of collectives (ring all-gather and
   all-reduce, binomial-tree broadcast, gTop-k's tree rounds, Ok-Topk's shift rounds and ring
   all-gatherv);
@@ -32,7 +33,6 @@ from tests.step_recorder import RecordedStep
 
 INDEX_BYTES = 4  # indices travel as int32
 PAIR_BYTES = 8  # an int32 index and a float32 value, packed (gTop-k's and Ok-Topk's messages)
-HEADER_BYTES = 8  # the broadcast's size header: one int64
 VALUE_BYTES = 4  # float32 accumulators
 
 # docs/algorithms.md: which exchange each method uses, and which split the choosing among ranks.
@@ -43,6 +43,18 @@ EXCHANGE_OF = {"dense": "dense", "dense_bf16": "dense", "dense_fp16": "dense", "
 # the all-reduce metered at its size.
 WIRE_DTYPE_OF = {"dense_bf16": torch.bfloat16, "dense_fp16": torch.float16}
 SPLIT_METHODS = {"deft", "micro", "exdyna", "cltk"}
+# docs/algorithms.md ("Exchange kinds", "Sizes every rank knows"): the methods whose every |S_r|
+# every rank knows before the exchange, so that it sends no size header: Top-k (k), Accordion
+# (the shared plan's sum of K_l) and DEFT with norms=global (the shared k_l and plan).
+KNOWN_COUNT_METHODS = {"topk", "accordion"}
+
+
+def sends_size_header(spec: str) -> bool:
+    """Whether the union or sparse all-gather exchange of `spec` all-gathers the counts first."""
+    method, *knobs = spec.split(":")
+    if method == "deft":
+        return "norms=global" not in knobs
+    return method not in KNOWN_COUNT_METHODS
 
 
 def exchange_of(spec: str) -> str:
@@ -394,11 +406,13 @@ def deft_common_coordinates(step: RecordedStep, sizes: list[int]) -> torch.Tenso
 
 def expected_collectives(step: RecordedStep, kind: str, expected: ExpectedExchange, averaged: int = 0,
                          plan: int = 0, reduction: str = "ring", averaged_bytes: int = VALUE_BYTES,
-                         wire_bytes: int = VALUE_BYTES, low_rank_sizes: list[int] | None = None) -> list[Collective]:
+                         wire_bytes: int = VALUE_BYTES, low_rank_sizes: list[int] | None = None,
+                         size_header: bool = True) -> list[Collective]:
     """In the order issued: the averaged inputs (`averaged` elements of `averaged_bytes` each:
-    DEFT's float32 norms, a calibrated threshold start's float64), the leader's plan (size
-    header, then the `plan` int32 elements), then the exchange (counts header, indices padded
-    to the largest count, values). `rank_order` sums by an all-gather of every rank's values."""
+    DEFT's float32 norms, a calibrated threshold start's float64), the leader's plan (its `plan`
+    int32 elements alone: every leader's plan has a length every rank knows, `plan_length`),
+    then the exchange (the counts header when `size_header`, indices padded to the largest
+    count, values). `rank_order` sums by an all-gather of every rank's values."""
     def summed(elements: int, element_bytes: int = VALUE_BYTES) -> Collective:
         return Collective("all_reduce" if reduction == "ring" else "all_gather", elements, element_bytes)
 
@@ -406,18 +420,19 @@ def expected_collectives(step: RecordedStep, kind: str, expected: ExpectedExchan
     if averaged:
         issued.append(summed(averaged, averaged_bytes))
     if step.leader is not None:
-        issued += [Collective("broadcast", 1, HEADER_BYTES, step.leader),
-                   Collective("broadcast", plan, INDEX_BYTES, step.leader)]
+        issued.append(Collective("broadcast", plan, INDEX_BYTES, step.leader))
     width = max(expected.counts)
     if kind == "dense":
         issued.append(summed(step.accs[0].numel(), wire_bytes))
     elif kind == "low_rank":  # PowerSGD: the messages' sizes, from the method's own declaration
         issued += [summed(size) for size in low_rank_sizes or [step.accs[0].numel()]]
     elif kind == "sparse_allgather":
-        issued += [Collective("all_gather", 1, INDEX_BYTES), Collective("all_gather", width, INDEX_BYTES),
-                   Collective("all_gather", width, VALUE_BYTES)]
+        if size_header:
+            issued.append(Collective("all_gather", 1, INDEX_BYTES))
+        issued += [Collective("all_gather", width, INDEX_BYTES), Collective("all_gather", width, VALUE_BYTES)]
     elif kind == "union_allreduce":
-        issued.append(Collective("all_gather", 1, INDEX_BYTES))
+        if size_header:
+            issued.append(Collective("all_gather", 1, INDEX_BYTES))
         if width:  # every unit common: nobody has indices to send
             issued.append(Collective("all_gather", width, INDEX_BYTES))
         issued.append(summed(expected.union))

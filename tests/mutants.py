@@ -136,6 +136,10 @@ MUTANTS = (
     # -- traffic -------------------------------------------------------------------------------
     Mutant("broadcast_header_not_metered", "experiments/core/collectives.py",
            "        self.meter.broadcast(1, header.element_size(), root)\n", "", ("tests/test_exchange.py",)),
+    Mutant("known_plan_length_still_sends_its_header", "experiments/core/step.py",
+           "        shape = None if length is None else (length,)\n", "        shape = None\n", ("tests/test_exchange.py",)),
+    Mutant("known_counts_not_checked", "experiments/core/exchange.py",
+           "        if selection.numel() != sizes[rank]:\n", "        if False:\n", ("tests/test_exchange.py",)),
     Mutant("allreduce_traffic_halved", "experiments/core/traffic.py",
            "        nbytes = 2.0 * (self.world_size - 1) / self.world_size * elements * element_bytes",
            "        nbytes = (self.world_size - 1) / self.world_size * elements * element_bytes", ("tests/test_exchange.py",)),
@@ -230,10 +234,12 @@ MUTANTS = (
     Mutant("compute_time_only_after_backward", "experiments/core/step.py",
            "            loss.backward()\n", "            loss.backward()\n        start = time.perf_counter()\n", ("tests/test_full_step.py",)),
     Mutant("exchange_timed_before_it_runs", "experiments/core/step.py",
-           "    result = exchange(method.exchange, selections, accs, out, world.comm, leader, shared, clock, sparsifiers, step)\n"
+           "    result = exchange(method.exchange, selections, accs, out, world.comm, leader, shared, clock, sparsifiers, step,\n"
+           "                      counts)\n"
            "    exchange_ms = _elapsed_ms(world, start)",
            "    exchange_ms = _elapsed_ms(world, start)\n"
-           "    result = exchange(method.exchange, selections, accs, out, world.comm, leader, shared, clock, sparsifiers, step)", ("tests/test_full_step.py",)),
+           "    result = exchange(method.exchange, selections, accs, out, world.comm, leader, shared, clock, sparsifiers, step,\n"
+           "                      counts)", ("tests/test_full_step.py",)),
     Mutant("compute_mean_is_the_max", "experiments/core/metrics.py",
            "        keys.COMPUTE_MEAN: float(column[\"compute_ms\"].mean()),", "        keys.COMPUTE_MEAN: float(column[\"compute_ms\"].max()),", ("tests/test_full_step.py",)),
     Mutant("cltk_plan_one_index_too_many", "sparsifiers/cltk.py",

@@ -127,7 +127,8 @@ def ref_run(
 
 
 @pytest.mark.parametrize("world_size", [1, 3, 4])
-@pytest.mark.parametrize("norms,common_units", [("local", "released"), ("global", "released"), ("local", "leader")])
+@pytest.mark.parametrize("norms,common_units", [("local", "released"), ("global", "released"), ("local", "leader"),
+                                                ("global", "leader")])
 def test_matches_reference(world_size: int, norms: str, common_units: str) -> None:
     steps, density = 60, 0.02
     world = make_world(SIZES, world_size, density, norms=norms, common_units=common_units)
@@ -284,26 +285,33 @@ def bias_gradients(world_size: int, step: int) -> list[torch.Tensor]:
     return grads
 
 
-def union_allreduce_sent(world_size: int, leader: int, plan_length: int, counts: list[int], union: int) -> list[float]:
-    """Per-rank bytes of one DEFT step, by hand: the plan's binomial broadcast (an int64 length,
-    then int32 units), the int32 counts allgather, the int32 index allgather padded to the
-    largest count, and the float32 allreduce of U's values."""
-    plan = 8 + 4 * plan_length
-    exchange = (world_size - 1) * 4 * (1 + max(counts)) + 2.0 * (world_size - 1) / world_size * union * 4
+def union_allreduce_sent(world_size: int, leader: int, plan_length: int, counts: list[int], union: int,
+                         averaged: int = 0) -> list[float]:
+    """Per-rank bytes of one DEFT step, by hand: norms=global's float32 allreduce of the
+    `averaged` unit norms, the plan's binomial broadcast (int32 units, no length header: every
+    rank knows it is W + 1 + the units), the int32 counts allgather (norms=local only: with
+    global norms every rank knows every count), the int32 index allgather padded to the largest
+    count, and the float32 allreduce of U's values."""
+    plan, header = 4 * plan_length, averaged == 0
+    exchange = (2.0 * (world_size - 1) / world_size * averaged * 4 + (world_size - 1) * 4 * (header + max(counts))
+                + 2.0 * (world_size - 1) / world_size * union * 4)
     return [binomial_children((r - leader) % world_size, world_size) * plan + exchange for r in range(world_size)]
 
 
+@pytest.mark.parametrize("norms", ["local", "global"])
 @pytest.mark.parametrize("world_size", [2, 4])
-def test_common_units_released_and_sent_by_the_leader(world_size: int) -> None:
+def test_common_units_released_and_sent_by_the_leader(world_size: int, norms: str) -> None:
     """released: the common unit is in no selection and no count, every rank adds it to U (the
     mean of the ranks' values) and zeroes it, and nobody sends its indices. leader: the leader's
-    selection holds it. Aggregates and residuals are the same either way; the traffic is not."""
+    selection holds it. Aggregates and residuals are the same either way; the traffic is not.
+    norms=global: every rank knows every count (the leader's with the common unit): no header."""
     from experiments.core.metrics import MetricContext, exchange_metrics
     from sparsifiers.base import SelectionScope
 
     density = 0.05
-    released = make_world(BIAS_SIZES, world_size, density, log_units_every=1)  # the default
-    leader = make_world(BIAS_SIZES, world_size, density, common_units="leader", log_units_every=1)
+    released = make_world(BIAS_SIZES, world_size, density, log_units_every=1, norms=norms)  # released: the default
+    leader = make_world(BIAS_SIZES, world_size, density, common_units="leader", log_units_every=1, norms=norms)
+    averaged = len(released.sparsifiers[0].units) if norms == "global" else 0
     bias_unit = released.sparsifiers[0].units.index((600, 604))
     numel = sum(BIAS_SIZES)
     context = MetricContext(numel, math.floor(density * numel), density, SelectionScope.SPLIT, world_size, 1.0)
@@ -333,9 +341,9 @@ def test_common_units_released_and_sent_by_the_leader(world_size: int) -> None:
         # count without it); its values are in the allreduce of U either way.
         plan_length = new.plan.numel()
         assert released.comm.meter.sent.tolist() == pytest.approx(
-            union_allreduce_sent(world_size, lead, plan_length, new.counts, new.aggregated), rel=1e-12)
+            union_allreduce_sent(world_size, lead, plan_length, new.counts, new.aggregated, averaged), rel=1e-12)
         assert leader.comm.meter.sent.tolist() == pytest.approx(
-            union_allreduce_sent(world_size, lead, plan_length, old.counts, old.aggregated), rel=1e-12)
+            union_allreduce_sent(world_size, lead, plan_length, old.counts, old.aggregated, averaged), rel=1e-12)
         # No build-up either way; the density counts all of U.
         new_row = exchange_metrics(new.result, released.comm.meter, context)
         old_row = exchange_metrics(old.result, leader.comm.meter, context)

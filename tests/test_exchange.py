@@ -11,9 +11,12 @@ from experiments.core.exchange import allreduce_at, exchange
 from experiments.core.metrics import MetricContext, exchange_metrics
 from experiments.core.step import train_step
 from experiments.rank.train import build_session
-from experiments.core.traffic import TrafficMeter, binomial_children
+from experiments.core.traffic import Collective, TrafficMeter, binomial_children
 from experiments.core.world import World
+from experiments.rank.build import build_sparsifier
 from sparsifiers.base import ExchangeKind, SelectionScope
+from sparsifiers.layout import Layout
+from tests.stepped_ranks import SteppedRanks
 
 W, N = 4, 40
 
@@ -346,3 +349,122 @@ def test_one_steps_metrics_by_hand(scope, buildup):
     # DGC's warm-up: the error is measured against the step's own target, k = 7 at density 0.175.
     warm = exchange_metrics(result, comm.meter, context, k_now=7, density_now=0.175)
     assert warm["density/error"] == 1.0 and warm["density/target"] == 0.175
+
+
+# -- the size header: sent only when the counts vary with the data ------------------------------
+# Top-k's W = 4 ranks select k = 3 each of N = 40, disjoint (|U| = 12). With the header, per rank:
+# the counts all-gather (W-1)*1*4 = 12 B, the indices padded to 3: (W-1)*3*4 = 36 B, then the
+# values: union_allreduce's all-reduce 2(W-1)/W*12*4 = 72 B (120 B), sparse_allgather's
+# all-gather (W-1)*3*4 = 36 B (84 B). With the counts known to every rank: 12 B less, one
+# collective less, and the same aggregate, counts and zeroed coordinates bit for bit.
+KNOWN_K = 3
+KNOWN_SELECTIONS = [torch.arange(KNOWN_K * r, KNOWN_K * (r + 1)) for r in range(W)]
+HEADER = Collective("all_gather", 1, 4)
+BY_HAND_HEADER = {
+    ExchangeKind.UNION_ALLREDUCE: ([HEADER, Collective("all_gather", 3, 4), Collective("all_reduce", 12, 4)], 120.0),
+    ExchangeKind.SPARSE_ALLGATHER: ([HEADER, Collective("all_gather", 3, 4), Collective("all_gather", 3, 4)], 84.0),
+}
+
+
+@pytest.mark.parametrize("kind", list(BY_HAND_HEADER))
+def test_known_counts_drop_the_size_header_and_nothing_else(kind):
+    accs = [torch.randn(N, generator=torch.Generator().manual_seed(r)) for r in range(W)]
+    ledger, sent = BY_HAND_HEADER[kind]
+    with_header, without = hosted_comm(), hosted_comm()
+    out_with, out_without = torch.empty(N), torch.empty(N)
+    before = exchange(kind, KNOWN_SELECTIONS, accs, out_with, with_header)
+    after = exchange(kind, KNOWN_SELECTIONS, accs, out_without, without, counts=[KNOWN_K] * W)
+    assert with_header.meter.collectives == ledger and with_header.meter.sent.tolist() == [sent] * W
+    assert without.meter.collectives == ledger[1:] and without.meter.sent.tolist() == [sent - 12.0] * W
+    assert without.meter.recv.tolist() == [sent - 12.0] * W
+    assert torch.equal(out_with, out_without)
+    assert torch.equal(before.counts, after.counts) and before.counts.dtype == after.counts.dtype == torch.int64
+    assert (before.aggregated, before.shared) == (after.aggregated, after.shared)
+    assert all(torch.equal(a, b) for a, b in zip(before.zeroed, after.zeroed))
+
+
+def test_a_selection_that_is_not_its_announced_count_is_refused():
+    accs = [torch.randn(N) for _ in range(W)]
+    selections = [*KNOWN_SELECTIONS[:3], torch.arange(30, 34)]  # rank 3 selected 4, announced 3
+    for kind in BY_HAND_HEADER:
+        with pytest.raises(ValueError, match="rank 3 selected 4 coordinates, but its count was announced as 3"):
+            exchange(kind, selections, accs, torch.empty(N), hosted_comm(), counts=[KNOWN_K] * W)
+    with pytest.raises(ValueError, match="known counts name 3 ranks, the world has 4"):
+        exchange(ExchangeKind.UNION_ALLREDUCE, KNOWN_SELECTIONS, accs, torch.empty(N), hosted_comm(), counts=[3] * 3)
+    # The exchanges that send no header take no counts.
+    with pytest.raises(ValueError, match="leader_broadcast sends none"):
+        exchange(ExchangeKind.LEADER_BROADCAST, KNOWN_SELECTIONS, accs, torch.empty(N), hosted_comm(), leader=0,
+                 counts=[KNOWN_K] * W)
+
+
+def stepped(method: str, density: float, **knobs) -> SteppedRanks:
+    layout = Layout.from_shapes([("weight", (30,)), ("bias", (10,))])  # N = 40
+    cfg = compose_job([f"sparsifier={method}", f"workers={W}", f"sparsifier.density={density}", "dataset=synthetic",
+                       "model=mlp", *(f"sparsifier.{key}={value}" for key, value in knobs.items())])
+    return SteppedRanks([build_sparsifier(cfg, layout, rank=rank) for rank in range(W)])
+
+
+def noise(step: int) -> list[torch.Tensor]:
+    return [torch.randn(N, generator=torch.Generator().manual_seed(100 * step + r)) for r in range(W)]
+
+
+@pytest.mark.parametrize("exchange_kind", ["union_allreduce", "sparse_allgather"])
+def test_a_topk_step_sends_no_size_header(exchange_kind):
+    """Top-k, k = floor(0.075 * 40) = 3 on every rank: the indices padded to 3, then the values
+    (the union's |U| as it came out): no counts all-gather, (W-1)*3*4 = 36 B of indices."""
+    world = stepped("topk", 0.075, exchange=exchange_kind)
+    for step in range(3):
+        got = world.step(noise(step), step)
+        union = got.aggregated
+        assert got.counts == [KNOWN_K] * W
+        if exchange_kind == "union_allreduce":
+            assert world.comm.meter.collectives == [Collective("all_gather", 3, 4), Collective("all_reduce", union, 4)]
+            assert world.comm.meter.sent.tolist() == pytest.approx([36 + 2 * 3 / 4 * union * 4] * W, rel=1e-12)
+        else:
+            assert world.comm.meter.collectives == [Collective("all_gather", 3, 4)] * 2
+            assert world.comm.meter.sent.tolist() == [72.0] * W
+
+
+def test_a_cltk_plan_travels_without_its_size_header():
+    """CLT-k, k = 3: the leader's 3 int32 indices alone (no int64 length before them), over the
+    binomial tree from the leader t mod 4, then the values' all-reduce 2(W-1)/W*3*4 = 18 B. Step
+    1 (leader rank 1): rank 1 sends to relative ranks 1 and 2 (ranks 2 and 3), rank 2 to rank 0."""
+    world = stepped("cltk", 0.075)
+    world.step(noise(0), 0)
+    got = world.step(noise(1), 1)
+    assert got.leader == 1 and got.plan.numel() == KNOWN_K
+    assert world.comm.meter.collectives == [Collective("broadcast", 3, 4, 1), Collective("all_reduce", 3, 4)]
+    assert world.comm.meter.sent.tolist() == [18.0, 2 * 12 + 18.0, 12 + 18.0, 18.0]
+
+
+def test_a_broadcast_of_another_length_than_announced_is_refused():
+    with pytest.raises(ValueError, match=r"rank 1 broadcasts a tensor of shape \(4,\), but every rank expects \(3,\)"):
+        hosted_comm().broadcast(torch.arange(4), 1, torch.int32, torch.device("cpu"), (3,))
+
+
+@pytest.mark.parametrize("norms, header", [("local", True), ("global", False)])
+def test_a_deft_step_sends_the_size_header_only_with_local_norms(norms, header):
+    """DEFT at W = 4 on [30, 10] (units: 30 cut in 4 pieces of 8, 8, 7, 7, and the bias: 5):
+    the plan is always W + 1 + 5 = 10 int32, sent alone. norms=local: each rank's k_l are its
+    own, so the counts all-gather stays; norms=global (the 5 norms all-reduced first): every
+    rank knows every count from the shared k_l and the plan, and it goes."""
+    world = stepped("deft", 0.1, norms=norms)  # k = 4
+    for step in range(3):
+        got = world.step(noise(step), step)
+        averaged = [] if header else [Collective("all_reduce", 5, 4)]
+        counts = [HEADER] if header else []
+        indices = [Collective("all_gather", max(got.counts), 4)] if max(got.counts) else []
+        assert world.comm.meter.collectives == [*averaged, Collective("broadcast", 10, 4, step % W), *counts, *indices,
+                                                Collective("all_reduce", got.aggregated, 4)]
+
+
+@pytest.mark.parametrize("method, knobs", [("micro", {}), ("threshold", {}), ("exdyna", {"blocks": 8})])
+def test_a_thresholded_step_still_sends_the_size_header(method, knobs):
+    """Counts that follow a threshold vary with each rank's data, and no collective before the
+    exchange carries them: the counts all-gather (W-1)*4 = 12 B comes first."""
+    world = stepped(method, 0.1, **knobs)
+    for step in range(3):
+        got = world.step(noise(step), step)
+        collectives = world.comm.meter.collectives
+        assert collectives[0] == HEADER and collectives[1] == Collective("all_gather", max(got.counts), 4)
+        assert world.sparsifiers[0].known_counts(step) is None

@@ -11,11 +11,13 @@ import pytest
 import torch
 
 from experiments.core import step as step_module
-from experiments.core.exchange import add_in_order
+from experiments.core.collectives import RankCollectives
+from experiments.core.exchange import add_in_order, exchange
 from experiments.core.step import sparsify_and_exchange
 from experiments.core.sync_count import SyncCounter
 from experiments.core.world import init_world
 from experiments.benchmarks.step import benchmark_layout, build_method, gaussian_gradient
+from sparsifiers.base import ExchangeKind
 from sparsifiers.kernels import set_backend
 
 NUMEL = 20_000
@@ -100,3 +102,21 @@ def test_a_hosted_exchange_makes_as_many_host_syncs_at_w16_as_at_w4(method):
     outside_small = small[0].syncs - small_select.syncs
     outside_large = whole.syncs - large_select.syncs
     assert outside_large == outside_small, (whole.sync_ops, large_select.sync_ops)
+
+
+@pytest.mark.parametrize("kind", [ExchangeKind.UNION_ALLREDUCE, ExchangeKind.SPARSE_ALLGATHER])
+def test_known_counts_make_an_exchange_lighter_not_heavier(kind):
+    """Counts every rank knows (Top-k's k) replace the size header: no all-gather of it and no
+    read of it (on CUDA, its copy back to the host), so no more syncs and fewer operations."""
+    workers, k = SMALL_W, 50
+    generator = torch.Generator().manual_seed(0)
+    selections = [torch.randperm(NUMEL, generator=generator)[:k].sort().values for _ in range(workers)]
+    accs = [torch.randn(NUMEL, generator=generator) for _ in range(workers)]
+    counted = {}
+    for known in (None, [k] * workers):
+        comm = RankCollectives(workers, list(range(workers)), use_process_group=False)
+        with SyncCounter() as counter:
+            exchange(kind, selections, accs, torch.empty(NUMEL), comm, counts=known)
+        counted[known is None] = counter
+    with_header, without = counted[True], counted[False]
+    assert without.syncs <= with_header.syncs and without.ops < with_header.ops, (without.op_names, with_header.op_names)

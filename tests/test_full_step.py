@@ -28,7 +28,8 @@ from experiments.rank.train import train
 from tests.conftest import ListSink
 from tests.exchange_reference import (
     deft_common_coordinates, deft_units, exchange_of, expected_collectives, expected_exchange,
-    expected_exchange_metrics, low_rank_sizes, modelled_ms, oktopk_replayed, plan_length, ring_bytes, wire_dtype_of,
+    expected_exchange_metrics, low_rank_sizes, modelled_ms, oktopk_replayed, plan_length, ring_bytes,
+    sends_size_header, wire_dtype_of,
 )
 from tests.harness import TINY, spec_overrides
 from tests.specs import EVERY_METHOD, OKTOPK_SHORT
@@ -166,7 +167,8 @@ def check_traffic(steps: list[RecordedStep], spec: str, density: float) -> None:
         else:
             issued = expected_collectives(step, kind, expected_exchange(step, kind, wire), averaged, plan, reduction_of(spec),
                                           averaged_bytes, 2 if wire is not None else 4,
-                                          low_rank_sizes(step.parameter_shapes) if kind == "low_rank" and step.step >= 2 else None)
+                                          low_rank_sizes(step.parameter_shapes) if kind == "low_rank" and step.step >= 2 else None,
+                                          sends_size_header(spec))
         assert step.collectives == issued, (spec, step.step)
         sent, recv = ring_bytes(issued, step.world_size)
         assert step.sent.tolist() == pytest.approx(sent.tolist(), rel=1e-12)

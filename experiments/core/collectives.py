@@ -103,8 +103,13 @@ class RankCollectives:
         """A tensor from rank `root` to all ranks; `tensor` is read only where `root` is hosted.
         A 1-D tensor of any length goes after a one-element size header; a tensor whose `shape`
         every rank knows goes alone, metered as shape[0] elements of the other dimensions' bytes
-        (gTop-k's k (index, value) pairs)."""
+        (gTop-k's k (index, value) pairs, a plan of known length: `Sparsifier.plan_length`).
+        A root tensor of another shape than the one announced is refused: the other ranks would
+        receive a buffer of the wrong size."""
         is_root_here = root in self.local_ranks
+        if shape is not None and is_root_here and tuple(tensor.shape) != tuple(shape):
+            raise ValueError(f"rank {root} broadcasts a tensor of shape {tuple(tensor.shape)}, "
+                             f"but every rank expects {tuple(shape)}")
         if shape is None:
             header = torch.tensor([tensor.numel() if is_root_here else 0], dtype=torch.int64, device=device)
             self.meter.broadcast(1, header.element_size(), root)

@@ -11,9 +11,14 @@ method's `wire_dtype`), and the low-rank one computes its messages through the m
 `low_rank_*` hooks: those two need the hosted ranks' sparsifiers (`methods`).
 
 Indices travel as int32 (every model here has fewer than 2**31 gradient elements), values in the
-accumulator's dtype; padding and size headers are sent and counted like everything else.
+accumulator's dtype; padding and size headers are sent and counted like everything else. The
+size header (every rank's |S_r|, all-gathered before the indices) is sent only when the counts
+vary with the data: a method whose counts every rank knows before the exchange (Top-k's k, the
+counts a shared plan fixes: `Sparsifier.known_counts`) passes them as `counts`, and the union and
+sparse all-gather exchanges skip the header, checking the hosted ranks' selections against them.
 
-Light on a GPU (issue 36): an exchange reads the size header on the host once (`_counts`) and
+Light on a GPU (issue 36): an exchange reads the size header on the host once (`_counts`; known
+counts need no read, only their copy to the device) and
 then works on all W ranks' rows at once (one padded copy, one accumulation), with no loop over
 the W ranks of small kernels or host syncs; what is still per hosted rank is reading each rank's
 own accumulator (its values at S_r or U: the ranks' buffers are separate tensors) and the sum in
@@ -62,14 +67,21 @@ def exchange(
     clock: PhaseClock = NO_CLOCK,
     methods: list[Sparsifier] | None = None,
     step: int = 0,
+    counts: list[int] | None = None,
 ) -> ExchangeResult:
     """Runs one exchange of `kind`. `leader` is the selecting rank for LEADER_BROADCAST; `shared`
     (UNION_ALLREDUCE only) the indices every rank adds to the union unexchanged
     (`Sparsifier.shared_indices`); `clock` times its phases (the step benchmark); `methods` the
     hosted ranks' sparsifiers (DENSE reads the wire dtype, LOW_RANK and SPARSE_REDUCE_SCATTER
-    call the hooks; without them DENSE is fp32) and `step` the step (LOW_RANK: the vanilla steps before compression)."""
+    call the hooks; without them DENSE is fp32) and `step` the step (LOW_RANK: the vanilla steps
+    before compression). `counts` (UNION_ALLREDUCE and SPARSE_ALLGATHER only): every rank's
+    |S_r| when every rank knows them before the exchange (`Sparsifier.known_counts`): no size
+    header is sent; None: it is."""
     if shared is not None and kind is not ExchangeKind.UNION_ALLREDUCE:
         raise ValueError(f"shared indices are aggregated by union_allreduce only, not {kind.value}")
+    if counts is not None and kind not in (ExchangeKind.UNION_ALLREDUCE, ExchangeKind.SPARSE_ALLGATHER):
+        raise ValueError(f"known counts replace the size header of union_allreduce and sparse_allgather, "
+                         f"and {kind.value} sends none")
     if kind is ExchangeKind.DENSE:
         return dense_allreduce(accs, out, comm, clock, methods[0].wire_dtype if methods else None)
     if kind is ExchangeKind.LOW_RANK:
@@ -77,9 +89,9 @@ def exchange(
             raise ValueError("low_rank needs the hosted ranks' sparsifiers")
         return low_rank_allreduce(methods, accs, out, comm, step, clock)
     if kind is ExchangeKind.UNION_ALLREDUCE:
-        return union_allreduce(selections, accs, out, comm, shared, clock)
+        return union_allreduce(selections, accs, out, comm, shared, clock, counts)
     if kind is ExchangeKind.SPARSE_ALLGATHER:
-        return sparse_allgather(selections, accs, out, comm, clock)
+        return sparse_allgather(selections, accs, out, comm, clock, counts)
     if kind is ExchangeKind.LEADER_BROADCAST:
         if leader is None:
             raise ValueError("leader_broadcast needs the leader rank")
@@ -161,16 +173,18 @@ def union_allreduce(
     comm: RankCollectives,
     shared: torch.Tensor | None = None,
     clock: PhaseClock = NO_CLOCK,
+    known: list[int] | None = None,
 ) -> ExchangeResult:
-    """Allgather counts, then the index lists padded to the largest count; every rank forms the
-    union U and allreduces its accumulator at U; agg[U] = mean. Every rank zeroes all of U.
+    """Allgather counts (the size header; not sent when the counts are `known`), then the index
+    lists padded to the largest count; every rank forms the union U and allreduces its
+    accumulator at U; agg[U] = mean. Every rank zeroes all of U.
 
     `shared`: indices C every rank adds to U without exchanging them (DEFT's common units, known
     from the plan). By the sparsifier's contract they are identical on every rank and in no
     rank's selection, so they are appended to the selections' union without a second
     deduplication: U = (union of the S_r) + C, |U| = |union of the S_r| + |C|. They send no index
     bytes and count in no |S_r|; their values travel in the allreduce with the rest of U."""
-    counts, sizes = _counts(selections, comm, out.device)
+    counts, sizes = _counts(selections, comm, out.device, known)
     width = max(sizes)
     # Every rank knows width from the counts: when nobody selected (every unit shared), all
     # skip the index allgather alike (it would move 0 bytes).
@@ -195,10 +209,12 @@ def sparse_allgather(
     out: torch.Tensor,
     comm: RankCollectives,
     clock: PhaseClock = NO_CLOCK,
+    known: list[int] | None = None,
 ) -> ExchangeResult:
-    """Allgather (index, value) pairs; agg = (1/W) sum_r scatter(S_r, acc_r[S_r]). Each rank
-    zeroes only its own selection."""
-    counts, sizes = _counts(selections, comm, out.device)
+    """Allgather (index, value) pairs, after the counts (the size header; not sent when the
+    counts are `known`); agg = (1/W) sum_r scatter(S_r, acc_r[S_r]). Each rank zeroes only its
+    own selection."""
+    counts, sizes = _counts(selections, comm, out.device, known)
     width = max(sizes)
     local = _local(counts, comm)
     all_indices = comm.all_gather(_padded_rows(selections, local, width, out.device))
@@ -363,13 +379,26 @@ def allreduce_at(
     return ExchangeResult(counts, int(indices.numel()), [indices] * len(accs), shared)
 
 
-def _counts(selections: list[torch.Tensor], comm: RankCollectives, device: torch.device) -> tuple[torch.Tensor, list[int]]:
-    """The size header: every rank's |S_r| (one int32 each), as int64 on the device and as
-    numbers on the host: the one read of the device the exchange makes before its values (on
-    CUDA, the header's copy there and back)."""
-    local = torch.tensor([[s.numel()] for s in selections], dtype=INDEX_DTYPE, device=device)
-    counts = comm.all_gather(local).view(-1).long()
-    return counts, counts.tolist()
+def _counts(selections: list[torch.Tensor], comm: RankCollectives, device: torch.device,
+            known: list[int] | None = None) -> tuple[torch.Tensor, list[int]]:
+    """Every rank's |S_r|, as int64 on the device and as numbers on the host. Without `known`,
+    the size header: an all-gather of one int32 per rank, the one read of the device the
+    exchange makes before its values (on CUDA, the header's copy there and back). With `known`
+    (every rank's count, which every rank holds), nothing is sent and nothing read: the hosted
+    ranks' selections are checked against their entries on the host (numel() reads no device
+    value), since a rank that selected another count would pad and read past its row."""
+    if known is None:
+        local = torch.tensor([[s.numel()] for s in selections], dtype=INDEX_DTYPE, device=device)
+        counts = comm.all_gather(local).view(-1).long()
+        return counts, counts.tolist()
+    sizes = [int(count) for count in known]
+    if len(sizes) != comm.world_size:
+        raise ValueError(f"known counts name {len(sizes)} ranks, the world has {comm.world_size}")
+    for rank, selection in zip(comm.local_ranks, selections):
+        if selection.numel() != sizes[rank]:
+            raise ValueError(f"rank {rank} selected {selection.numel()} coordinates, but its count was announced "
+                             f"as {sizes[rank]} (Sparsifier.known_counts): the exchange would send no size header")
+    return torch.tensor(sizes, dtype=torch.int64, device=device), sizes
 
 
 def _local(counts: torch.Tensor, comm: RankCollectives) -> torch.Tensor:

@@ -181,8 +181,11 @@ def sparsify_and_exchange(
         here = ranks.index(leader) if leader in ranks else None
         mine = sparsifiers[here].make_plan(accs[here], step) if here is not None else None
         plan_ms = _elapsed_ms(world, start)
-        # Plans travel as int32 (like indices: every model here has < 2**31 elements).
-        plan = world.comm.broadcast(mine, leader, INDEX_DTYPE, world.device).long()
+        # Plans travel as int32 (like indices: every model here has < 2**31 elements); a plan
+        # whose length every rank knows travels without its size header.
+        length = method.plan_length(step)
+        shape = None if length is None else (length,)
+        plan = world.comm.broadcast(mine, leader, INDEX_DTYPE, world.device, shape).long()
     clock.mark("plan")
 
     # 3. select: timed per rank, so max and mean over ranks mean what they say.
@@ -198,11 +201,13 @@ def sparsify_and_exchange(
     acc_energy = positions.energy(accs[0], position_bins) if histogram else None
     clock.start()  # norms are measured on logging steps only: no phase of the step
 
-    # 4. exchange, with the coordinates every rank adds unexchanged (DEFT's common units): the
-    # same on every rank by contract, so the first hosted rank's stand for all.
+    # 4. exchange, with the coordinates every rank adds unexchanged (DEFT's common units) and
+    # the counts every rank knows (then no size header travels): the same on every rank by
+    # contract, so the first hosted rank's stand for all.
     start = time.perf_counter()
-    shared = method.shared_indices(step)
-    result = exchange(method.exchange, selections, accs, out, world.comm, leader, shared, clock, sparsifiers, step)
+    shared, counts = method.shared_indices(step), method.known_counts(step)
+    result = exchange(method.exchange, selections, accs, out, world.comm, leader, shared, clock, sparsifiers, step,
+                      counts)
     exchange_ms = _elapsed_ms(world, start)
 
     # 5. feedback: what was transmitted leaves the residual; acc = transmitted + residual exactly.

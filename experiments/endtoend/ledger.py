@@ -12,7 +12,7 @@ gTop-k's tree and Ok-Topk's reduce-scatter have as many rounds as W says (`tree_
 
 A leader's plan (the payload of its broadcast, the last broadcast of the ledger) takes its
 fitted length at W when the statistics carry one (DEFT's allocation grows with W). Every other
-collective (the size header, the plan's header, DEFT's averaged norms, CLT-k's and Random-k's k
+collective (the size header where the counts vary, DEFT's averaged norms, CLT-k's and Random-k's k
 values, a dense or low-rank all-reduce) keeps the size it was logged with. The template's tail must hold exactly the sizes its run logged for that step, or the exchange
 changed shape and this module says so instead of pricing a wrong step.
 """
