@@ -85,12 +85,15 @@ def model_study(spec: StudySpec, folder: Path, networks: list[NetworkModel], pro
         "exchange: each method's logged ledger at its largest hosted W, |U| and k_max set to their fit at W "
         "(the split methods': replayed from where their coordinates lay), priced by the network preset "
         "(docs/network.md); * marks an extrapolated W",
-        "steps to the target: " + ", ".join(
-            f"{m.name} {m.steps_to_target if m.steps_to_target is not None else 'never'}" for m in methods.values())
-        + f" (accuracy runs at W = {next(iter(methods.values())).accuracy.workers}, kept at every W)",
+        "steps to the target, per seed: " + "; ".join(f"{m.name} {m.steps.describe()}" for m in methods.values())
+        + f" (accuracy runs at W = {next(iter(methods.values())).accuracy.workers}, kept at every W); "
+        "each method's mean and its 95% interval give the times' ranges (docs/endtoend.md)",
     ]
+    steps = {m.name: {"per_seed": list(m.steps.reached), "evaluated": list(m.steps.evaluated),
+                      "seeds": list(m.steps.seeds), "mean": m.steps.mean, "interval": list(m.steps.interval)}
+             for m in methods.values()}
     return {"title": spec.title, "metric": spec.metric, "target": target, "sources": sources, "grid": grid,
-            "robustness": robust, "work": work.describe(), "profile": profile.name}
+            "robustness": robust, "steps_to_target": steps, "work": work.describe(), "profile": profile.name}
 
 
 def selection_costs(spec: StudySpec, quick: bool, study: Study) -> dict:
