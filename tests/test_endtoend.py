@@ -21,6 +21,7 @@ from experiments.endtoend.ledger import at_workers, sent_bytes_max
 from experiments.endtoend.model import Point, best, runs_on
 from experiments.endtoend.runs import steps_to_target
 from experiments.endtoend.studies import QUICKSTART
+from experiments.endtoend.uncertainty import TIE
 from experiments.errors import ConfigError
 from tests.conftest import REPO
 
@@ -261,7 +262,18 @@ def test_quick_endtoend_writes_the_tables_the_figure_and_every_point(tmp_path):
     assert "### How robust each pick is" in page  # every pick's verdict under the stated ranges
     verdicts = serial["quickstart"]["robustness"]
     assert set(verdicts) == {"v100x4_10gbe", "v100x4_25gbe", "v100x4_100g_ib"}
-    assert all(v == "robust" or v.startswith("depends on ") for by_w in verdicts.values() for v in by_w.values())
+    assert all(v in ("robust", TIE) or v.startswith("depends on ") for by_w in verdicts.values() for v in by_w.values())
+    # the picks and the verdicts agree: a tie in one is a tie in the other
+    picks = [line for line in page if line.startswith("| 4 | ")]
+    assert (f"{TIE}:" in picks[-2]) == (TIE in picks[-1])
+    # every method's seeds (two in the cut-down run), their steps and the interval of their mean
+    steps = serial["quickstart"]["steps_to_target"]
+    assert {"dense", "powersgd", "deft"} <= set(steps)
+    for method in steps.values():
+        assert method["seeds"] == [0, 1] and len(method["per_seed"]) == 2
+        low, high = method["interval"]
+        if method["mean"] is not None:
+            assert low <= method["mean"] <= high
     assert set(page) <= set(text.splitlines()) and sum(line.startswith("| ") for line in page) > 3 * 9
     points = serial["quickstart"]["points"]
     methods = {p["method"] for p in points}
@@ -271,6 +283,9 @@ def test_quick_endtoend_writes_the_tables_the_figure_and_every_point(tmp_path):
     for p in points:
         assert p["step_ms"] == pytest.approx(p["compute_ms"] + p["select_ms"] + p["exchange_ms"] - p["overlapped_ms"])
         assert 0 <= p["overlapped_ms"] <= p["exchange_ms"]
+        if p["time_to_target_s"] is not None:
+            low, high = p["time_interval_s"]
+            assert low <= p["time_to_target_s"] <= high
     # the overlapped twin of dense never takes longer than dense itself
     by = {(p["method"], p["network"], p["workers"]): p for p in points}
     for (method, network, workers), p in by.items():

@@ -71,6 +71,11 @@ def methods_of(spec: StudySpec, folder: Path, target: float, accuracy_workers: i
                           key=lambda r: r.seed)
         if not accuracy:
             continue  # statistics without an accuracy run: nothing to time to the target
+        short = [r for r in accuracy if r.stopped_at_target is not None
+                 and steps_to_target(r.curve, target, higher_is_better) is None]
+        if short:
+            raise SystemExit(f"{short[0].path} stopped at its eval_target before reaching {target:g}: "
+                             "model it at that target, or run the study again at this one")
         runs_at = runs_by_workers(runs)
         hosted = sorted(runs_at)
         steps = Steps(tuple(steps_to_target(r.curve, target, higher_is_better) for r in accuracy),
