@@ -311,3 +311,17 @@ def test_quick_endtoend_writes_the_tables_the_figure_and_every_point(tmp_path):
         assert row["standard_error"][key] == pytest.approx(abs(values[0] - values[1]) / 2)
     assert verdict == (0 if max(abs(row["error"]["union"]), abs(row["error"]["sent_bytes"])) <= 0.10 else 1)
     assert "largest |error| of |U| and bytes" in (out / "check" / "check.md").read_text()
+
+
+def test_every_sweep_writes_its_own_folder_and_the_accuracy_runs_stop_at_the_target():
+    """make endtoend runs two sweeps at a time: no two share a folder (run.log, Hydra's
+    multirun.yaml, the report); the accuracy sweeps carry the target they stop at."""
+    from experiments.endtoend.studies import STUDIES
+
+    sweeps = [sweep for study in STUDIES.values() for quick in (False, True) for sweep in study.sweeps(quick)]
+    for quick in (False, True):
+        folders = [s.folder for study in STUDIES.values() for s in study.sweeps(quick)]
+        assert len(folders) == len(set(folders))
+    accuracy = [s for s in sweeps if s.folder.split("/")[1].startswith("accuracy")]
+    assert accuracy and all(any(a.startswith("eval_target=") for a in s.args) for s in accuracy)
+    assert "eval_target=0.7" in QUICKSTART.sweeps(target=0.7)[0].args
