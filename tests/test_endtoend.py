@@ -325,3 +325,30 @@ def test_every_sweep_writes_its_own_folder_and_the_accuracy_runs_stop_at_the_tar
     accuracy = [s for s in sweeps if s.folder.split("/")[1].startswith("accuracy")]
     assert accuracy and all(any(a.startswith("eval_target=") for a in s.args) for s in accuracy)
     assert "eval_target=0.7" in QUICKSTART.sweeps(target=0.7)[0].args
+
+
+def test_sweeps_run_two_at_a_time_and_the_first_failure_stops_the_others(monkeypatch, tmp_path):
+    """run_sweeps: `jobs` sweeps at once, in order; a failed sweep's error is raised after the
+    running ones are told to stop (stop_all) and the queued ones are never started."""
+    import threading
+    import time
+
+    from experiments.endtoend import __main__ as driver
+    from experiments.reproduce.studies import Sweep
+
+    started, stopped, lock = [], threading.Event(), threading.Lock()
+
+    def fake_run_sweep(sweep, out, number, total, cancelled):
+        with lock:
+            started.append(number)
+        if number == 1:
+            time.sleep(0.2)  # the second is running by now
+            raise SystemExit(f"{sweep.name} failed")
+        stopped.wait(5)  # runs until stop_all tells it to end
+
+    monkeypatch.setattr(driver, "run_sweep", fake_run_sweep)
+    monkeypatch.setattr(driver, "stop_all", stopped.set)
+    sweeps = [Sweep(f"s{i}", f"study/s{i}", (), "") for i in range(1, 5)]
+    with pytest.raises(SystemExit, match="s1 failed"):
+        driver.run_sweeps(sweeps, tmp_path, jobs=2)
+    assert sorted(started) == [1, 2] and stopped.is_set()

@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -118,15 +119,27 @@ def selection_costs(spec: StudySpec, quick: bool, study: Study) -> dict:
 
 def run_sweeps(sweeps: list[Sweep], out: Path, jobs: int) -> None:
     """Every sweep, `jobs` at a time in the given order, each from its own thread; the first
-    failure stops the others (their runs end as run.py ends a stopped job) and is raised."""
+    failure stops the others (their runs end as run.py ends a stopped job), none queued starts,
+    and it is raised."""
+    cancelled = threading.Event()
+
+    def one(sweep: Sweep, number: int) -> None:
+        if cancelled.is_set():
+            return
+        try:
+            run_sweep(sweep, out, number, len(sweeps), cancelled)
+        except BaseException:
+            cancelled.set()  # before stop_all: a sweep starting now stops itself (run_sweep)
+            stop_all()
+            raise
+
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(run_sweep, sweep, out, number, len(sweeps)) for number, sweep in enumerate(sweeps, 1)]
+        futures = [pool.submit(one, sweep, number) for number, sweep in enumerate(sweeps, 1)]
         try:
             for future in futures:
                 future.result()
-        except BaseException:  # a sweep failed, Ctrl-C, SIGTERM: nothing queued starts, the running stop
-            for future in futures:
-                future.cancel()
+        except BaseException:  # a sweep failed, Ctrl-C, SIGTERM: the running ones stop, the queued never start
+            cancelled.set()
             stop_all()
             raise
 

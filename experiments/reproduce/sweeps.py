@@ -55,8 +55,10 @@ def minutes(seconds: float) -> str:
     return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
 
 
-def run_sweep(sweep: Sweep, out: Path, number: int, total: int) -> None:
-    """One `python run.py -m` into `<out>/<sweep.folder>`, a progress line per finished run."""
+def run_sweep(sweep: Sweep, out: Path, number: int, total: int, cancelled: threading.Event | None = None) -> None:
+    """One `python run.py -m` into `<out>/<sweep.folder>`, a progress line per finished run.
+    `cancelled` (set before stop_all by a driver running several): a sweep whose process starts
+    after stop_all looked stops it itself."""
     folder = out / sweep.folder
     folder.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, str(REPO_ROOT / "run.py"), "-m", *sweep.args, f"hydra.sweep.dir={folder}"]
@@ -67,6 +69,8 @@ def run_sweep(sweep: Sweep, out: Path, number: int, total: int) -> None:
         assert process.stdout is not None
         with _RUNNING_LOCK:
             RUNNING.add(process)
+        if cancelled is not None and cancelled.is_set():
+            process.send_signal(signal.SIGTERM)
         try:
             for line in process.stdout:
                 log.write(line)
