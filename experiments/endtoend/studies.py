@@ -46,9 +46,10 @@ class StudySpec:
         method's two (a few runs each): taken in this order two at a time, they end together. The
         accuracy runs stop at `target` (default: the study's)."""
         accuracy, statistics = self.quick_accuracy if quick else (), self.quick_statistics if quick else ()
-        target = f"eval_target={self.target if target is None else target:g}"  # where they stop (experiments/rank/target.py)
+        value = self.target if target is None else target
+        target = f"eval_target={value:g}"  # where they stop (experiments/rank/target.py)
         sweeps = [Sweep(f"{self.name}: accuracy runs", f"{self.name}/accuracy",
-                        (f"experiment={self.accuracy}", target, *accuracy), f"steps to {self.target:g} {self.metric}"),
+                        (f"experiment={self.accuracy}", target, *accuracy), f"steps to {value:g} {self.metric}"),
                   Sweep(f"{self.name}: statistics runs", f"{self.name}/statistics",
                         (f"experiment={self.statistics}", *statistics), "|U|, k_max and selection time at larger W")]
         for method in () if quick else CALIBRATED:  # the cut-down run leaves them out
