@@ -352,3 +352,20 @@ def test_sweeps_run_two_at_a_time_and_the_first_failure_stops_the_others(monkeyp
     with pytest.raises(SystemExit, match="s1 failed"):
         driver.run_sweeps(sweeps, tmp_path, jobs=2)
     assert sorted(started) == [1, 2] and stopped.is_set()
+
+
+ENDTOEND_JOBS = {"quickstart/accuracy": 24, "quickstart/statistics": 24, "quickstart/accuracy_micro": 3,
+                 "quickstart/statistics_micro": 12, "quickstart/accuracy_exdyna": 3, "quickstart/statistics_exdyna": 12,
+                 "resnet18/accuracy": 18, "resnet18/statistics": 8, "resnet18/accuracy_micro": 3,
+                 "resnet18/statistics_micro": 4, "resnet18/accuracy_exdyna": 3, "resnet18/statistics_exdyna": 4}
+
+
+@pytest.mark.parametrize("folder", ENDTOEND_JOBS)
+def test_every_sweep_of_make_endtoend_composes_and_validates(folder, tmp_path):
+    """Each command line passes run.py's pre-flight with the jobs the study means: three seeds of
+    every accuracy run, the statistics at W = 4 to 32 (the quickstart's from three seeds)."""
+    from experiments.endtoend.studies import STUDIES
+    from experiments.launcher.compose import preflight
+
+    (sweep,) = [s for study in STUDIES.values() for s in study.sweeps() if s.folder == folder]
+    assert preflight(["-m", *sweep.args, f"hydra.sweep.dir={tmp_path}"]) == ENDTOEND_JOBS[folder]
