@@ -227,7 +227,7 @@ MUTANTS = (
     Mutant("meter_not_reset_between_steps", "experiments/rank/train.py",
            "            world.comm.meter.reset()\n", "", ("tests/test_training_loop.py",)),
     Mutant("eval_every_steps_evaluates_the_last_step_twice", "experiments/rank/train.py",
-           " and not at_loop_end and world.hosts_rank_zero:", " and world.hosts_rank_zero:", ("tests/test_training_loop.py",)),
+           "            if not at_loop_end:\n", "            if True:\n", ("tests/test_training_loop.py",)),
     Mutant("plan_time_left_out_of_the_leaders_selection", "experiments/core/step.py",
            "        select_ms.append(_elapsed_ms(world, start) + (plan_ms if rank == leader else 0.0))",
            "        select_ms.append(_elapsed_ms(world, start))", ("tests/test_full_step.py",)),

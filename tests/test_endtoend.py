@@ -21,6 +21,7 @@ from experiments.endtoend.ledger import at_workers, sent_bytes_max
 from experiments.endtoend.model import Point, best, runs_on
 from experiments.endtoend.runs import steps_to_target
 from experiments.endtoend.studies import QUICKSTART
+from experiments.endtoend.uncertainty import TIE
 from experiments.errors import ConfigError
 from tests.conftest import REPO
 
@@ -265,7 +266,18 @@ def test_quick_endtoend_writes_the_tables_the_figure_and_every_point(tmp_path):
     assert "### How robust each pick is" in page  # every pick's verdict under the stated ranges
     verdicts = serial["quickstart"]["robustness"]
     assert set(verdicts) == {"v100x4_10gbe", "v100x4_25gbe", "v100x4_100g_ib"}
-    assert all(v == "robust" or v.startswith("depends on ") for by_w in verdicts.values() for v in by_w.values())
+    assert all(v in ("robust", TIE) or v.startswith("depends on ") for by_w in verdicts.values() for v in by_w.values())
+    # the picks and the verdicts agree: a tie in one is a tie in the other
+    picks = [line for line in page if line.startswith("| 4 | ")]
+    assert (f"{TIE}:" in picks[-2]) == (TIE in picks[-1])
+    # every method's seeds (two in the cut-down run), their steps and the interval of their mean
+    steps = serial["quickstart"]["steps_to_target"]
+    assert {"dense", "powersgd", "deft"} <= set(steps)
+    for method in steps.values():
+        assert method["seeds"] == [0, 1] and len(method["per_seed"]) == 2
+        low, high = method["interval"]
+        if method["mean"] is not None:
+            assert low <= method["mean"] <= high
     assert set(page) <= set(text.splitlines()) and sum(line.startswith("| ") for line in page) > 3 * 9
     points = serial["quickstart"]["points"]
     methods = {p["method"] for p in points}
@@ -275,6 +287,9 @@ def test_quick_endtoend_writes_the_tables_the_figure_and_every_point(tmp_path):
     for p in points:
         assert p["step_ms"] == pytest.approx(p["compute_ms"] + p["select_ms"] + p["exchange_ms"] - p["overlapped_ms"])
         assert 0 <= p["overlapped_ms"] <= p["exchange_ms"]
+        if p["time_to_target_s"] is not None:
+            low, high = p["time_interval_s"]
+            assert low <= p["time_to_target_s"] <= high
     # the overlapped twin of dense never takes longer than dense itself
     by = {(p["method"], p["network"], p["workers"]): p for p in points}
     for (method, network, workers), p in by.items():
@@ -300,3 +315,61 @@ def test_quick_endtoend_writes_the_tables_the_figure_and_every_point(tmp_path):
         assert row["standard_error"][key] == pytest.approx(abs(values[0] - values[1]) / 2)
     assert verdict == (0 if max(abs(row["error"]["union"]), abs(row["error"]["sent_bytes"])) <= 0.10 else 1)
     assert "largest |error| of |U| and bytes" in (out / "check" / "check.md").read_text()
+
+
+def test_every_sweep_writes_its_own_folder_and_the_accuracy_runs_stop_at_the_target():
+    """make endtoend runs two sweeps at a time: no two share a folder (run.log, Hydra's
+    multirun.yaml, the report); the accuracy sweeps carry the target they stop at."""
+    from experiments.endtoend.studies import STUDIES
+
+    sweeps = [sweep for study in STUDIES.values() for quick in (False, True) for sweep in study.sweeps(quick)]
+    for quick in (False, True):
+        folders = [s.folder for study in STUDIES.values() for s in study.sweeps(quick)]
+        assert len(folders) == len(set(folders))
+    accuracy = [s for s in sweeps if s.folder.split("/")[1].startswith("accuracy")]
+    assert accuracy and all(any(a.startswith("eval_target=") for a in s.args) for s in accuracy)
+    assert "eval_target=0.7" in QUICKSTART.sweeps(target=0.7)[0].args
+
+
+def test_sweeps_run_two_at_a_time_and_the_first_failure_stops_the_others(monkeypatch, tmp_path):
+    """run_sweeps: `jobs` sweeps at once, in order; a failed sweep's error is raised after the
+    running ones are told to stop (stop_all) and the queued ones are never started."""
+    import threading
+    import time
+
+    from experiments.endtoend import __main__ as driver
+    from experiments.reproduce.studies import Sweep
+
+    started, stopped, lock = [], threading.Event(), threading.Lock()
+
+    def fake_run_sweep(sweep, out, number, total, cancelled):
+        with lock:
+            started.append(number)
+        if number == 1:
+            time.sleep(0.2)  # the second is running by now
+            raise SystemExit(f"{sweep.name} failed")
+        stopped.wait(5)  # runs until stop_all tells it to end
+
+    monkeypatch.setattr(driver, "run_sweep", fake_run_sweep)
+    monkeypatch.setattr(driver, "stop_all", stopped.set)
+    sweeps = [Sweep(f"s{i}", f"study/s{i}", (), "") for i in range(1, 5)]
+    with pytest.raises(SystemExit, match="s1 failed"):
+        driver.run_sweeps(sweeps, tmp_path, jobs=2)
+    assert sorted(started) == [1, 2] and stopped.is_set()
+
+
+ENDTOEND_JOBS = {"quickstart/accuracy": 24, "quickstart/statistics": 24, "quickstart/accuracy_micro": 3,
+                 "quickstart/statistics_micro": 12, "quickstart/accuracy_exdyna": 3, "quickstart/statistics_exdyna": 12,
+                 "resnet18/accuracy": 18, "resnet18/statistics": 8, "resnet18/accuracy_micro": 3,
+                 "resnet18/statistics_micro": 4, "resnet18/accuracy_exdyna": 3, "resnet18/statistics_exdyna": 4}
+
+
+@pytest.mark.parametrize("folder", ENDTOEND_JOBS)
+def test_every_sweep_of_make_endtoend_composes_and_validates(folder, tmp_path):
+    """Each command line passes run.py's pre-flight with the jobs the study means: three seeds of
+    every accuracy run, the statistics at W = 4 to 32 (the quickstart's from three seeds)."""
+    from experiments.endtoend.studies import STUDIES
+    from experiments.launcher.compose import preflight
+
+    (sweep,) = [s for study in STUDIES.values() for s in study.sweeps() if s.folder == folder]
+    assert preflight(["-m", *sweep.args, f"hydra.sweep.dir={tmp_path}"]) == ENDTOEND_JOBS[folder]

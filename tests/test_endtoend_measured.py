@@ -18,6 +18,7 @@ from experiments.endtoend.extrapolate import fit_statistics
 from experiments.endtoend.model import Method, Study
 from experiments.endtoend.selection import SelectCost, SelectionModel, fit, log_interpolate
 from experiments.endtoend.studies import QUICKSTART
+from experiments.endtoend.uncertainty import Steps
 from experiments.core.network import NetworkModel
 
 
@@ -45,7 +46,7 @@ def _study(profile: ComputeProfile, numel: int, **kwargs) -> Study:
     stats = fit_statistics([2, 4], [100.0, 190.0], [50.0, 50.0], [40.0, 40.0], numel=numel, split=False)
     template = types.SimpleNamespace(template=(Collective("all_reduce", 100, 4),), exchange="dense",
                                      template_union=100, template_k_max=100)
-    methods = {name: Method(name, None, template, stats, 100, False) for name in ("deft", "topk")}
+    methods = {name: Method(name, None, template, stats, Steps.single(100), False) for name in ("deft", "topk")}
     return Study("resnet18", "eval/accuracy", 0.5, _work(numel=numel), 150.0, profile, methods, **kwargs)
 
 

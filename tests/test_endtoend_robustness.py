@@ -13,6 +13,7 @@ from experiments.endtoend.extrapolate import fit_statistics
 from experiments.endtoend.model import Method, Study
 from experiments.endtoend.report import robustness_table, study_markdown
 from experiments.endtoend.robustness import PERTURBATIONS, robustness, verdict
+from experiments.endtoend.uncertainty import Steps
 
 NETWORK = NetworkModel("flat", latency_us=10.0, bandwidth_gbit=10.0)  # one GPU per node: alpha-beta exactly
 STEPS = 100
@@ -23,7 +24,7 @@ def _method(name: str, elements: int) -> Method:
     stats = fit_statistics([2, 4], [100.0, 190.0], [50.0, 50.0], [40.0, 40.0], numel=10**6, split=False)
     template = types.SimpleNamespace(template=(Collective("all_reduce", elements, 4),), exchange="dense",
                                      template_union=elements, template_k_max=elements)
-    return Method(name, None, template, stats, STEPS, False)
+    return Method(name, None, template, stats, Steps.single(STEPS), False)
 
 
 def _study(deft_select_ms: float) -> Study:

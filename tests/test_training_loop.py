@@ -12,6 +12,7 @@ from experiments.core import ledger
 from experiments.core.traffic import Collective
 from experiments.core.world import init_world
 from experiments.launcher.compose import compose_job
+from experiments.rank import train as train_module
 from experiments.rank.train import train
 from tests.conftest import ListSink
 
@@ -75,3 +76,54 @@ def test_position_bins_log_where_the_union_and_rank_0s_accumulator_lie(tmp_path:
         assert sum(row[keys.POSITIONS]) == round(row[keys.DENSITY_ACTUAL] * summary["numel"])
         assert min(row[keys.ENERGY]) >= 0 and sum(row[keys.ENERGY]) > 0
     assert sum(summary["tensor_numels"]) == summary["numel"]
+
+
+def test_near_the_target_the_run_evaluates_every_eval_near_every_steps_and_stops_at_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """eval_every_steps=10, eval_near=0.05 and eval_near_every=4 around eval_target=0.8: after
+    step 10 (0.5, far) the next evaluation is step 20 (0.76: near), then every 4 steps (and 30,
+    the regular one), staying near when a value dips out of the band (0.7 at 28), until the
+    first value >= 0.8, at 32 steps, where stop_at_target ends the run (its summary says so)
+    without evaluating that step twice."""
+    for variable in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(variable, raising=False)
+    curve = iter([0.5, 0.76, 0.77, 0.7, 0.78, 0.81, 0.9, 0.9])
+    monkeypatch.setattr(train_module, "_evaluate", lambda *args: {keys.ACCURACY: next(curve)})
+    cfg = compose_job(["sparsifier=dense", "dataset=digits", "model=mlp", "workers=2", "max_steps=40", "epochs=1",
+                       "batch_size=8", "logger=local", "logger.log_every=50", "logger.progress=false",
+                       "eval_every_steps=10", "eval_target=0.8", "eval_near=0.05", "eval_near_every=4",
+                       "stop_at_target=true", f"output_root={tmp_path}"])
+    world = init_world(2, "cpu", "gloo", timeout_s=30)
+    sink = ListSink()
+    summary = train(cfg, world, sink, tmp_path)
+    evaluated = [row["step"] + 1 for row in sink.rows if row["kind"] == keys.KIND_EVAL]  # steps done
+    assert evaluated == [10, 20, 24, 28, 30, 32]
+    assert summary["stopped_at_target"] == 32 and summary["steps"] == 32
+
+
+class _Gathering:
+    """A two-process world's comm as seen from the process without rank 0: rank 0 reached it."""
+
+    def __init__(self) -> None:
+        self.gathered: list[int] = []
+
+    def gather_stats(self, local):
+        import torch
+
+        self.gathered.append(int(local.item()))
+        return torch.cat([torch.ones_like(local), local])
+
+
+def test_every_process_learns_of_the_stop_from_rank_0_at_the_steps_it_could_evaluate():
+    from types import SimpleNamespace
+
+    from experiments.rank.target import TargetWatch
+
+    cfg = compose_job(["eval_every_steps=10", "eval_target=0.8", "eval_near_every=4", "stop_at_target=true"])
+    comm = _Gathering()
+    world = SimpleNamespace(processes=2, device="cpu", comm=comm)
+    watch = TargetWatch(cfg, keys.ACCURACY)  # this process never evaluates: nothing reached here
+    assert not watch.stops(world, 7)  # neither cadence's step: rank 0 did not evaluate, no gather
+    assert comm.gathered == []
+    assert watch.stops(world, 8) and comm.gathered == [0]
+    assert watch.stops(world, 13, epoch_end=True)

@@ -5,10 +5,11 @@ networks, at W = 4 to 1,024 (docs/endtoend.md).
     python -m experiments.endtoend [--out DIR] [--studies quickstart,resnet18]
         [--networks v100x4_10gbe,v100x4_25gbe,v100x4_100g_ib] [--compute-profile h200]
         [--workers 4,8,...,1024] [--target quickstart=0.8] [--quick] [--skip-runs] [--publish]
-        [--compute-ms resnet18=8] [--select-ms deft=3]
+        [--compute-ms resnet18=8] [--select-ms deft=3] [--jobs 2]
 
 1. runs each study's sweeps (experiments/endtoend/studies.py: `python run.py -m` command lines a
-   user could type), a progress line per finished run;
+   user could type), `--jobs` at a time (default: one per core, at most 2), a progress line per
+   finished run;
 2. measures the study's model here (FLOPs, kernels, backward ready times: compute.py);
 3. models every method at every W on every network (model.py) and writes `<out>/endtoend.md`
    (the tables), `endtoend.json` (every term of every modelled step) and one figure per study,
@@ -23,8 +24,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from omegaconf import open_dict
@@ -39,11 +43,17 @@ from experiments.endtoend.robustness import robustness
 from experiments.endtoend.selection import count_for_study
 from experiments.endtoend.studies import STUDIES, StudySpec
 from experiments.launcher.compose import compose_job
-from experiments.reproduce.sweeps import minutes, run_sweep, say_if_busy, start_study
+from experiments.reproduce.studies import Sweep
+from experiments.reproduce.sweeps import minutes, run_sweep, say_if_busy, start_study, stop_all
 
 NETWORKS = ("v100x4_10gbe", "v100x4_25gbe", "v100x4_100g_ib")
 WORKERS = tuple(2**i for i in range(2, 11))  # 4 .. 1,024
 TIMED = "the measured compute and selection times carry it (the statistics and accuracy do not)"
+# Every hosted run is one process on one thread (launcher.threads_per_process: 1): one sweep per
+# core. Two: the study's longest sweeps are two per study, and more at once would share the cores
+# and the memory (a ResNet-18 run at W = 32 holds 32 ranks' 45 MB buffers) for no gain on the
+# 2-core machine make endtoend is timed on.
+MAX_JOBS = 2
 
 
 def measure(spec: StudySpec, quick: bool):
@@ -86,12 +96,15 @@ def model_study(spec: StudySpec, folder: Path, networks: list[NetworkModel], pro
         "exchange: each method's logged ledger at its largest hosted W, |U| and k_max set to their fit at W "
         "(the split methods': replayed from where their coordinates lay), priced by the network preset "
         "(docs/network.md); * marks an extrapolated W",
-        "steps to the target: " + ", ".join(
-            f"{m.name} {m.steps_to_target if m.steps_to_target is not None else 'never'}" for m in methods.values())
-        + f" (accuracy runs at W = {next(iter(methods.values())).accuracy.workers}, kept at every W)",
+        "steps to the target, per seed: " + "; ".join(f"{m.name} {m.steps.describe()}" for m in methods.values())
+        + f" (accuracy runs at W = {next(iter(methods.values())).accuracy.workers}, kept at every W); "
+        "each method's mean and its 95% interval give the times' ranges (docs/endtoend.md)",
     ]
+    steps = {m.name: {"per_seed": list(m.steps.reached), "evaluated": list(m.steps.evaluated),
+                      "seeds": list(m.steps.seeds), "mean": m.steps.mean, "interval": list(m.steps.interval)}
+             for m in methods.values()}
     return {"title": spec.title, "metric": spec.metric, "target": target, "sources": sources, "grid": grid,
-            "robustness": robust, "work": work.describe(), "profile": profile.name}
+            "robustness": robust, "steps_to_target": steps, "work": work.describe(), "profile": profile.name}
 
 
 def selection_costs(spec: StudySpec, quick: bool, study: Study) -> dict:
@@ -103,6 +116,33 @@ def selection_costs(spec: StudySpec, quick: bool, study: Study) -> dict:
               and not study.select_ms(m, 4, 0.0)[1].startswith("measured")]
     overrides = [f"experiment={spec.accuracy}", *(spec.quick_accuracy if quick else ())]
     return count_for_study(overrides, needed) if needed else {}
+
+
+def run_sweeps(sweeps: list[Sweep], out: Path, jobs: int) -> None:
+    """Every sweep, `jobs` at a time in the given order, each from its own thread; the first
+    failure stops the others (their runs end as run.py ends a stopped job), none queued starts,
+    and it is raised."""
+    cancelled = threading.Event()
+
+    def one(sweep: Sweep, number: int) -> None:
+        if cancelled.is_set():
+            return
+        try:
+            run_sweep(sweep, out, number, len(sweeps), cancelled)
+        except BaseException:
+            cancelled.set()  # before stop_all: a sweep starting now stops itself (run_sweep)
+            stop_all()
+            raise
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(one, sweep, number) for number, sweep in enumerate(sweeps, 1)]
+        try:
+            for future in futures:
+                future.result()
+        except BaseException:  # a sweep failed, Ctrl-C, SIGTERM: the running ones stop, the queued never start
+            cancelled.set()
+            stop_all()
+            raise
 
 
 def parse_pairs(option: str, values: list[str]) -> dict[str, float]:
@@ -140,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="the test suite's cut-down run")
     parser.add_argument("--skip-runs", action="store_true", help="model what --out already holds")
     parser.add_argument("--publish", action="store_true", help="write the tables to docs/measured/endtoend.md")
+    parser.add_argument("--jobs", type=int, default=min(MAX_JOBS, os.cpu_count() or 1),
+                        help=f"sweeps run at once (default: one per core, at most {MAX_JOBS})")
     options = parser.parse_args(argv)
     out = start_study(options.out, "endtoend")
     names = [name for name in options.studies.split(",") if name]
@@ -151,13 +193,17 @@ def main(argv: list[str] | None = None) -> int:
     workers = sorted(int(w) for w in options.workers.split(",") if w)
     targets = parse_targets(options.target)
     compute_ms, select_ms = parse_pairs("--compute-ms", options.compute_ms), parse_pairs("--select-ms", options.select_ms)
+    if options.jobs < 1:
+        raise SystemExit(f"--jobs {options.jobs}: expected at least 1 (sweeps run at once)")
     started = time.monotonic()
 
     if not options.skip_runs:
         say_if_busy(TIMED)
-        sweeps = [sweep for name in names for sweep in STUDIES[name].sweeps(options.quick)]
-        for number, sweep in enumerate(sweeps, 1):
-            run_sweep(sweep, out, number, len(sweeps))
+        per_study = [STUDIES[name].sweeps(options.quick, targets.get(name)) for name in names]
+        # every study's accuracy and statistics sweeps (the longest) first, the calibrated methods'
+        # few runs last: taken two at a time, the two cores finish within a short sweep of each other
+        sweeps = [sweep for sweeps in per_study for sweep in sweeps[:2]] + [sweep for sweeps in per_study for sweep in sweeps[2:]]
+        run_sweeps(sweeps, out, options.jobs)
     elif not out.is_dir():
         raise SystemExit(f"--skip-runs: {out} does not exist")
 

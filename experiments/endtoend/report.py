@@ -1,8 +1,10 @@
 """The end-to-end comparison as tables, a figure and JSON.
 
 Per study and network: the modelled time to the target of the best dense baseline and of every
-sparsifier at each W, and each sparsifier's speedup over that baseline (> 1: it pays); the W from
-which each sparsifier pays; and "what would I pick": the fastest method per network and W.
+sparsifier at each W, and each sparsifier's speedup over that baseline (> 1: it pays), each with
+its range over the seeds' interval (uncertainty.py); the W from which each sparsifier pays; and
+"what would I pick": the fastest method per network and W, named only when its interval separates
+from every other method's, else a tie within noise.
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display here
 import matplotlib.pyplot as plt  # noqa: E402
 
-from experiments.endtoend.model import DENSE_BASELINES, Point, best  # noqa: E402
+from experiments.endtoend.model import DENSE_BASELINES, Point, best, pick  # noqa: E402
+from experiments.endtoend.uncertainty import TIE, interval_text  # noqa: E402
 
 Grid = dict[str, dict[int, list[Point]]]  # network -> W -> every method's point
 
@@ -25,6 +28,13 @@ def speedup(point: Point, baseline: Point | None) -> float | None:
     if baseline is None or point.time_to_target_s is None:
         return None
     return baseline.time_to_target_s / point.time_to_target_s
+
+
+def speedup_range(point: Point, baseline: Point) -> tuple[float, float]:
+    """The speedup's range over both intervals: the baseline's fastest end over the point's
+    slowest, to the reverse (both closed: each has a mean, every seed reached the target)."""
+    (base_low, base_high), (low, high) = baseline.time_interval_s, point.time_interval_s
+    return base_low / high, base_high / low if low > 0 else float("inf")
 
 
 def sparsifiers_in(grid: Grid) -> list[str]:
@@ -45,7 +55,8 @@ def pays_from(grid: Grid, network: str, method: str) -> int | None:
 def _time(point: Point | None) -> str:
     if point is None or point.time_to_target_s is None:
         return "not reached"
-    return f"{point.time_to_target_s:.3g} s"
+    low, high = point.time_interval_s
+    return f"{point.time_to_target_s:.3g} s" + ("" if low == high else f" ({interval_text(low, high)})")
 
 
 def network_table(grid: Grid, network: str) -> list[str]:
@@ -58,7 +69,12 @@ def network_table(grid: Grid, network: str) -> list[str]:
         for method in methods:
             mine = next((p for p in points if p.method == method), None)
             gain = speedup(mine, baseline) if mine else None
-            cells.append("—" if gain is None else f"{gain:.2f}x" + ("" if mine.hosted else "*"))
+            if gain is None:
+                cells.append("—")
+                continue
+            low, high = speedup_range(mine, baseline)
+            spread = "" if low == high else f" ({interval_text(low, high, '.2f')})"
+            cells.append(f"{gain:.2f}x{spread}" + ("" if mine.hosted else "*"))
         name = f"{baseline.method} {_time(baseline)}" if baseline else "none reached"
         lines.append(f"| {workers} | {name} | " + " | ".join(cells) + " |")
     return lines
@@ -71,10 +87,19 @@ def pick_table(grid: Grid) -> list[str]:
     for w in workers:
         cells = []
         for network in networks:
-            winner = best(grid[network][w])
-            cells.append("—" if winner is None else f"{winner.method} ({_time(winner)})")
+            cells.append(pick_cell(grid[network][w]))
         lines.append(f"| {w} | " + " | ".join(cells) + " |")
     return lines
+
+
+def pick_cell(points: list[Point]) -> str:
+    """The fastest method and its time, or the tie within noise (model.pick)."""
+    fastest, tied = pick(points)
+    if fastest is None:
+        return "—"
+    if tied:
+        return f"{TIE}: " + ", ".join(p.method for p in [fastest, *tied])
+    return f"{fastest.method} ({_time(fastest)})"
 
 
 def robustness_table(grid: Grid, robustness: dict[str, dict[str, str]]) -> list[str]:
@@ -95,7 +120,10 @@ def study_markdown(title: str, target_line: str, sources: list[str], grid: Grid,
                   *network_table(grid, network), ""]
         paying = [f"{m} from W = {pays_from(grid, network, m)}" for m in sparsifiers_in(grid) if pays_from(grid, network, m)]
         lines.append("Pays: " + (", ".join(paying) if paying else "no sparsifier, at any W modelled") + ".")
-    lines += ["", "### What would I pick (fastest to the target)", "", *pick_table(grid), ""]
+    lines += ["", "### What would I pick (fastest to the target)", "",
+              "Named when its 95% interval of time to the target lies below every other method's; "
+              f"else \"{TIE}\" and the methods whose intervals overlap the fastest's (docs/endtoend.md).",
+              "", *pick_table(grid), ""]
     if robustness:
         lines += ["### How robust each pick is", "",
                   "Modelled again with one input at each end of its range, the others as they were: alpha x0.5 "
@@ -140,7 +168,8 @@ def write_json(path: Path, studies: dict[str, dict]) -> None:
     for name, study in studies.items():
         grid: Grid = study["grid"]
         serial[name] = {**{k: v for k, v in study.items() if k != "grid"},
-                        "points": [{**asdict(p), "step_ms": p.step_ms, "time_to_target_s": p.time_to_target_s}
+                        "points": [{**asdict(p), "step_ms": p.step_ms, "time_to_target_s": p.time_to_target_s,
+                                    "time_interval_s": p.time_interval_s}
                                    for by_w in grid.values() for points in by_w.values() for p in points]}
     path.write_text(json.dumps(serial, indent=1))
 
@@ -150,7 +179,8 @@ def grid_of(points: list[dict[str, Any]]) -> Grid:
     names = {field.name for field in fields(Point)}
     grid: Grid = {}
     for serial in points:
-        point = Point(**{key: value for key, value in serial.items() if key in names})
+        point = Point(**{key: tuple(value) if key == "steps_interval" and value is not None else value
+                         for key, value in serial.items() if key in names})
         grid.setdefault(point.network, {}).setdefault(point.workers, []).append(point)
     return grid
 

@@ -8,8 +8,11 @@ modelled again with one input moved to each end of its stated range, the others 
     compute                          -30% and +30%      a profile's FLOP fallback is far off
     selection                        -50% and +50%      one GPU measured, others modelled
 
-The cell reads "robust" when the same method is fastest at all eight ends, else "depends on"
-the inputs that change it, each with the method that wins there ("compute +30%: dense_bf16").
+The pick, there and at each end, is the pick table's (model.pick): the fastest method when its
+interval of time to the target separates from every other's, else a tie within noise. The cell
+reads "robust" when the same method is picked at all eight ends, else "depends on" the inputs
+that change it, each with what is picked there ("compute +30%: dense_bf16", "selection +50%: tie
+(within noise)"); a tie at the nominal inputs has no pick to move: its cell is the tie.
 One input at a time: the ranges are independent guesses, and their corners would compound them.
 """
 from __future__ import annotations
@@ -18,7 +21,8 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from experiments.core.network import NetworkModel
-from experiments.endtoend.model import Point, Study, best, runs_on
+from experiments.endtoend.model import Point, Study, pick, runs_on
+from experiments.endtoend.uncertainty import TIE
 
 
 @dataclass(frozen=True)
@@ -74,10 +78,11 @@ def robustness(study: Study, networks: list[NetworkModel], workers: list[int]) -
             net = perturbation.network(network)
             for w in workers:
                 winners[w][perturbation.label] = _winner([moved.point(m, w, net) for m in methods])
-        result[network.name] = {str(w): verdict(picks[w], winners[w]) for w in workers}
+        result[network.name] = {str(w): TIE if picks[w] == TIE else verdict(picks[w], winners[w]) for w in workers}
     return result
 
 
 def _winner(points: list[Point]) -> str | None:
-    fastest = best(points)
-    return fastest.method if fastest else None
+    """The method picked, TIE, or None when none reaches the target."""
+    fastest, tied = pick(points)
+    return None if fastest is None else TIE if tied else fastest.method

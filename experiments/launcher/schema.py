@@ -94,6 +94,10 @@ class RunConfig:
     warmup_steps: int = 5  # steps left out of timing summaries
     checksum_every: int = 50  # steps between cross-rank parameter checks (0: never)
     eval_every_steps: int = 0  # also evaluate every this many steps (time-to-accuracy); 0: at epoch ends only
+    eval_target: Optional[float] = None  # a headline metric value: evaluate more often near it (experiments/rank/target.py)
+    eval_near: float = 0.05  # from the first evaluation within this of eval_target on, every eval_near_every steps
+    eval_near_every: int = 5
+    stop_at_target: bool = False  # end the run at the first evaluation that reaches eval_target
     position_bins: int = 0  # histograms of where U and rank 0's acc lie, on logging steps; 0: never
     eval_limit: Optional[int] = None  # evaluate on the first this-many test examples (smoke runs); None: all
     kernels: str = "auto"  # selection kernels: auto | torch (the reference) | compiled (numba)

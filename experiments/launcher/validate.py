@@ -98,6 +98,16 @@ def _check_sizes(cfg: DictConfig) -> None:
         cfg.eval_every_steps >= 0,
         f"eval_every_steps must be >= 0 (0: at epoch ends only), got {cfg.eval_every_steps}: set e.g. eval_every_steps=50",
     )
+    require(cfg.eval_near >= 0, f"eval_near must be >= 0 (a distance to eval_target), got {cfg.eval_near}: set e.g. eval_near=0.05")
+    require(
+        cfg.eval_near_every >= 1,
+        f"eval_near_every must be >= 1 (steps between evaluations near eval_target), got {cfg.eval_near_every}: "
+        "set e.g. eval_near_every=5",
+    )
+    require(
+        not cfg.stop_at_target or cfg.eval_target is not None,
+        "stop_at_target=true needs eval_target (the headline metric value to stop at): set e.g. eval_target=0.8",
+    )
     require(
         cfg.position_bins >= 0,
         f"position_bins must be >= 0 (0: no histograms), got {cfg.position_bins}: set e.g. position_bins=4096",

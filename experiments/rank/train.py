@@ -22,6 +22,7 @@ from experiments.rank.summary import SummaryAccumulator
 from experiments.core.replica import Replica, make_replicas
 from experiments.rank.report import EpochTable
 from experiments.rank.schedule import StepSchedule
+from experiments.rank.target import TargetWatch
 from experiments.core.skip import SkipGuard
 from experiments.rank.skipped import log_skipped
 from experiments.core.step import train_step
@@ -111,6 +112,7 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path, resumed: Resumed |
     guard = SkipGuard(cfg.max_skipped_steps) if cfg.on_nonfinite == "skip" else None
     step = 0 if resumed is None else resumed.step
     checkpoints = Checkpointer(cfg, run_dir, world, steps_per_epoch, total_steps, step if resumed else None)
+    watch = TargetWatch(cfg, task.metric)  # eval_target's cadence and stop (experiments/rank/target.py)
 
     def evaluate_and_log(epoch: int, last_step: int) -> None:
         """Rank 0 evaluates with its own BatchNorm statistics; other ranks go on."""
@@ -119,7 +121,9 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path, resumed: Resumed |
         evaluation[keys.ELAPSED] = time.perf_counter() - started
         accumulator.add_eval(evaluation)
         sink.log({"kind": "eval", **evaluation}, last_step)
+        watch.saw(evaluation, last_step + 1)
 
+    stopped = None  # the steps done when stop_at_target ended the run
     # -- epochs (a resumed run starts in the epoch of its checkpoint, `skip` batches in)
     for epoch in range(step // steps_per_epoch, cfg.epochs):
         if step >= total_steps:
@@ -174,17 +178,27 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path, resumed: Resumed |
             if progress is not None:
                 progress.update(1)
             step += 1
-            # -- a mid-epoch evaluation (eval_every_steps): time-to-accuracy needs the curve
-            # between epoch ends; the last step of an epoch (or of the run) is evaluated below, once.
+            # -- a mid-epoch evaluation (eval_every_steps, and eval_near_every near eval_target):
+            # time-to-accuracy needs the curve between epoch ends; the last step of an epoch (or
+            # of the run) is evaluated below, once.
             at_loop_end = step % steps_per_epoch == 0 or step == total_steps  # evaluated below
-            if cfg.eval_every_steps and step % cfg.eval_every_steps == 0 and not at_loop_end and world.hosts_rank_zero:
-                evaluate_and_log(epoch, step - 1)
+            if not at_loop_end:
+                if watch.due(step) and world.hosts_rank_zero:
+                    evaluate_and_log(epoch, step - 1)
+                if watch.stops(world, step):
+                    stopped = step
+                    break
         if progress is not None:
             progress.close()
         # -- evaluation: rank 0 with its own BatchNorm statistics; other ranks go on.
         if world.hosts_rank_zero:
-            evaluate_and_log(epoch, step - 1)
+            if stopped is None:  # a stop evaluated its step already
+                evaluate_and_log(epoch, step - 1)
             table.row(epoch, accumulator.last)
+        if stopped is None and watch.stops(world, step, epoch_end=True):
+            stopped = step
+        if stopped is not None:
+            break
 
     _check_replicas_agree(world, model, step)
     if not world.hosts_rank_zero:
@@ -212,6 +226,8 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path, resumed: Resumed |
     )
     if guard is not None:
         summary[keys.SKIPPED_STEPS] = guard.total
+    if stopped is not None:
+        summary["stopped_at_target"] = stopped  # steps done: the first evaluation that reached eval_target
     return summary
 
 

@@ -1,5 +1,6 @@
-"""Running a study's sweeps: one `python run.py -m ...` after another, a progress line per
-finished run, every run's own output in the sweep folder's run.log (make reproduce and make
+"""Running a study's sweeps: one `python run.py -m ...` after another (or a few at a time, each
+from its own thread: make endtoend --jobs), a progress line per finished run, prefixed with the
+sweep's number, every run's own output in the sweep folder's run.log (make reproduce and make
 endtoend both drive their studies through here)."""
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -18,6 +20,8 @@ from experiments.reproduce.studies import Sweep
 
 LAUNCHING = re.compile(r"Launching (\d+) jobs")
 SUMMARY = re.compile(r"^summary \((.*)\)\s*$")
+RUNNING: set[subprocess.Popen] = set()  # every sweep's `run.py -m` now running, for stop_all
+_RUNNING_LOCK = threading.Lock()
 
 
 def start_study(given: Path | None, kind: str) -> Path:
@@ -51,8 +55,10 @@ def minutes(seconds: float) -> str:
     return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
 
 
-def run_sweep(sweep: Sweep, out: Path, number: int, total: int) -> None:
-    """One `python run.py -m` into `<out>/<sweep.folder>`, a progress line per finished run."""
+def run_sweep(sweep: Sweep, out: Path, number: int, total: int, cancelled: threading.Event | None = None) -> None:
+    """One `python run.py -m` into `<out>/<sweep.folder>`, a progress line per finished run.
+    `cancelled` (set before stop_all by a driver running several): a sweep whose process starts
+    after stop_all looked stops it itself."""
     folder = out / sweep.folder
     folder.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, str(REPO_ROOT / "run.py"), "-m", *sweep.args, f"hydra.sweep.dir={folder}"]
@@ -61,6 +67,10 @@ def run_sweep(sweep: Sweep, out: Path, number: int, total: int) -> None:
     with open(folder / "run.log", "a") as log:
         process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert process.stdout is not None
+        with _RUNNING_LOCK:
+            RUNNING.add(process)
+        if cancelled is not None and cancelled.is_set():
+            process.send_signal(signal.SIGTERM)
         try:
             for line in process.stdout:
                 log.write(line)
@@ -70,14 +80,27 @@ def run_sweep(sweep: Sweep, out: Path, number: int, total: int) -> None:
                     jobs = launching.group(1)
                 elif summary:
                     done += 1
-                    print(f"    run {done}/{jobs} done: {summary.group(1)} ({minutes(time.monotonic() - started)})", flush=True)
+                    print(f"    [{number}/{total}] run {done}/{jobs} done: {summary.group(1)} "
+                          f"({minutes(time.monotonic() - started)})", flush=True)
         finally:
             if process.poll() is None:  # stopped ourselves (Ctrl-C, SIGTERM): run.py stops its job and the sweep
                 process.send_signal(signal.SIGTERM)
                 for line in process.stdout:  # run.py reports the stopped run through this pipe: keep reading
                     log.write(line)
         code = process.wait()
+        with _RUNNING_LOCK:
+            RUNNING.discard(process)
     if code != 0:
         tail = (folder / "run.log").read_text().splitlines()[-15:]
         print("\n".join(tail), file=sys.stderr)
         raise SystemExit(f"{sweep.name} failed (exit {code}): its log is {folder / 'run.log'}")
+
+
+def stop_all() -> None:
+    """SIGTERM to every sweep still running (another sweep's thread failed, or the driver was
+    stopped): each run.py stops its job and its sweep; their threads then see them end."""
+    with _RUNNING_LOCK:
+        running = list(RUNNING)
+    for process in running:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
