@@ -125,7 +125,9 @@ def nvidia_driver() -> str | None:
 
 def collect_environment(runtime: Runtime, job: dict[str, Any]) -> dict[str, Any]:
     """Everything env.json records."""
-    status = _git("status", "--porcelain")
+    # Dirty: a tracked file differs from the commit (the code that ran is not the commit's). Files
+    # git does not track, such as a study's output folder inside the clone, change no code.
+    status = _git("status", "--porcelain", "--untracked-files=no")
     return {
         "versions": _versions(),
         "git": {"commit": _git("rev-parse", "HEAD"), "dirty": bool(status) if status is not None else None},
