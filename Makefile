@@ -41,9 +41,9 @@ reproduce: $(STAMP) data
 	$(PY) -m experiments.reproduce $(ARGS)
 
 # Does sparsification pay? Every sparsifier's modelled time to a target accuracy against the
-# strongest dense baselines, on three networks at W = 4 to 1,024 (docs/endtoend.md). About 30
-# minutes on 2 cores, two sweeps at a time (estimated from single runs: docs/endtoend.md, "Where
-# the time goes"); ARGS="--skip-runs --out DIR --networks h100x8_400g_ib --compute-profile h100"
+# strongest dense baselines, on three networks at W = 4 to 1,024 (docs/endtoend.md). About 29
+# minutes on 2 cores, two sweeps at a time (docs/endtoend.md, "Where the time goes");
+# ARGS="--skip-runs --out DIR --networks h100x8_400g_ib --compute-profile h100"
 # models a finished study again on other hardware in seconds.
 endtoend: $(STAMP) data
 	$(PY) -m experiments.endtoend $(ARGS)
