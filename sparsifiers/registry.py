@@ -16,6 +16,7 @@ The order is the figures' colour order (analysis/figures/style.py): append a new
 from __future__ import annotations
 
 import importlib
+import inspect
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +64,11 @@ class Method:
     def exchange(self) -> ExchangeKind:
         """The default exchange (the first the class supports)."""
         return self.exchanges[0]
+
+    @property
+    def calibrated_start(self) -> bool:
+        """Its threshold can start calibrated (it has the `threshold_start` knob)."""
+        return "threshold_start" in inspect.signature(self.cls).parameters
 
     @property
     def dense_baseline(self) -> bool:
