@@ -34,7 +34,9 @@ class Method:
     target: str  # the class its YAML's _target_ names
     title: str  # how prose and claims write it
     selects: bool = True  # False: it sends every coordinate (the dense baselines, PowerSGD's low rank)
-    thresholded: bool = False  # its density is set by a threshold (logged as sparsifier/threshold), not a count
+    # Its density is set by a threshold steered toward the target (it logs sparsifier/threshold),
+    # not by a count. Ok-Topk logs its local threshold too, but it stands for a top-k's count: not one.
+    thresholded: bool = False
     partitioned: bool = False  # each rank selects in its own part of the vector: disjoint selections
     precision: str = "fp32"  # the dense presets' wire type (the YAML's `precision`)
     overlap: bool = False  # the cluster model overlaps its all-reduce with backward (the YAML's `overlap`)

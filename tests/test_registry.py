@@ -3,6 +3,7 @@ what a class declares is not restated, and no list of method names grows back ou
 from __future__ import annotations
 
 import ast
+import inspect
 import subprocess
 import sys
 from pathlib import Path
@@ -51,6 +52,11 @@ def test_partitioned_methods_are_split_and_dense_baselines_select_nothing():
     assert set(registry.names(partitioned=True)) <= set(registry.names(split=True))
     assert set(registry.names(selects=False)) == set(registry.names(dense_baseline=True))
     assert registry.names(needs_bf16=True) == ("dense_bf16",)
+
+
+def test_thresholded_methods_log_their_threshold():
+    for name in registry.names(thresholded=True):
+        assert "keys.THRESHOLD:" in inspect.getsource(registry.method(name).cls), name
 
 
 def test_an_unknown_name_or_trait_fails_naming_what_is_known():
