@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -76,28 +77,36 @@ def test_asking_for_a_trait_the_registry_holds_loads_no_torch():
     assert result.returncode == 0, result.stderr
 
 
+COMMA_LIST = re.compile(r"\w+(,\w+)+")  # "topk,deft": a command-line default
+
+
 def name_lists(source: str) -> list[tuple[int, list[str]]]:
-    """(line, names) of every tuple, list or set literal, and every call's arguments, holding two
-    or more method names as string literals; a call of `chosen` (a study's checked choice) is not one."""
+    """(line, names) of every tuple, list or set literal, every call's arguments and every comma
+    list ("topk,deft") holding two or more method names; a call of `chosen` (a study's checked
+    choice) is not one, nor a Hydra override ("sparsifier=topk,deft": a command line, which Hydra
+    checks against conf/sparsifier/ as it composes)."""
     known = set(registry.names())
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-            items = node.elts
+            items = [item.value for item in node.elts if isinstance(item, ast.Constant)]
         elif isinstance(node, ast.Call):
             callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-            items = [] if callee == "chosen" else node.args
+            items = [] if callee == "chosen" else [item.value for item in node.args if isinstance(item, ast.Constant)]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and COMMA_LIST.fullmatch(node.value):
+            items = node.value.split(",")
         else:
             continue
-        methods = [item.value for item in items if isinstance(item, ast.Constant) and item.value in known]
+        methods = [item for item in items if isinstance(item, str) and item in known]
         if len(methods) >= 2:
             found.append((node.lineno, methods))
     return sorted(found)
 
 
 def test_the_detector_sees_lists_and_calls_and_lets_a_checked_choice_pass():
-    source = 'A = ("micro", "exdyna")\nif m in ["deft", "topk", "x"]: pass\nf("dgc", "sage")\nB = chosen("topk", "cltk")\nC = ("micro", "MiCRO")\n'
-    assert [line for line, _ in name_lists(source)] == [1, 2, 3]
+    source = ('A = ("micro", "exdyna")\nif m in ["deft", "topk", "x"]: pass\nf("dgc", "sage")\nD = "topk,deft"\n'
+              'B = chosen("topk", "cltk")\nC = ("micro", "MiCRO")\nE = "sparsifier=topk,deft"\nF = "topk, as deft"\n')
+    assert [line for line, _ in name_lists(source)] == [1, 2, 3, 4]
 
 
 def test_no_list_of_method_names_outside_the_registry():
