@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from omegaconf import OmegaConf
 
 from experiments.errors import ConfigError
+from experiments.rank.build import build_sparsifier
 from sparsifiers import registry
+from sparsifiers.layout import Layout
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf" / "sparsifier"
@@ -53,6 +56,21 @@ def test_partitioned_methods_are_split_and_dense_baselines_select_nothing():
     assert set(registry.names(partitioned=True)) <= set(registry.names(split=True))
     assert set(registry.names(selects=False)) == set(registry.names(dense_baseline=True))
     assert registry.names(needs_bf16=True) == ("dense_bf16",)
+
+
+def _cfg(name: str, target: str):
+    return OmegaConf.create({"workers": 2, "seed": 0,
+                             "sparsifier": {"_target_": target, "_partial_": True, "name": name, "density": 0.1}})
+
+
+def test_the_build_resolves_the_name_in_the_registry():
+    layout = Layout.from_shapes([("w", (100,))])
+    assert type(build_sparsifier(_cfg("topk", "sparsifiers.topk.TopK"), layout, rank=0)).__name__ == "TopK"
+    assert build_sparsifier(_cfg("topk", "tests.fault_injection.CrashingTopK"), layout, rank=0).name == "topk"
+    with pytest.raises(ConfigError, match="not a registered method"):
+        build_sparsifier(_cfg("mine", "sparsifiers.topk.TopK"), layout, rank=0)
+    with pytest.raises(ConfigError, match="not topk's class"):
+        build_sparsifier(_cfg("topk", "sparsifiers.sage.Sage"), layout, rank=0)
 
 
 def test_thresholded_methods_log_their_threshold():
