@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from sparsifiers.registry import names
+
 # The metric keys the analysis modules read as `columns.<NAME>`; their one definition is there.
 from experiments.metric_keys import (  # noqa: F401
     ACCURACY, BUILDUP, COMPUTE_MAX, DENSITY_ACTUAL, DENSITY_ERROR, DENSITY_TARGET, EXCHANGE, EXCHANGE_MODEL,
@@ -21,7 +23,7 @@ KEYS = (
 NUMERIC_KEYS = ("density", "workers", "processes", "seed")
 
 # Methods whose density is set by a threshold rather than by a count.
-THRESHOLD_METHODS = ("micro", "exdyna", "sage", "threshold", "dgc")
+THRESHOLD_METHODS = names(thresholded=True)
 DENSE = "dense"
 
 

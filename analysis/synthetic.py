@@ -22,6 +22,7 @@ import numpy as np
 from experiments import metric_keys as k
 from experiments import run_dir as files
 from experiments.runtime import world_kind
+from sparsifiers import registry
 
 NUMEL = 100_000
 UNITS = 12
@@ -31,9 +32,10 @@ TASKS = {
     "language_model": (k.PERPLEXITY, False, "lstm", "wikitext2"),
     "recommendation": (k.HR10, True, "ncf", "movielens"),
 }
-# The threshold-controlled methods and what they log besides sparsifier/threshold.
-THRESHOLDED = ("micro", "exdyna", "threshold", "sage", "dgc", "gaussiank", "sidco")
-SCANNING = ("micro", "exdyna", "deft")  # methods that log selection/scanned
+# The threshold-controlled methods (they log sparsifier/threshold), and the partition methods
+# (they log selection/scanned).
+THRESHOLDED = registry.names(thresholded=True)
+SCANNING = registry.names(partitioned=True)
 
 
 @dataclass(frozen=True)
@@ -142,7 +144,8 @@ def _rows(run: SyntheticRun, density: float, rng: np.random.Generator):
     """The train rows, with an eval row at the end of each epoch."""
     per_epoch = max(1, run.steps // run.epochs)
     k_target = max(1, int(density * NUMEL))
-    whole = run.method in ("topk", "threshold", "dgc", "sage", "gaussiank", "sidco", "accordion", "randomk")
+    method = registry.method(run.method)
+    whole = method.selects and not method.split  # each rank selects over the whole vector
     for step in range(run.steps):
         noise = rng.normal(0.0, 0.05)
         # Overlapping selections build up, varying with the step and the seed (so that a mean over

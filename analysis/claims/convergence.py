@@ -14,6 +14,7 @@ import pandas as pd
 from analysis.claims.claim import Claim, Numbers, Statistic, finite
 from analysis.claims.papers import DEFT, EXDYNA, MICRO, NAMES, PAPER_OF, experiment
 from analysis.claims.study import Study, method_groups, subject
+from sparsifiers.registry import chosen
 from experiments import metric_keys as keys
 
 # "Within a tolerance of dense": the papers say comparable/high accuracy without a number.
@@ -84,6 +85,10 @@ def _time_to(curve: pd.DataFrame, target: float, higher: bool) -> float:
     return float(hits["elapsed"].iloc[0]) if len(hits) else float("inf")
 
 
+# The baselines the papers' speed claims are measured against (the claims' choice, not a trait).
+BASELINES = chosen("topk", "cltk")
+
+
 def times_to_target(study: Study, sparsifier: str) -> Statistic:
     """Per (method, context, density, W): the target (the worst final task metric among the
     method, Top-k and CLT-k there: a level each of them reaches) and the seconds each takes to
@@ -92,7 +97,7 @@ def times_to_target(study: Study, sparsifier: str) -> Statistic:
     runs = study.runs_of(sparsifier)
     if runs.empty:
         return Statistic(gaps=(f"no finished {name} runs",))
-    baselines = study.runs_of("topk", "cltk")
+    baselines = study.runs_of(*BASELINES)
     subjects, gaps = {}, []
     for (method, context, density, workers), group in method_groups(runs, by_workers=True):
         label = subject(method, context, density, workers)
@@ -100,7 +105,7 @@ def times_to_target(study: Study, sparsifier: str) -> Statistic:
         same = baselines[(baselines["context"] == context) & (baselines["density"] == density)
                          & (baselines["workers"] == workers) & (baselines["task_metric"] == metric)] \
             if not baselines.empty else baselines
-        absent = [NAMES[b] for b in ("topk", "cltk") if same.empty or not (same["sparsifier"] == b).any()]
+        absent = [NAMES[b] for b in BASELINES if same.empty or not (same["sparsifier"] == b).any()]
         if absent:
             gaps.append(f"{label}: no {' or '.join(absent)} run at the same W, density, model, data and settings")
             continue
@@ -117,7 +122,7 @@ def times_to_target(study: Study, sparsifier: str) -> Statistic:
             continue
         target = min(finals) if higher else max(finals)
         times = {key: _time_to(curve, target, higher) for key, curve in curves.items()}
-        fastest = {family: min(t for (f, _), t in times.items() if f == family) for family in ("topk", "cltk")}
+        fastest = {family: min(t for (f, _), t in times.items() if f == family) for family in BASELINES}
         subjects[label] = {"target": target, "s": times[("self", method)],
                            "Top-k s": fastest["topk"], "CLT-k s": fastest["cltk"]}
     return Statistic(subjects, tuple(gaps))

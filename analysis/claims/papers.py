@@ -7,6 +7,8 @@ against the papers' PDFs.
 """
 from __future__ import annotations
 
+from sparsifiers.registry import METHODS
+
 DEFT = "DEFT (Yoon & Oh, ICPP 2023, arXiv 2307.03500)"
 MICRO = "MiCRO (Yoon & Oh, HiPC 2023, arXiv 2310.00967)"
 EXDYNA = "ExDyna (Yoon & Oh, arXiv 2402.13781)"
@@ -17,13 +19,8 @@ OKTOPK = "Ok-Topk (Li & Hoefler, PPoPP 2022, arXiv 2201.07598)"
 # The method's own paper, for claims about one of the partition methods.
 PAPER_OF = {"deft": DEFT, "micro": MICRO, "exdyna": EXDYNA}
 
-# Sparsifier name -> how the claims write it.
-NAMES = {
-    "dense": "dense", "topk": "Top-k", "cltk": "CLT-k", "deft": "DEFT", "micro": "MiCRO",
-    "exdyna": "ExDyna", "threshold": "hard threshold", "sage": "SAGE", "dgc": "DGC", "oktopk": "Ok-Topk",
-}
-
-PARTITION_METHODS = ("deft", "micro", "exdyna")
+# Sparsifier name -> how the claims write it (the registry's title).
+NAMES = {entry.name: entry.title for entry in METHODS}
 
 
 # The laptop study of the per-step claims (conf/experiment/laptop/statistics.yaml): claims judged on

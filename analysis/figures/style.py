@@ -18,9 +18,11 @@ from matplotlib.lines import Line2D
 from analysis.columns import DENSE
 from analysis.figures.provenance import figure_title
 from analysis.tasks import is_stand_in
+from sparsifiers.registry import names
 
-# Fixed order, so a method keeps its colour whatever else a figure shows.
-KNOWN = ("topk", "dgc", "cltk", "threshold", "sage", "gaussiank", "randomk", "micro", "exdyna", "deft", "sidco", "accordion", "gtopk", "oktopk")
+# Fixed order (the registry's), so a method keeps its colour whatever else a figure shows; the
+# methods past PALETTE's colours take a hashed one, as unknown labels do.
+KNOWN = names(selects=True)
 # tab10 with its gray swapped for navy: gray is kept for legend entries that are not methods.
 PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "navy",
            "tab:olive", "tab:cyan", "darkgoldenrod", "crimson", "teal", "darkorchid")
@@ -40,7 +42,7 @@ def method_color(label: str) -> tuple[float, ...] | str:
     methods take a tab20 colour chosen by a stable hash of their label."""
     if label == DENSE:
         return "black"
-    if label in KNOWN:
+    if label in KNOWN and KNOWN.index(label) < len(PALETTE):
         return PALETTE[KNOWN.index(label)]
     return matplotlib.colormaps["tab20"](zlib.crc32(label.encode()) % 20)
 

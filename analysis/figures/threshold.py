@@ -10,6 +10,7 @@ from analysis import columns as c
 from analysis.figures.style import finish, method_color, new_figure, series_labels, stack_lists
 from analysis.tables import RunTables
 from experiments.metric_keys import PARTITION_BOUNDARIES
+from sparsifiers.registry import chosen
 
 MAX_PANELS = 4
 
@@ -55,7 +56,11 @@ def density_vs_step(tables: RunTables, methods: tuple[str, ...] = c.THRESHOLD_ME
     return finish(figure, "Actual density vs step, threshold methods", [a for a in axes.flat if a.get_visible()], data=steps)
 
 
-def load_imbalance_vs_step(tables: RunTables, methods: tuple[str, ...] = ("micro", "exdyna")) -> Figure | None:
+# The load-imbalance figure's default: ExDyna's moving partitions beside MiCRO's fixed ones.
+BALANCED_VS_FIXED = chosen("micro", "exdyna")
+
+
+def load_imbalance_vs_step(tables: RunTables, methods: tuple[str, ...] = BALANCED_VS_FIXED) -> Figure | None:
     """selection/load_imbalance (W * max_r |S_r| / sum_r |S_r| - 1, the index padding) per step,
     one panel per worker count (the largest few), one line per method (first seed)."""
     steps = tables.steps[tables.steps["sparsifier"].isin(methods)]

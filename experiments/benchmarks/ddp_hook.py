@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from experiments import metric_keys as keys
+from sparsifiers.registry import chosen
 
 BASELINE = "ddp_allreduce"
 
@@ -114,7 +115,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--model", default="resnet18")
-    parser.add_argument("--methods", default="dense,topk,deft,micro,exdyna")
+    parser.add_argument("--methods", default=",".join(chosen("dense", "topk", "deft", "micro", "exdyna")))
     parser.add_argument("--density", type=float, default=0.001)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--image-size", type=int, default=32)

@@ -22,6 +22,7 @@ from torch.overrides import TorchFunctionMode
 
 from experiments.core.sync_count import SyncCounter
 from sparsifiers.kernels.backend import current_backend, set_backend, simulated_gpu
+from sparsifiers.registry import names
 
 # Python-level calls that copy a tensor to the host without an aten op on CPU tensors.
 SYNC_METHODS = {"tolist", "numpy"}
@@ -131,8 +132,7 @@ def main() -> None:
     from experiments.benchmarks.select import at_operating_point, gradient_like
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--methods", default="topk,deft,micro,exdyna,cltk,gtopk,oktopk,sidco,dgc,gaussiank,"
-                        "randomk,threshold,sage,accordion")
+    parser.add_argument("--methods", default=",".join(names(selects=True)), help="default: every method that selects")
     parser.add_argument("--workers", default="1,16")
     parser.add_argument("--density", type=float, default=0.001)
     parser.add_argument("--repeats", type=int, default=1, help="ignored: counts do not vary (the modes' common option)")

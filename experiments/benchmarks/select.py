@@ -30,19 +30,20 @@ import time
 from pathlib import Path
 
 import torch
-import yaml
 
 from experiments.benchmarks.resnet18_layout import resnet18_cifar_layout
 from experiments.rank.build import build_sparsifier
-from experiments.launcher.compose import CONF_DIR, compose_job
+from experiments.launcher.compose import compose_job
 from sparsifiers.base import Feedback
 from sparsifiers.kernels import set_backend
+from sparsifiers.registry import chosen, names
 from sparsifiers.threshold_control import initial_threshold
 
 SETTLE_STEPS = 8
-SCANS_SHARE = ("micro", "exdyna")  # scan N / W elements
-SCANS_WHOLE = ("threshold", "sage")  # scan all N (W times the N / W copy)
-TOPK_METHODS = ("topk", "deft", "cltk")
+# The methods the selection targets are set for (print_targets), by what their select does:
+SCANS_SHARE = chosen("micro", "exdyna")  # scan N / W elements
+SCANS_WHOLE = chosen("threshold", "sage")  # scan all N (W times the N / W copy)
+TOPK_METHODS = chosen("topk", "deft", "cltk")
 
 
 def median_ms(function, repeats: int, device: torch.device | str = "cpu") -> float:
@@ -152,9 +153,7 @@ def main() -> None:
         sys.exit(2)
     torch.set_num_threads(args.threads)
     # The dense exchanges and PowerSGD's low-rank one select nothing: no selection to time.
-    methods = args.methods.split(",") if args.methods else sorted(
-        p.stem for p in Path(CONF_DIR, "sparsifier").glob("*.yaml")
-        if yaml.safe_load(p.read_text()).get("exchange") not in ("dense", "low_rank"))
+    methods = args.methods.split(",") if args.methods else sorted(names(selects=True))
     workers = [int(w) for w in args.workers.split(",")]
     backends = (args.backends or ("auto" if args.device == "cuda" else "torch,auto")).split(",")
     device = torch.device(args.device)

@@ -20,8 +20,10 @@ from experiments.endtoend.runs import RunStats, read_run, steps_to_target
 from experiments.endtoend.studies import StudySpec
 from experiments.endtoend.uncertainty import Steps
 from experiments.run_dir import STATUS, SUMMARY, read_json
+from sparsifiers.registry import METHODS
 
-OVERLAPPED_TWIN = {"dense": "dense_overlap"}  # same runs, overlapped in the model
+# method -> its overlapped twin: same runs (the twin's step is the method's, bit for bit), overlapped in the model
+OVERLAPPED_TWIN = {entry.same_step_as: entry.name for entry in METHODS if entry.same_step_as and entry.overlap}
 
 
 def finished_runs(folder: Path) -> list[Path]:

@@ -36,6 +36,7 @@ from experiments.launcher.environment import REPO_ROOT
 from experiments.reproduce.studies import Sweep
 from experiments.reproduce.sweeps import run_sweep
 from experiments.run_dir import METRICS, read_metrics
+from sparsifiers.registry import chosen
 
 TOLERANCE = 0.10
 
@@ -86,7 +87,7 @@ def with_error(value: float, error: float | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments.endtoend.check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "outputs" / "endtoend_check")
-    parser.add_argument("--methods", default="topk,deft,micro,exdyna")
+    parser.add_argument("--methods", default=",".join(chosen("topk", "deft", "micro", "exdyna")))
     parser.add_argument("--fit", default="4,8,16,32")
     parser.add_argument("--check", default="64,128,256")
     parser.add_argument("--skip-runs", action="store_true")

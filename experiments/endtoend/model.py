@@ -39,10 +39,11 @@ from experiments.endtoend.ledger import at_workers, sent_bytes_max
 from experiments.endtoend.runs import RunStats
 from experiments.endtoend.selection import SAME_LAYOUT, SelectCost, log_interpolate
 from experiments.endtoend.uncertainty import Steps, separated
+from sparsifiers.registry import names
 
 # The dense baselines: the sparsifiers are compared with the fastest of them.
-DENSE_BASELINES = ("dense", "dense_overlap", "dense_bf16", "dense_fp16", "powersgd")
-NEEDS_BF16 = ("dense_bf16",)  # not modelled on a network whose GPUs lack bf16 (network.bf16 false: V100)
+DENSE_BASELINES = names(dense_baseline=True)
+NEEDS_BF16 = names(needs_bf16=True)  # not modelled on a network whose GPUs lack bf16 (network.bf16 false: V100)
 
 
 def runs_on(method: str, network: NetworkModel, profile: ComputeProfile | None = None) -> bool:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from experiments.core.sync_count import SyncCounter
+from sparsifiers import registry
 
 SETTLE_STEPS = 8  # as the selection benchmark: adaptive thresholds settle before the count
 SAME_LAYOUT = 0.01  # a measurement applies to a study whose N is within 1% of the measured N
@@ -95,7 +96,8 @@ def count_method(overrides: list[str], layout, density: float, workers: int) -> 
 
 
 COUNT_WORKERS = (4, 32, 256)  # a study's methods are counted at these W, log-interpolated between
-SAME_CONFIG = {"dense_overlap": "dense"}  # a twin priced from another method's runs selects as it does
+# A twin priced from another method's runs (dense_overlap from dense's) selects as it does.
+SAME_CONFIG = {entry.name: entry.same_step_as for entry in registry.METHODS if entry.same_step_as}
 
 
 def count_for_study(overrides: list[str], methods: list[str], workers: tuple[int, ...] = COUNT_WORKERS) -> dict[str, dict[int, SelectCost]]:
@@ -225,7 +227,10 @@ def fit(costs: list[SelectCost], measured_ms: list[float]) -> tuple[float, float
 
 # The methods whose `select` is the code the H200 measured (selection_at.code in its profile): DEFT,
 # Accordion, Random-k, Ok-Topk and SIDCo changed since (`superseded` there).
-CALIBRATION_METHODS = ("topk", "micro", "exdyna", "dgc", "threshold", "gaussiank", "sage")
+# A choice fixed by that measurement, not a trait of the methods.
+CALIBRATION_METHODS = registry.chosen("topk", "micro", "exdyna", "dgc", "threshold", "gaussiank", "sage")
+# Of the superseded ones, those whose modelled select is printed beside the fit (not fitted).
+SUPERSEDED_SHOWN = registry.chosen("deft", "accordion")
 CALIBRATION_WORKERS = (1, 4, 16, 64)
 
 
@@ -246,7 +251,7 @@ def main() -> None:
     density = float(profile.selection_at["density"])
     superseded = list((profile.selection_at.get("superseded") or {}))
     rows = []
-    for method in (*CALIBRATION_METHODS, *(m for m in ("deft", "accordion") if m in superseded)):
+    for method in (*CALIBRATION_METHODS, *(m for m in SUPERSEDED_SHOWN if m in superseded)):
         for workers in CALIBRATION_WORKERS:
             cost = count_method([f"sparsifier={method}", "dataset=synthetic", "model=mlp"], layout, density, workers)
             rows.append((method, workers, cost))

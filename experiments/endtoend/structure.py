@@ -31,8 +31,10 @@ from experiments.core.positions import bin_edges
 from sparsifiers.deft_allocation import allocate, common_units, encode_plan, make_units, unit_cost, unit_k
 from sparsifiers.exdyna import move_blocks
 from sparsifiers.layout import Layout, even_splits
+from sparsifiers.registry import names
 
-SPLIT_METHODS = ("micro", "exdyna", "deft")
+# The methods whose runs are replayed at other W: each rank selects in its own partition.
+SPLIT_METHODS = names(partitioned=True)
 
 
 @dataclass(frozen=True)

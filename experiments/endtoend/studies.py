@@ -22,8 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from experiments.reproduce.studies import Sweep
+from sparsifiers.registry import names
 
-CALIBRATED = ("micro", "exdyna")  # one sweep each: the default sparsifier has no threshold_start
+# The methods with a threshold_start: one sweep each (the default sparsifier has no threshold_start).
+CALIBRATED = names(calibrated_start=True)
 
 
 @dataclass(frozen=True)

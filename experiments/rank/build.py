@@ -15,8 +15,10 @@ from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from datasets.base import TaskData
+from experiments.errors import ConfigError
 from experiments.rank.optimizers import parameter_groups
 from experiments.rank.schedule import StepSchedule
+from sparsifiers import registry
 from sparsifiers.base import Sparsifier
 from sparsifiers.layout import Layout
 
@@ -94,4 +96,10 @@ def build_schedule(cfg: DictConfig, optimizer: torch.optim.Optimizer) -> StepSch
 
 @passes("sparsifier", "layout", "world_size", "rank", "seed")
 def build_sparsifier(cfg: DictConfig, layout: Layout, rank: int) -> Sparsifier:
+    """The node's `name` resolves through the registry (sparsifiers/registry.py): its `_target_`
+    must build that method's class, or one derived from it (tests inject faults that way)."""
+    entry = registry.method(str(cfg.sparsifier.get("name")))
+    if not issubclass(target_of(cfg.sparsifier), entry.cls):
+        raise ConfigError(f"sparsifier._target_={cfg.sparsifier._target_} is not {entry.name}'s class "
+                          f"({entry.target}), nor derived from it: set sparsifier=<name> to choose another method")
     return instantiate_node(cfg.sparsifier, layout=layout, world_size=cfg.workers, rank=rank, seed=cfg.seed)

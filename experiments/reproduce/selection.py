@@ -103,8 +103,10 @@ from sparsifiers.base import Sparsifier
 from sparsifiers.kernels import set_backend as set_kernel_backend
 from sparsifiers.kernels import warm_up as warm_up_kernels
 from sparsifiers.layout import Layout
+from sparsifiers.registry import chosen, names
 
-METHODS = ("topk", "cltk", "deft", "micro", "exdyna")
+# The study's choice: the partition methods and the Top-k baselines their papers compare them with.
+METHODS = chosen("topk", "cltk", "deft", "micro", "exdyna")
 WORKERS = (2, 4, 8, 16)
 DENSITY = 0.001  # the papers'
 MODEL, DATASET = "resnet18", "fashion_mnist"
@@ -116,7 +118,7 @@ THREADS = 1
 # The reference path first: the papers timed plain framework ops.
 KERNEL_PATHS = ("torch", "auto")
 SETTLE_KERNELS = "auto"  # the paths select identically: the settle runs on the faster one
-THRESHOLD_METHODS = ("micro", "exdyna")
+THRESHOLD_METHODS = names(thresholded=True)  # their density error must have settled
 # Knobs the study sets per method (recorded in config.yaml, so the method label shows them):
 # - MiCRO, ExDyna: the calibrated start is a factor 3-4 nearer the settled lambda than the
 #   released 1 / (2 sqrt(k)) here: about 250 fewer settle steps at 0.5% a step.

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sparsifiers import registry
+
 
 @dataclass(frozen=True)
 class Sweep:
@@ -35,8 +37,8 @@ SWEEPS = (
     # default sparsifier (Top-k) has no threshold_start.
     *(Sweep(f"calibrated start, {method}", "statistics",
             (STATISTICS, f"sparsifier={method}", "sparsifier.threshold_start=calibrated", CALIBRATED_DIRS),
-            f"density control and traffic from {name}'s calibrated threshold start")
-      for method, name in (("micro", "MiCRO"), ("exdyna", "ExDyna"))),
+            f"density control and traffic from {registry.method(method).title}'s calibrated threshold start")
+      for method in registry.names(calibrated_start=True)),
     Sweep("drifting thresholds", "statistics", (STATISTICS, "sparsifier=threshold,sage", "workers=16"),
           "density control (the hard threshold and SAGE)"),
     Sweep("wide build-up", "statistics", (STATISTICS, "sparsifier=topk,oktopk", "workers=32,64"),

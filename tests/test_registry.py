@@ -1,0 +1,139 @@
+"""The method registry (sparsifiers/registry.py): it and conf/sparsifier/ name the same methods,
+what a class declares is not restated, and no list of method names grows back outside it."""
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from experiments.errors import ConfigError
+from experiments.rank.build import build_sparsifier
+from sparsifiers import registry
+from sparsifiers.layout import Layout
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf" / "sparsifier"
+SCANNED = ("sparsifiers", "experiments", "analysis")
+REGISTRY = ROOT / "sparsifiers" / "registry.py"
+
+
+def _conf() -> dict[str, dict]:
+    return {path.stem: yaml.safe_load(path.read_text()) for path in sorted(CONF.glob("*.yaml"))}
+
+
+def test_every_config_names_a_registry_entry_and_every_entry_has_a_config():
+    conf = _conf()
+    assert sorted(conf) == sorted(registry.names())
+    for stem, node in conf.items():
+        entry = registry.method(node["name"])
+        assert node["name"] == stem, f"conf/sparsifier/{stem}.yaml names {node['name']}"
+        assert node["_target_"] == entry.target, f"conf/sparsifier/{stem}.yaml builds {node['_target_']}, the registry {entry.target}"
+
+
+def test_the_dense_presets_wire_type_and_overlap_are_the_registrys():
+    for stem, node in _conf().items():
+        entry = registry.method(stem)
+        assert node.get("precision", "fp32") == entry.precision, stem
+        assert node.get("overlap", False) == entry.overlap, stem
+
+
+def test_each_class_is_named_by_its_own_entry_and_its_presets_run_its_step():
+    for entry in registry.METHODS:
+        own = registry.method(entry.cls.name)
+        assert own.target == entry.target, f"{entry.name}: {entry.target}.name is {entry.cls.name}, an entry of another class"
+        if entry.same_step_as is not None:
+            assert registry.method(entry.same_step_as).target == entry.target
+
+
+def test_partitioned_methods_are_split_and_dense_baselines_select_nothing():
+    assert set(registry.names(partitioned=True)) <= set(registry.names(split=True))
+    assert set(registry.names(selects=False)) == set(registry.names(dense_baseline=True))
+    assert registry.names(needs_bf16=True) == ("dense_bf16",)
+
+
+def _cfg(name: str, target: str):
+    return OmegaConf.create({"workers": 2, "seed": 0,
+                             "sparsifier": {"_target_": target, "_partial_": True, "name": name, "density": 0.1}})
+
+
+def test_the_build_resolves_the_name_in_the_registry():
+    layout = Layout.from_shapes([("w", (100,))])
+    assert type(build_sparsifier(_cfg("topk", "sparsifiers.topk.TopK"), layout, rank=0)).__name__ == "TopK"
+    assert build_sparsifier(_cfg("topk", "tests.fault_injection.CrashingTopK"), layout, rank=0).name == "topk"
+    with pytest.raises(ConfigError, match="not a registered method"):
+        build_sparsifier(_cfg("mine", "sparsifiers.topk.TopK"), layout, rank=0)
+    with pytest.raises(ConfigError, match="not topk's class"):
+        build_sparsifier(_cfg("topk", "sparsifiers.sage.Sage"), layout, rank=0)
+
+
+def test_thresholded_methods_log_their_threshold():
+    for name in registry.names(thresholded=True):
+        assert "keys.THRESHOLD:" in inspect.getsource(registry.method(name).cls), name
+
+
+def test_an_unknown_name_or_trait_fails_naming_what_is_known():
+    with pytest.raises(ConfigError, match="not a registered method.*topk"):
+        registry.method("top_k")
+    with pytest.raises(ConfigError, match="top_k"):
+        registry.chosen("topk", "top_k")
+    with pytest.raises(TypeError, match="thresholded"):
+        registry.names(thresholdd=True)
+
+
+def test_asking_for_a_trait_the_registry_holds_loads_no_torch():
+    """The analysis asks the registry about methods; it must not load torch for it."""
+    code = ("import sys; from sparsifiers import registry; registry.names(thresholded=True); "
+            "registry.method('deft').title; assert 'torch' not in sys.modules, 'torch loaded'")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+COMMA_LIST = re.compile(r"\w+(,\w+)+")  # "topk,deft": a command-line default
+
+
+def name_lists(source: str) -> list[tuple[int, list[str]]]:
+    """(line, names) of every tuple, list or set literal, every call's arguments and every comma
+    list ("topk,deft") holding two or more method names; a call of `chosen` (a study's checked
+    choice) is not one, nor a Hydra override ("sparsifier=topk,deft": a command line, which Hydra
+    checks against conf/sparsifier/ as it composes)."""
+    known = set(registry.names())
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            items = [item.value for item in node.elts if isinstance(item, ast.Constant)]
+        elif isinstance(node, ast.Call):
+            callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            items = [] if callee == "chosen" else [item.value for item in node.args if isinstance(item, ast.Constant)]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and COMMA_LIST.fullmatch(node.value):
+            items = node.value.split(",")
+        else:
+            continue
+        methods = [item for item in items if isinstance(item, str) and item in known]
+        if len(methods) >= 2:
+            found.append((node.lineno, methods))
+    return sorted(found)
+
+
+def test_the_detector_sees_lists_and_calls_and_lets_a_checked_choice_pass():
+    source = ('A = ("micro", "exdyna")\nif m in ["deft", "topk", "x"]: pass\nf("dgc", "sage")\nD = "topk,deft"\n'
+              'B = chosen("topk", "cltk")\nC = ("micro", "MiCRO")\nE = "sparsifier=topk,deft"\nF = "topk, as deft"\n')
+    assert [line for line, _ in name_lists(source)] == [1, 2, 3, 4]
+
+
+def test_no_list_of_method_names_outside_the_registry():
+    """A trait belongs in sparsifiers/registry.py (ask `registry.names(...)`); a study's own
+    choice of methods goes through `registry.chosen(...)`, which checks the names."""
+    offenders = []
+    for top in SCANNED:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            if path == REGISTRY:
+                continue
+            offenders += [f"{path.relative_to(ROOT)}:{line}: {', '.join(names)}" for line, names in name_lists(path.read_text())]
+    assert offenders == [], "lists of method names outside sparsifiers/registry.py:\n" + "\n".join(offenders)
