@@ -27,7 +27,7 @@ import torch
 
 from tests.conftest import REPO
 
-pytestmark = pytest.mark.slow  # a wheel build, a pip install and two 2-process runs: about 30 s on 2 cores
+pytestmark = pytest.mark.slow  # a wheel build, a pip install and two 2-process runs: about 25 s on 2 cores
 
 SCRIPT = Path(__file__).resolve().parent / "ddp_wheel_script.py"
 WORLD_SIZE = 2
