@@ -24,7 +24,7 @@ from experiments import metric_keys as keys
 from experiments.core.metrics import MetricContext, exchange_metrics
 from experiments.core.traffic import dense_allreduce_bytes
 from experiments.ddp import register_sparsifier, sparsifier_names, sparsifier_node
-from experiments.ddp.sparsifier_node import build_sparsifier
+from experiments.ddp.config_node import build_sparsifier
 from experiments.errors import ConfigError
 from sparsifiers.layout import Layout
 from tests.conftest import REPO, run_world

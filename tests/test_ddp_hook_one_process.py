@@ -1,7 +1,8 @@
 """The DDP hook in a one-process gloo group inside the test process: what it refuses (docs/ddp_hook.md,
 "Use a sparsifier in your own DDP script": one ConfigError naming the setting and the fix,
-before the hook is registered), a non-finite gradient failing the backward, and its state's
-round trip and checks. Equality with sparsebench's own step on real multi-process DDP is in
+before the hook is registered), a non-finite gradient failing the backward, its state's
+round trip and checks, and torch's pattern (`SparsifierState` + `sparsifier_hook`) and a
+config node training as `register_sparsifier` with a name does. Equality with sparsebench's own step on real multi-process DDP is in
 tests/test_ddp_hook.py.
 
 A one-process group is enough here: every refusal is checked before any collective runs. Refusals that need more than that are not here: a `process_group=` smaller
@@ -19,7 +20,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from experiments import metric_keys as keys
 from experiments.core.finite import NonFiniteValue
-from experiments.ddp import register_sparsifier
+from experiments.ddp import SparsifierState, register_sparsifier, sparsifier_hook
 from experiments.errors import ConfigError
 
 
@@ -72,6 +73,41 @@ def test_an_accepted_model_steps_through_the_hook():
     assert hook.step == 1 and hook.stats[keys.ROW_STEP] == 0
     assert hook.stats[keys.DENSITY_ACTUAL] == pytest.approx(0.5, abs=0.03)
     assert int(sum(p.grad.count_nonzero() for p in model.parameters())) == hook.stats[keys.K_MAX]
+
+
+def trained(register, steps: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    """A fresh model's gradients after `steps` backwards through the hook `register(model)`
+    registers, and the hook's residual."""
+    model = ddp()
+    state = register(model)
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        model.zero_grad(set_to_none=True)
+        model(torch.randn(3, 8, generator=generator)).square().sum().backward()
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters()]), state.residual.clone()
+
+
+def test_torchs_pattern_is_register_sparsifier():
+    """`SparsifierState` + `register_comm_hook(state, sparsifier_hook)`, as torch's PowerSGD hook is
+    registered, trains bit for bit as `register_sparsifier` does."""
+    def torch_pattern(model):
+        state = SparsifierState(model, "topk", density=0.25)
+        model.register_comm_hook(state, sparsifier_hook)
+        return state
+
+    gradient, residual = trained(torch_pattern)
+    same_gradient, same_residual = trained(lambda model: register_sparsifier(model, "topk", density=0.25))
+    assert torch.equal(gradient, same_gradient) and torch.equal(residual, same_residual)
+    assert residual.count_nonzero() > 0
+
+
+def test_a_config_node_trains_as_its_name():
+    """A node with a `_target_` (a Hydra config's cfg.sparsifier) is read through the clone's
+    checks and builds the same method as its name."""
+    node = {"_target_": "sparsifiers.topk.TopK", "density": 0.5}
+    by_node = trained(lambda model: register_sparsifier(model, node))
+    by_name = trained(lambda model: register_sparsifier(model, "topk", density=0.5))
+    assert all(torch.equal(a, b) for a, b in zip(by_node, by_name))
 
 
 def test_a_non_finite_gradient_fails_the_backward():

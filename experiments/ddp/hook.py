@@ -1,248 +1,37 @@
-"""Any sparsebench sparsifier as a DDP communication hook, with the runner's exchange and metrics.
+"""Any sparsebench sparsifier as a DDP communication hook, in torch's pattern: a state object and
+a hook function (docs/ddp_hook.md).
 
-`register_sparsifier(ddp_model, "deft", density=0.01)` builds this rank's sparsifier from
-`conf/sparsifier/deft.yaml` (or from a config node), registers the hook, and returns it. Each
-iteration, DDP's buckets are assembled into the whole gradient (buckets.py); when the last one
-arrives, the hook runs phases 1 to 5 of the runner's step (docs/architecture.md, "One step")
-with the production code: the accumulate rule, `sparsify_and_exchange` (plan, select, exchange,
-residual, observe) over a world of one rank per process, so selections, aggregates, residuals
-and the metered traffic are the ones `run.py` would compute on the same gradients. DDP then
-writes the aggregate (the mean over ranks, on the exchanged coordinates only) into every
-`param.grad`, and the user's optimizer steps on it as usual.
+    state = SparsifierState(ddp_model, "deft", density=0.01)
+    ddp_model.register_comm_hook(state, sparsifier_hook)
 
-The whole exchange runs inside the last bucket's hook: a model-wide selection needs the whole
-gradient, so nothing of it overlaps backward (the methods' papers do not overlap it either).
+`register_sparsifier(ddp_model, "deft", density=0.01)` does both and returns the state; it also
+takes a config node (a Hydra config's `cfg.sparsifier`), which needs the clone's conf/ checks
+and is read only then (config_node.py).
 """
 from __future__ import annotations
 
-import contextlib
-import math
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-import torch.distributed as dist
-from omegaconf import DictConfig
 from torch.nn.parallel import DistributedDataParallel
 
-from experiments import metric_keys as keys
-from experiments.core.collectives import REDUCTIONS, RankCollectives
-from experiments.core.error_feedback import accumulate
-from experiments.core.finite import NonFiniteValue, check_accumulator, check_aggregate
-from experiments.core.metrics import MetricContext, exchange_metrics
-from experiments.core.step import SparsifyOutcome, sparsify_and_exchange
-from experiments.core.traffic import dense_allreduce_bytes
-from experiments.core.world import World
-from experiments.ddp.buckets import BucketAssembly
-from experiments.ddp.sparsifier_node import applies_momentum, build_sparsifier, sparsifier_node
-from experiments.rank.build import knobs as node_knobs
-from experiments.errors import ConfigError, require
-from sparsifiers.kernels import BACKENDS, set_backend, warm_up
-from sparsifiers.layout import Layout
-
-STATE_FORMAT = 1  # bump when the state_dict's layout changes: an old checkpoint then says so
-Stats = dict[str, float]
-# A user's script has no optimizer.lr key, and after a failed backward neither DDP's reducer nor
-# the residual (which already holds the bad gradient) can go on.
-HINT = "lower the learning rate or check the data, then restart from your last checkpoint"
-# This rank's own numbers, reduced over ranks on logging steps like the runner's: key -> (max key, mean key).
-OVER_RANKS = {
-    keys.HOOK_SELECT: (keys.SELECT_MAX, keys.SELECT_MEAN),
-    keys.HOOK_EXCHANGE: (keys.EXCHANGE, None),
-    keys.HOOK_RESIDUAL: (None, keys.RESIDUAL),
-    keys.HOOK_REL_RESIDUAL: (None, keys.REL_RESIDUAL),
-}
+from experiments.ddp.checks import check_model
+from experiments.ddp.state import SparsifierState, Stats
+from sparsifiers.base import Sparsifier
 
 
-class SparsifierHook:
-    """One rank's sparsifier, error-feedback residual and step counter, as a DDP comm hook.
-
-    After each synchronized backward, `stats` holds that step's numbers (keys in
-    experiments/metric_keys.py, docs/metrics.md "The DDP hook") and `outcome` the step's
-    selections and exchange result. Save `state_dict()` with your checkpoint on every rank."""
-
-    def __init__(
-        self,
-        model: DistributedDataParallel,
-        node: DictConfig,
-        seed: int = 0,
-        reduction: str = "ring",
-        on_stats: Callable[[Stats], None] | None = None,
-        wandb_run: Any = None,
-        wandb_prefix: str = "sparsebench/",
-        log_every: int = 1,
-    ) -> None:
-        self.module = model.module
-        self.layout = Layout.from_module(self.module)
-        first = next(p for p in self.module.parameters() if p.requires_grad)
-        self.flat = torch.zeros(self.layout.numel, dtype=first.dtype, device=first.device)
-        self.residual = torch.zeros_like(self.flat)  # holds acc between phases 1 and 5
-        self.world_size, self.rank = dist.get_world_size(), dist.get_rank()
-        comm = RankCollectives(self.world_size, [self.rank], use_process_group=True, reduction=reduction)
-        self.world = World(self.world_size, self.world_size, self.rank, [self.rank], first.device, comm)
-        self.node, self.seed = node, seed
-        self.sparsifier = build_sparsifier(node, self.layout, self.world_size, self.rank, seed)
-        self.context = MetricContext(
-            numel=self.layout.numel,
-            k_target=self.sparsifier.k,
-            density=self.sparsifier.density,
-            scope=self.sparsifier.scope,
-            world_size=self.world_size,
-            dense_bytes=dense_allreduce_bytes(self.layout.numel, self.world_size, self.flat.element_size()),
-            exchange=self.sparsifier.exchange,
-        )
-        self.assembly = BucketAssembly(self.module, self.layout, self.flat,
-                                       write_all_grads=bool(getattr(model, "find_unused_parameters", False)))
-        self.step = 0
-        self.stats: Stats = {}
-        self.outcome: SparsifyOutcome | None = None
-        self.on_stats = on_stats
-        self.wandb_run, self.wandb_prefix, self.log_every = wandb_run, wandb_prefix, log_every
-
-    # -- the hook DDP calls, once per bucket ---------------------------------------------------
-    def communicate(self, state, bucket):  # no annotations: DDP compares them to its own types
-        """DDP's hook: collects `bucket`; on the last bucket, exchanges the whole gradient."""
-        try:
-            future = self.assembly.add(bucket)
-            if bucket.is_last():
-                self.assembly.check_complete()
-                buckets, started = self.assembly.buckets, time.perf_counter()
-                outcome = self._exchange()
-                total_ms = (time.perf_counter() - started) * 1e3
-                self.assembly.deliver()
-                self.stats = self._stats(outcome, buckets, total_ms, self.assembly.copy_s * 1e3)
-                self._report()
-        except BaseException as error:
-            self.assembly.fail(error)  # DDP raises it from backward instead of waiting forever
-            raise
-        return future
-
-    def _exchange(self) -> SparsifyOutcome:
-        """Phases 1 to 5 of the runner's step on the assembled gradient; the aggregate is left
-        in the flat buffer."""
-        step, sparsifier = self.step, self.sparsifier
-        self.world.comm.meter.reset()
-        gradient = accumulate(sparsifier, self.residual, self.flat)  # residual now holds acc
-        self._agree_finite(gradient)
-        outcome = sparsify_and_exchange(self.world, [sparsifier], [self.residual], self.flat, step,
-                                        measure_norms=self._logging_step)
-        check_aggregate(self.flat, step, HINT)  # the same on every rank: all ranks raise together
-        self.outcome = outcome
-        self.step += 1
-        return outcome
-
-    @property
-    def _logging_step(self) -> bool:
-        """Norms and the reductions over ranks cost passes and a collective: every log_every steps."""
-        return self.step % self.log_every == 0
-
-    def _agree_finite(self, gradient: torch.Tensor) -> None:
-        """A non-finite accumulator on any rank fails the step on every rank, before anything is
-        exchanged: one flag, all-reduced (bookkeeping, not metered), instead of the other ranks
-        waiting for a collective until the process group's timeout."""
-        try:
-            check_accumulator(self.residual, gradient, self.step, self.rank, HINT)
-            error = None
-        except NonFiniteValue as found:
-            error = found
-        flag = torch.tensor([0.0 if error is None else 1.0], device=self.flat.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        if error is not None:
-            raise error
-        if flag.item() > 0:
-            raise NonFiniteValue(f"non-finite gradient or residual at step {self.step} on another rank: {HINT}", "gradient")
-
-    def _stats(self, outcome: SparsifyOutcome, buckets: int, total_ms: float, copy_ms: float) -> Stats:
-        sparsifier = self.sparsifier
-        logging_step = outcome.acc_norms is not None
-        stats = {keys.ROW_STEP: float(self.step - 1)}
-        stats.update(exchange_metrics(outcome.result, self.world.comm.meter, self.context,
-                                      sparsifier.current_k, sparsifier.current_density))
-        stats[keys.HOOK_SELECT] = outcome.select_ms[0]
-        stats[keys.HOOK_EXCHANGE] = outcome.exchange_ms
-        stats[keys.HOOK_TOTAL] = total_ms
-        stats[keys.HOOK_COPY] = copy_ms
-        stats[keys.HOOK_BUCKETS] = float(buckets)
-        if logging_step:
-            acc_norm, residual_norm = outcome.acc_norms[0], outcome.residual_norms[0]
-            stats[keys.HOOK_RESIDUAL] = residual_norm
-            stats[keys.HOOK_REL_RESIDUAL] = residual_norm / max(acc_norm, 1e-30)
-            stats.update(self._over_ranks(stats))
-        # Method state (MiCRO's threshold, ...): the scalars; lists stay in sparsifier.metrics().
-        stats.update({key: float(value) for key, value in sparsifier.metrics().items() if isinstance(value, (int, float))})
-        return stats
-
-    def _over_ranks(self, stats: Stats) -> Stats:
-        """Every rank's own numbers (OVER_RANKS), gathered (bookkeeping, not metered) and reduced
-        as the runner reduces them: max for times, mean for norms."""
-        row = torch.tensor([[stats[key] for key in OVER_RANKS]], dtype=torch.float64, device=self.flat.device)
-        table = self.world.comm.gather_stats(row).cpu()
-        reduced = {}
-        for column, (max_key, mean_key) in zip(table.unbind(1), OVER_RANKS.values()):
-            if max_key is not None:
-                reduced[max_key] = float(column.max())
-            if mean_key is not None:
-                reduced[mean_key] = float(column.mean())
-        return reduced
-
-    def _report(self) -> None:
-        if self.on_stats is not None:
-            self.on_stats(self.stats)
-        if self.wandb_run is not None and keys.HOOK_RESIDUAL in self.stats:  # a logging step
-            # commit=False: merged into the user's next wandb.log, at the user's own step.
-            self.wandb_run.log({self.wandb_prefix + key: value for key, value in self.stats.items()
-                                if math.isfinite(value)}, commit=False)
-
-    # -- the training schedule -------------------------------------------------------------------
-    def start_epoch(self, epoch: int, steps_per_epoch: int) -> None:
-        """Call at the start of every epoch, as the runner does: DGC's warm-up follows epochs."""
-        self.sparsifier.start_epoch(epoch, steps_per_epoch)
-
-    def set_learning_rate(self, lr: float) -> None:
-        """Call before every step with the optimizer's learning rate, as the runner does:
-        Accordion's detection compares it with the previous detection's. Not called, that rule
-        is off (the other methods ignore it)."""
-        self.sparsifier.set_learning_rate(lr)
-
-    # -- exact resume -------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """This rank's hook state: save it beside the model and optimizer, on every rank."""
-        return {
-            "format": STATE_FORMAT,
-            "method": self.sparsifier.name,
-            "numel": self.layout.numel,
-            "world_size": self.world_size,
-            "rank": self.rank,
-            "step": self.step,
-            "knobs": node_knobs(self.node),
-            "seed": self.seed,
-            "residual": self.residual.detach().cpu().clone(),
-            "sparsifier": self.sparsifier.state_dict(),
-        }
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restores `state_dict()` of the same method, knobs, seed, model size, world size and rank."""
-        require(state.get("format") == STATE_FORMAT,
-                f"hook state has format {state.get('format')}, this version reads {STATE_FORMAT}: "
-                "it was saved by another version of sparsebench")
-        expected = {"method": self.sparsifier.name, "numel": self.layout.numel,
-                    "world_size": self.world_size, "rank": self.rank, "seed": self.seed}
-        for key, value in expected.items():
-            require(state[key] == value, f"hook state has {key}={state[key]}, this hook has {key}={value}: "
-                    "load each rank's own state into the same method, seed, model and world")
-        for key, value in node_knobs(self.node).items():  # a resumed run goes on with the same knobs
-            saved = state["knobs"].get(key)
-            require(saved == value, f"hook state has sparsifier.{key}={saved}, this hook has sparsifier.{key}={value}: "
-                    "register the hook with the knobs the checkpoint was saved with")
-        self.residual.copy_(state["residual"].to(self.residual.device))
-        self.sparsifier.load_state_dict(state["sparsifier"])
-        self.step = int(state["step"])
+def sparsifier_hook(state, bucket):  # no annotations: DDP compares them to its own types
+    """DDP's communication hook (`ddp_model.register_comm_hook(state, sparsifier_hook)`): hands
+    `bucket` (a `dist.GradBucket`) to `state` (a `SparsifierState`) and returns the bucket's
+    `torch.futures.Future[torch.Tensor]`. The futures complete when the last bucket has been
+    exchanged, with the aggregate of the whole gradient."""
+    return state.communicate(bucket)
 
 
 def register_sparsifier(
     model: DistributedDataParallel,
-    sparsifier: str | Mapping[str, Any] | DictConfig = "deft",
+    sparsifier: str | type[Sparsifier] | Mapping[str, Any] = "deft",
     *,
     seed: int = 0,
     reduction: str = "ring",
@@ -252,85 +41,17 @@ def register_sparsifier(
     wandb_run: Any = None,
     log_every: int = 1,
     **knobs: Any,
-) -> SparsifierHook:
-    """Registers `sparsifier` (a conf/sparsifier/ name, or a config node) on `model`'s buckets.
+) -> SparsifierState:
+    """Builds a `SparsifierState` (every argument is its own) and registers `sparsifier_hook`
+    with it on `model`; returns the state. `sparsifier` may also be a config node with a
+    `_target_` (e.g. your Hydra config's `cfg.sparsifier`, knobs override it), checked as
+    `run.py` checks it: that needs sparsebench's clone (`pip install -e <clone>`)."""
+    check_model(model)  # before reading a node: the first thing that can be wrong
+    if isinstance(sparsifier, Mapping):
+        from experiments.ddp.config_node import method_of_node, sparsifier_node  # the clone's conf/ checks
 
-    `knobs` override the method's (e.g. density=0.01); the method, its knobs and `seed` must be
-    the same on every rank (checked: Random-k's shared draw relies on it); `reduction` is the
-    runner's (ring | rank_order: bit-for-bit the runner's sum order); `kernels` the selection
-    kernels (auto | torch | compiled, the same results). `optimizer` is checked against the
-    method (DGC applies momentum itself, and requires it). `on_stats(stats)` is called after
-    every step; every `log_every` steps the stats also hold the norms and the reductions over
-    ranks, and go to `wandb_run` if given. Bad input raises ConfigError before the hook is
-    registered."""
-    _check_model(model)
-    require(reduction in REDUCTIONS, f"reduction={reduction} is not one of {', '.join(REDUCTIONS)}")
-    require(kernels in BACKENDS, f"kernels={kernels} is not one of {', '.join(BACKENDS)}")
-    require(isinstance(log_every, int) and log_every >= 1, f"log_every must be a positive integer, got {log_every}")
-    node = sparsifier_node(sparsifier, knobs)
-    try:  # a rank that refuses alone would leave the others waiting in the gather below
-        _check_optimizer(node, optimizer)
-        refused = None
-    except ConfigError as error:
-        refused = str(error)
-    _check_same_on_every_rank(node, {"seed": seed, "reduction": reduction, "log_every": log_every}, model, refused)
-    set_backend(kernels)
-    hook = SparsifierHook(model, node, seed, reduction, on_stats, wandb_run, log_every=log_every)
-    warm_up(hook.flat.dtype, hook.flat.device)  # compiled now, not inside the first step's timings
-    model.register_comm_hook(state=None, hook=hook.communicate)
-    return hook
-
-
-def _check_model(model: Any) -> None:
-    require(isinstance(model, DistributedDataParallel),
-            f"register_sparsifier needs a DistributedDataParallel model, got {type(model).__name__}: wrap it first")
-    require(dist.get_world_size(model.process_group) == dist.get_world_size(),
-            "the hook exchanges over the default process group: build DDP without process_group=")
-    require(getattr(model, "mixed_precision", None) is None,
-            "DDP's mixed_precision= is not supported: use torch.autocast instead (parameters and gradients stay float32)")
-    ignored = getattr(model, "parameters_to_ignore", None)
-    require(not ignored, f"DDP ignores {len(ignored or ())} parameters (parameters_to_ignore): the hook "
-            "exchanges every trainable parameter; freeze them (requires_grad=False) instead")
-    dtypes = {p.dtype for p in model.module.parameters() if p.requires_grad}
-    require(dtypes == {torch.float32},
-            f"the hook needs float32 parameters, got {sorted(str(d) for d in dtypes)}: keep the parameters "
-            "float32 and use torch.autocast for mixed precision")
-
-
-def _check_optimizer(node: DictConfig, optimizer: torch.optim.Optimizer | None) -> None:
-    """A method that applies momentum itself (DGC) needs an optimizer without it, or momentum is
-    applied twice; the hook can only check an optimizer it is given."""
-    if not applies_momentum(node):
-        return
-    name = node.get("name", "?")
-    require(optimizer is not None, f"sparsifier={name} applies momentum itself: pass optimizer= so that the "
-            "hook can check that it has momentum=0")
-    momenta = {group.get("momentum", 0.0) for group in optimizer.param_groups}
-    require(momenta == {0.0}, f"sparsifier={name} applies momentum itself (momentum correction): build the "
-            f"optimizer with momentum=0 (got momentum {sorted(momenta)}), or it is applied twice")
-
-
-def _check_same_on_every_rank(node: DictConfig, settings: dict[str, Any], model: DistributedDataParallel,
-                              refused: str | None) -> None:
-    """Every rank must run the same method with the same knobs, seed, reduction and logging
-    interval (Random-k's shared draw, the exchange's counts and the logging steps' gather rely
-    on it; `seed=base + rank`, common in DDP scripts, would give every rank other indices): one
-    all-gather at registration, and every rank refuses the same way, naming the first setting
-    that differs, or the first rank's own refusal (`refused`)."""
-    mine = {"refused": refused, **{f"sparsifier.{key}": value for key, value in node_knobs(node).items()},
-            "sparsifier": node._target_, **settings, "model size": Layout.from_module(model.module).numel}
-    everyone: list[dict[str, Any]] = [{} for _ in range(dist.get_world_size())]
-    first = next(p for p in model.module.parameters() if p.requires_grad)
-    # all_gather_object stages its bytes on the current CUDA device: make it the model's.
-    with torch.cuda.device(first.device) if first.device.type == "cuda" else contextlib.nullcontext():
-        dist.all_gather_object(everyone, mine)
-    for rank, theirs in enumerate(everyone):
-        if theirs["refused"] is not None:
-            raise ConfigError(theirs["refused"] + (f" (on rank {rank})" if dist.get_world_size() > 1 else ""))
-    for rank, theirs in enumerate(everyone):
-        for key in sorted(set(everyone[0]) | set(theirs)):
-            if theirs.get(key) != everyone[0].get(key):
-                raise ConfigError(
-                    f"{key} differs across ranks ({everyone[0].get(key)} on rank 0, {theirs.get(key)} on rank {rank}): "
-                    "pass the same method, knobs, seed, reduction and log_every on every rank"
-                )
+        sparsifier, knobs = method_of_node(sparsifier_node(sparsifier, knobs)), {}
+    state = SparsifierState(model, sparsifier, seed=seed, reduction=reduction, kernels=kernels, optimizer=optimizer,
+                            on_stats=on_stats, wandb_run=wandb_run, log_every=log_every, **knobs)
+    model.register_comm_hook(state, sparsifier_hook)
+    return state

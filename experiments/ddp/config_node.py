@@ -1,9 +1,12 @@
-"""Which sparsifier a hook runs: a name of `conf/sparsifier/` or a config node, plus knobs.
+"""A sparsifier as a config node, for scripts run from sparsebench's clone: a name of
+`conf/sparsifier/` or a node such as a Hydra config's `cfg.sparsifier`, plus knobs.
 
-The hook reads the same files `run.py` composes (`conf/sparsifier/<name>.yaml`), so a method's
-defaults are written once, and checks the knobs with the same rule as run.py's validation
-(`check_group_knobs`): a mistyped knob or a value of the wrong type fails with one line naming
-the key, before the hook is registered and before any collective runs.
+It reads the files `run.py` composes (`conf/sparsifier/<name>.yaml`) and checks the knobs with
+run.py's validation (`check_group_knobs`): a mistyped knob or a value of the wrong type fails
+with one line naming the key, before the hook is registered and before any collective runs.
+So it needs the clone (conf/ is not a package, and the launcher's checks compose Hydra nodes):
+the hook itself does not (methods.py, state.py); `register_sparsifier` imports this module only
+when it is given a node.
 """
 from __future__ import annotations
 
@@ -14,8 +17,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments.errors import ConfigError
 from experiments.launcher.compose import CONF_DIR
+from experiments.ddp.methods import Method
 from experiments.launcher.validate import check_group_knobs
-from experiments.rank.build import instantiate_node, target_of
+from experiments.rank.build import instantiate_node, knobs as node_knobs, target_of
 from sparsifiers.base import Sparsifier
 from sparsifiers.layout import Layout
 
@@ -26,8 +30,8 @@ def sparsifier_names() -> list[str]:
     """The options of conf/sparsifier/, as `run.py sparsifier=<name>` knows them."""
     folder = CONF_DIR / GROUP
     if not folder.is_dir():  # conf/ is not a package: a non-editable install leaves it behind
-        raise ConfigError(f"no {folder}: install sparsebench from its clone with pip install -e <clone>, "
-                          "or pass a config node with a _target_ instead of a name")
+        raise ConfigError(f"no {folder}: conf/ comes with sparsebench's clone (pip install -e <clone>); without it, "
+                          "build the hook from a method name (SparsifierState, method_names()), which needs no conf/")
     return sorted(path.stem for path in folder.glob("*.yaml"))
 
 
@@ -61,6 +65,12 @@ def applies_momentum(node: DictConfig) -> bool:
     """Whether the node's method applies momentum itself (DGC's momentum correction): the
     user's optimizer must then have none."""
     return bool(getattr(target_of(node), "owns_momentum", False))
+
+
+def method_of_node(node: DictConfig) -> Method:
+    """The hook's `Method` of a checked node: its target and every knob the node sets."""
+    target = target_of(node)
+    return Method(node.get("name", getattr(target, "name", target.__name__)), target, node_knobs(node))
 
 
 def build_sparsifier(node: DictConfig, layout: Layout, world_size: int, rank: int, seed: int) -> Sparsifier:
