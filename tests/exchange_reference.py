@@ -27,7 +27,7 @@ import torch
 from experiments import metric_keys as keys
 from experiments.core.collectives import RankCollectives  # the code under test: `hosted_exchange` drives it
 from experiments.core.exchange import exchange
-from experiments.core.traffic import Collective
+from experiments.core.ledger import Collective
 from sparsifiers.base import ExchangeKind
 from tests.step_recorder import RecordedStep
 

@@ -22,7 +22,7 @@ import torch
 
 import experiments.core.step as step_module
 import experiments.rank.train as train_module
-from experiments.core.traffic import Collective
+from experiments.core.ledger import Collective
 from sparsifiers.base import ExchangeKind
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from experiments.core.traffic import Collective
+from experiments.core.ledger import Collective
 from experiments.errors import ConfigError
 from sparsifiers.dense import Dense
 from sparsifiers.layout import Layout

@@ -12,7 +12,7 @@ import pytest
 
 from experiments.core.ledger import decode, encode
 from experiments.core.network import NetworkModel
-from experiments.core.traffic import Collective
+from experiments.core.ledger import Collective
 from experiments.endtoend import check, report
 from experiments.endtoend.assemble import methods_of
 from experiments.endtoend.compute import ComputeProfile, StepWork, ddp_buckets, exposed_exchange_s

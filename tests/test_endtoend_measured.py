@@ -10,13 +10,14 @@ import pytest
 import torch
 import yaml
 
-from experiments.core.traffic import Collective
+from experiments.core.ledger import Collective
 from experiments.endtoend import measure_compute
 from experiments.endtoend.__main__ import measure, parse_pairs
 from experiments.endtoend.compute import ComputeProfile, StepWork
 from experiments.endtoend.extrapolate import fit_statistics
 from experiments.endtoend.model import Method, Study
-from experiments.endtoend.selection import SelectCost, SelectionModel, fit, log_interpolate
+from experiments.endtoend.selection import log_interpolate
+from experiments.endtoend.selection_model import SelectCost, SelectionModel, fit
 from experiments.endtoend.studies import QUICKSTART
 from experiments.endtoend.uncertainty import Steps
 from experiments.core.network import NetworkModel

@@ -7,7 +7,7 @@ import types
 import pytest
 
 from experiments.core.network import NetworkModel
-from experiments.core.traffic import Collective
+from experiments.core.ledger import Collective
 from experiments.endtoend.compute import ComputeProfile, StepWork
 from experiments.endtoend.extrapolate import fit_statistics
 from experiments.endtoend.model import Method, Study

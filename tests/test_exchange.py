@@ -11,7 +11,8 @@ from experiments.core.exchange import allreduce_at, exchange
 from experiments.core.metrics import MetricContext, exchange_metrics
 from experiments.core.step import train_step
 from experiments.rank.train import build_session
-from experiments.core.traffic import Collective, TrafficMeter, binomial_children
+from experiments.core.ledger import Collective
+from experiments.core.traffic import TrafficMeter, binomial_children
 from experiments.core.world import World
 from experiments.rank.build import build_sparsifier
 from sparsifiers.base import ExchangeKind, SelectionScope

@@ -15,7 +15,7 @@ import torch
 
 from experiments.core.collectives import RankCollectives
 from experiments.core.exchange import exchange
-from experiments.core.traffic import Collective
+from experiments.core.ledger import Collective
 from experiments.errors import ConfigError
 from experiments.launcher.compose import preflight
 from sparsifiers.base import ExchangeKind

@@ -9,7 +9,7 @@ import pytest
 
 from experiments import metric_keys as keys
 from experiments.core import ledger
-from experiments.core.traffic import Collective
+from experiments.core.ledger import Collective
 from experiments.core.world import init_world
 from experiments.launcher.compose import compose_job
 from experiments.rank import train as train_module

@@ -13,7 +13,26 @@ a second accounting of what the exchange sent.
 """
 from __future__ import annotations
 
-from experiments.core.traffic import Collective
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One metered collective as the exchange issued it: the sizes the bytes were computed from.
+    Hosted and real-process worlds must issue the same list for the same step (the tests
+    compare them), so a size is never counted from one world's shortcut."""
+
+    op: str  # "all_gather" | "all_reduce" | "broadcast" | "all_to_all" | "point_to_point" | "tree_round"
+    # | "shift_round" | "all_gather_v"
+    elements: int  # per rank for all_gather, per pair for all_to_all and tree_round, the largest
+    # message for shift_round and all_gather_v; the whole tensor otherwise
+    element_bytes: int
+    root: int | None = None  # broadcast's root; point_to_point's source; tree_round's stride; shift_round's shift
+    peer: int | None = None  # point_to_point's destination
+    # shift_round: what each rank r sent (to r + shift); all_gather_v: each rank's block. The ledger
+    # line keeps only the largest (`elements`, what the network model prices: a round, or a ring
+    # step, lasts as long as its largest message); a replayed ledger sends it from every rank.
+    sizes: tuple[int, ...] | None = None
 
 
 def encode(collectives: list[Collective]) -> str:

@@ -33,14 +33,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
 from experiments.core import collective_costs as costs
 from experiments.core.cluster import Link, Placement
+from experiments.core.ledger import Collective
 from experiments.errors import ConfigError
 
-if TYPE_CHECKING:
-    from experiments.core.traffic import Collective
 
 ALGORITHMS = ("auto", "ring", "hierarchical", "tree")
 PRESETS = Path(__file__).resolve().parents[2] / "conf" / "network"  # experiments/core/ is two below
@@ -197,8 +196,8 @@ class NetworkModel:
         return costs.shift_round_s(self.placement(world_size), nbytes, shift)
 
     # -- a step's ledger ------------------------------------------------------------------------
-    def collective_s(self, collective: "Collective", world_size: int) -> float:
-        """One ledger entry (traffic.Collective): `elements` is per rank for all_gather, per
+    def collective_s(self, collective: Collective, world_size: int) -> float:
+        """One ledger entry (ledger.Collective): `elements` is per rank for all_gather, per
         (source, destination) pair for all_to_all, per message for tree_round (whose `root` is
         its stride), the largest message for shift_round (`root`: its shift) and all_gather_v,
         the whole tensor otherwise. An all_gather_v is priced as an all-gather of its largest
@@ -223,7 +222,7 @@ class NetworkModel:
             return self.shift_round_s(world_size, nbytes, collective.root)
         raise ValueError(f"unknown collective {op!r}")
 
-    def price(self, collectives: Iterable["Collective"], world_size: int) -> float:
+    def price(self, collectives: Iterable[Collective], world_size: int) -> float:
         """Seconds for a step's ledger: the sum of its collectives' times, in the order issued
         (they run one after another; nothing overlaps in the model)."""
         return sum((self.collective_s(c, world_size) for c in collectives), 0.0)

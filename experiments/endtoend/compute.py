@@ -37,6 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
+from experiments.endtoend.selection_model import SelectionModel
 from experiments.errors import ConfigError
 from experiments.launcher.environment import REPO_ROOT
 
@@ -113,7 +114,7 @@ class ComputeProfile:
     memory_bandwidth_gbs: float | None = None
     selection_ms: dict[str, dict[int, float]] = field(default_factory=dict)  # method -> W -> ms, measured here
     selection_at: dict[str, Any] = field(default_factory=dict)  # the layout and density they were measured at
-    selection_model: Any = None  # SelectionModel calibrated on this GPU, or borrowed (selection.py)
+    selection_model: SelectionModel | None = None  # calibrated on this GPU, or borrowed (selection_model.py)
     path: Path | None = None
     bf16: bool | None = None  # the GPU has bf16 (None: the network preset's nodes say, model.runs_on)
 
@@ -131,8 +132,6 @@ class ComputeProfile:
         assert isinstance(node, dict)
         number = lambda key: float(node[key]) if node.get(key) is not None else None  # noqa: E731
         selection_model = None
-        from experiments.endtoend.selection import SelectionModel  # selection.py imports this module
-
         if node.get("selection_model"):
             model = node["selection_model"]
             if isinstance(model, str):  # borrowed: another profile's calibration, scaled to this GPU's memory

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from experiments.core.traffic import Collective, TrafficMeter
+from experiments.core.ledger import Collective
+from experiments.core.traffic import TrafficMeter
 
 DATA_DEPENDENT_TAIL = {
     # exchange kind -> the ops of its last collectives, and which statistic sizes each

@@ -32,12 +32,13 @@ import math
 from dataclasses import dataclass, field
 
 from experiments.core.network import NetworkModel
-from experiments.core.traffic import Collective
+from experiments.core.ledger import Collective
 from experiments.endtoend.compute import ComputeProfile, StepWork, ddp_buckets, exposed_exchange_s
 from experiments.endtoend.extrapolate import Statistics
 from experiments.endtoend.ledger import at_workers, sent_bytes_max
 from experiments.endtoend.runs import RunStats
-from experiments.endtoend.selection import SAME_LAYOUT, SelectCost, log_interpolate
+from experiments.endtoend.selection import SAME_LAYOUT, log_interpolate
+from experiments.endtoend.selection_model import SelectCost
 from experiments.endtoend.uncertainty import Steps, separated
 from sparsifiers.registry import names
 

@@ -26,7 +26,7 @@ import yaml
 
 from experiments import metric_keys as keys
 from experiments.core import ledger as ledger_text
-from experiments.core.traffic import Collective
+from experiments.core.ledger import Collective
 from experiments.endtoend.structure import Histograms, Structure, structure_of
 from experiments.run_dir import CONFIG, METRICS, SUMMARY, read_json, read_metrics
 
