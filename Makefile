@@ -36,13 +36,14 @@ test: $(STAMP) data
 	WANDB_MODE=disabled $(PY) -m pytest $(XDIST) $(DURATIONS) $(ARGS)
 
 # The papers' claims judged at laptop scale: the laptop studies, then claims.md with a verdict per
-# claim (docs/reproduce.md). About 35 minutes on 2 cores; ARGS="--out DIR" chooses where.
+# claim (docs/reproduce.md). About half an hour on 2 cores (the last wall time: docs/measured/claims.md);
+# ARGS="--out DIR" chooses where.
 reproduce: $(STAMP) data
 	$(PY) -m experiments.reproduce $(ARGS)
 
 # Does sparsification pay? Every sparsifier's modelled time to a target accuracy against the
-# strongest dense baselines, on three networks at W = 4 to 1,024 (docs/endtoend.md). About 29
-# minutes on 2 cores, two sweeps at a time (docs/endtoend.md, "Where the time goes");
+# strongest dense baselines, on three networks at W = 4 to 1,024 (docs/endtoend.md). About half an
+# hour on 2 cores, two sweeps at a time (the last wall time: docs/measured/endtoend.md);
 # ARGS="--skip-runs --out DIR --networks h100x8_400g_ib --compute-profile h100"
 # models a finished study again on other hardware in seconds.
 endtoend: $(STAMP) data

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """sparsebench's only entry point: compose the config once, validate it, launch the ranks.
 
-    python run.py                                   # the default run (README)
+    python run.py                                   # the default run (docs/quickstart.md)
     python run.py sparsifier=topk workers=8         # any override
     python run.py -m sparsifier=dense,topk workers=2,4   # a sweep: one run directory per job
     python run.py --cfg job                         # print the composed config

@@ -1,5 +1,5 @@
-"""Measured pages: the tables the README and the docs quote, each generated from the data it was
-measured from, never typed by hand (docs/measured/).
+"""Measured pages: the tables the docs quote and the README links, each generated from the data
+it was measured from, never typed by hand (docs/measured/).
 
     docs/measured/<name>.json   {"name", "title", "command", "render", "provenance", "data"}
     docs/measured/<name>.md     the page: a header from the provenance, then render(data)

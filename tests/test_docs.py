@@ -3,8 +3,9 @@
 A clone of the repository must be able to follow every link of README.md, CONTRIBUTING.md and
 docs/: each one is relative and lands on a file of the repository (and on a heading that exists,
 when it names one). Nothing points outside: no web address, no guidance docs kept beside the
-repository. The README stays a front page (at most 300 lines, the two quickstart commands, the
-claims table's markers) that links every page, and docs/README.md indexes every page. And the
+repository. The README stays a map (a page, the two quickstart commands) that links every page
+of docs/ and, beside each command that measures something, the page generated from that
+measurement; docs/README.md indexes every page. And the
 docs cover what the code has: every sparsifier option has its section in docs/algorithms.md,
 every metric the step logs is defined in docs/metrics.md, and the worked example of
 docs/adding_a_sparsifier.md runs through the production step.
@@ -78,25 +79,39 @@ def relative(path: Path) -> str:
     return str(path.relative_to(REPO))
 
 
+# The pages a user comes for; the README links these and every other page of docs/.
 PAGES = ("quickstart.md", "running.md", "results.md", "analysis.md", "paper_experiments.md", "sparsifiers.md",
          "ddp_hook.md", "speed.md", "layout.md", "architecture.md", "metrics.md", "algorithms.md",
-         "reproducibility.md", "claims.md", "adding_a_sparsifier.md")
-README_MAX_LINES = 300  # a page a researcher reads in five minutes; the reference lives in docs/
+         "reproducibility.md", "claims.md", "adding_a_sparsifier.md", "reproduce.md", "endtoend.md", "network.md")
+README_MAX_LINES = 100  # a map, read in a minute or two; the reference lives in docs/
 QUICKSTART = ["make run", "make test"]
 
 
 def test_the_docs_exist_and_the_readme_links_each_of_them():
-    readme = links((REPO / "README.md").read_text())
+    readme = {target.split("#")[0] for target in links((REPO / "README.md").read_text())}
     for name in PAGES:
         assert (REPO / "docs" / name).is_file(), name
-        assert any(target.split("#")[0] == f"docs/{name}" for target in readme), f"README links no docs/{name}"
+    pages = {f"docs/{path.name}" for path in (REPO / "docs").glob("*.md")}
+    assert not pages - readme, f"README links no {sorted(pages - readme)}"
 
 
-def test_the_docs_index_lists_every_page():
-    """A page nobody links is a page nobody finds: docs/README.md names each one."""
-    index = {target.split("#")[0] for target in links((REPO / "docs" / "README.md").read_text())}
-    pages = {path.name for path in (REPO / "docs").glob("*.md")} - {"README.md"}
-    assert not pages - index, f"docs/README.md does not list: {sorted(pages - index)}"
+def measured_by() -> dict[str, str]:
+    """docs/measured/README.md's table: each generated page and the command that measures it."""
+    rows = re.findall(r"^\| \[[^\]]+\]\(([a-z_]+\.md)\) \| `([^`]+)` \|", (REPO / "docs" / "measured" / "README.md").read_text(), re.M)
+    return {f"docs/measured/{page}": command for page, command in rows}
+
+
+def test_the_readme_links_each_generated_page_beside_the_command_that_measures_it():
+    """A measured number is read where it is generated: the README names the command and links
+    its page on the same line, and quotes none of the numbers (tests/test_measured_pages.py)."""
+    pages = measured_by()
+    assert set(pages) == {f"docs/measured/{path.name}" for path in (REPO / "docs" / "measured").glob("*.md")} - \
+        {"docs/measured/README.md"}, "docs/measured/README.md's table misses a page"
+    lines = FENCE.sub("", (REPO / "README.md").read_text()).splitlines()
+    for page, command in pages.items():
+        assert any(page in [target.split("#")[0] for target in links(line)] and
+                   re.search(rf"`{re.escape(command)}[`\s]", line) for line in lines), \
+            f"README has no line that names `{command}` and links {page}"
 
 
 def section(text: str, heading: str) -> str:
@@ -106,7 +121,7 @@ def section(text: str, heading: str) -> str:
     return match.group(1)
 
 
-def test_the_readme_is_a_front_page_with_the_two_quickstart_commands():
+def test_the_readme_is_a_map_with_the_two_quickstart_commands():
     text = (REPO / "README.md").read_text()
     lines = text.count("\n") + (not text.endswith("\n"))
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines, more than {README_MAX_LINES}: move reference to docs/"
@@ -114,8 +129,6 @@ def test_the_readme_is_a_front_page_with_the_two_quickstart_commands():
     assert blocks, "the Quickstart has no command block"
     commands = [line.split("#")[0].strip() for line in blocks[0].splitlines() if line.split("#")[0].strip()]
     assert commands == QUICKSTART, f"the Quickstart's commands are {commands}, not {QUICKSTART}"
-    # The verdicts themselves are a measured page (tests/test_measured_pages.py), linked from here.
-    assert "](docs/measured/claims.md)" in section(text, "The papers' claims")
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=relative)
