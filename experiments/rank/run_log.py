@@ -3,6 +3,7 @@ logging steps and evaluations (the sink), the epoch table, the run's clock and, 
 summary.json's fields."""
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -32,14 +33,29 @@ class RunLog:
         self.table = EpochTable(enabled=world.hosts_rank_zero, metric=session.task.metric)
         self.table.header(session.method.describe(), session.layout.numel, cfg.workers, world.kind)
         self.started = time.perf_counter()
+        self.progress = None  # this epoch's progress bar (start_epoch)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
 
+    def start_epoch(self, epoch: int, steps: int) -> None:
+        """The progress bar of the `steps` this epoch runs (on rank 0's process, if configured)."""
+        if self.world.hosts_rank_zero and self.cfg.logger.progress:
+            from tqdm import tqdm
+
+            self.progress = tqdm(total=steps, desc=f"epoch {epoch}", file=sys.stderr, mininterval=1.0, leave=False,
+                                 dynamic_ncols=True)
+
     def step(self, outcome: StepOutcome, step: int, epoch: int, lr: float, logging_step: bool,
-             guard: SkipGuard | None, progress) -> None:
+             guard: SkipGuard | None) -> None:
         """One step: a skipped one is logged as such (and fails the run past the limit); the
         others count in the summary, and a logging step's row goes to the sink."""
+        self._record(outcome, step, epoch, lr, logging_step, guard)
+        if self.progress is not None:
+            self.progress.update(1)
+
+    def _record(self, outcome: StepOutcome, step: int, epoch: int, lr: float, logging_step: bool,
+                guard: SkipGuard | None) -> None:
         world, ranks = self.world, self.session.ranks
         if outcome.skipped is not None:  # on_nonfinite=skip: logged, then failed past the limit
             log_skipped(self.sink, self.accumulator, guard, outcome.skipped, world.hosts_rank_zero,
@@ -62,20 +78,29 @@ class RunLog:
             metrics[keys.SKIPPED] = 0.0
         self.accumulator.add_logged(step, metrics)
         self.sink.log({"kind": "train", **metrics}, step)
-        if progress is not None:
-            progress.set_postfix(loss=f"{metrics[keys.LOSS]:.3f}", refresh=False)
+        if self.progress is not None:
+            self.progress.set_postfix(loss=f"{metrics[keys.LOSS]:.3f}", refresh=False)
 
     def evaluate(self, epoch: int, last_step: int, watch: TargetWatch) -> None:
         """Rank 0 evaluates with its own BatchNorm statistics; other ranks go on."""
         session = self.session
-        evaluation = evaluate(session.task, session.model, session.replicas[0], self.world.device, self.cfg.eval_limit)
+        evaluation = evaluate_model(session.task, session.model, session.replicas[0], self.world.device, self.cfg.eval_limit)
         evaluation["epoch"] = epoch
         evaluation[keys.ELAPSED] = self.elapsed()
         self.accumulator.add_eval(evaluation)
         self.sink.log({"kind": "eval", **evaluation}, last_step)
         watch.saw(evaluation, last_step + 1)
 
-    def epoch_row(self, epoch: int) -> None:
+    def end_epoch(self, epoch: int, last_step: int, watch: TargetWatch, evaluated: bool) -> None:
+        """The epoch's end: rank 0 evaluates (unless the last step was `evaluated`: a stop at the
+        target) and prints the epoch table's row."""
+        if self.progress is not None:
+            self.progress.close()
+            self.progress = None
+        if not self.world.hosts_rank_zero:
+            return
+        if not evaluated:
+            self.evaluate(epoch, last_step, watch)
         self.table.row(epoch, self.accumulator.last)
 
     def summary(self, steps: int, epochs_run: int, guard: SkipGuard | None, stopped: int | None) -> dict[str, Any]:
@@ -103,7 +128,7 @@ class RunLog:
         return summary
 
 
-def evaluate(task: Task, model: torch.nn.Module, replica: Replica, device: torch.device, limit: int | None) -> dict[str, float]:
+def evaluate_model(task: Task, model: torch.nn.Module, replica: Replica, device: torch.device, limit: int | None) -> dict[str, float]:
     """The task's evaluation with rank 0's own BatchNorm statistics, in eval mode."""
     model.eval()
     try:

@@ -1,7 +1,6 @@
 """The training loop of one rank-hosting process, top to bottom: set-up, epochs, summary."""
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -103,7 +102,7 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path, resumed: Resumed |
             resumed = None
         skip = step - epoch * steps_per_epoch
         epoch_steps = min(steps_per_epoch - skip, total_steps - step)
-        progress = _progress(cfg, world, epoch, epoch_steps)
+        log.start_epoch(epoch, epoch_steps)
         for batches in islice(zip(*(r.batches.epoch(epoch) for r in session.replicas)), skip, skip + epoch_steps):
             if checkpoints.due(step):
                 checkpoints.save(step, session, log.accumulator, log.elapsed(), guard)
@@ -114,11 +113,9 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path, resumed: Resumed |
                                  list(batches), step, logging_step, guard, position_bins=cfg.position_bins)
             if guard is not None:
                 guard.count(outcome.skipped)
-            log.step(outcome, step, epoch, lr, logging_step, guard, progress)
+            log.step(outcome, step, epoch, lr, logging_step, guard)
             if cfg.checksum_every and step % cfg.checksum_every == 0:
                 _check_replicas_agree(world, session.model, step)
-            if progress is not None:
-                progress.update(1)
             step += 1
             # -- a mid-epoch evaluation (eval_every_steps, and eval_near_every near eval_target):
             # time-to-accuracy needs the curve between epoch ends; the last step of an epoch (or
@@ -130,13 +127,7 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path, resumed: Resumed |
                 if watch.stops(world, step):
                     stopped = step
                     break
-        if progress is not None:
-            progress.close()
-        # -- evaluation: rank 0 with its own BatchNorm statistics; other ranks go on.
-        if world.hosts_rank_zero:
-            if stopped is None:  # a stop evaluated its step already
-                log.evaluate(epoch, step - 1, watch)
-            log.epoch_row(epoch)
+        log.end_epoch(epoch, step - 1, watch, evaluated=stopped is not None)  # a stop evaluated its step already
         if stopped is None and watch.stops(world, step, epoch_end=True):
             stopped = step
         if stopped is not None:
@@ -173,14 +164,6 @@ def _set_learning_rate(session: Session, epoch: float) -> float:
     for sparsifier in session.ranks.sparsifiers:
         sparsifier.set_learning_rate(lr)
     return lr
-
-
-def _progress(cfg: DictConfig, world: World, epoch: int, steps: int):
-    if not (world.hosts_rank_zero and cfg.logger.progress):
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=steps, desc=f"epoch {epoch}", file=sys.stderr, mininterval=1.0, leave=False, dynamic_ncols=True)
 
 
 def _check_replicas_agree(world: World, model: torch.nn.Module, step: int) -> None:
