@@ -14,7 +14,6 @@ from experiments.rank.checkpoint import Checkpointer, Resumed, restore
 from experiments.core.finite import PARAMETERS, UPDATE_HINT, NonFiniteValue
 from experiments.core.flat_grad import bind_flat_grad, parameter_checksum
 from experiments.core.hosted import HostedRanks
-from experiments.core.metrics import MetricContext
 from experiments.core.replica import Replica, make_replicas
 from experiments.rank.run_log import RunLog
 from experiments.rank.schedule import StepSchedule
@@ -47,15 +46,6 @@ class Session:
     schedule: StepSchedule
     ranks: HostedRanks
     replicas: list[Replica]
-
-    @property
-    def flat(self) -> torch.Tensor:
-        """The flat gradient buffer (param.grad views): the aggregate lands in it."""
-        return self.ranks.out
-
-    @property
-    def context(self) -> MetricContext:
-        return self.ranks.context
 
     @property
     def method(self) -> Sparsifier:
