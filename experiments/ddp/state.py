@@ -9,8 +9,9 @@ bucket assembly (buckets.py), the step counter, and the last step's stats. Each 
 buckets are assembled into the whole gradient; when the last one arrives, the state runs phases
 1 to 5 of the runner's step (docs/architecture.md, "One step") with the production code, the
 runner's `HostedRanks` (experiments/core/hosted.py): the accumulate rule, `sparsify_and_exchange`
-(plan, select, exchange, residual, observe) and the metrics, over a world of one rank per process, so selections, aggregates, residuals and the metered traffic are the
-ones `run.py` would compute on the same gradients. DDP then writes the aggregate (the mean over
+(plan, select, exchange, residual, observe) and the metrics, over a world of one rank per
+process, so selections, aggregates, residuals and the metered traffic are the ones `run.py`
+would compute on the same gradients. DDP then writes the aggregate (the mean over
 ranks, on the exchanged coordinates only) into every `param.grad`, and the user's optimizer steps
 on it as usual.
 
