@@ -21,7 +21,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from experiments.core.eager import stand_in_for_dynamo_twins  # noqa: E402
-from experiments.core.metrics import exchange_metrics  # noqa: E402
 from experiments.core.step import train_step  # noqa: E402
 from experiments.rank.train import build_session  # noqa: E402
 from experiments.rank.worker import exit_now  # noqa: E402
@@ -59,8 +58,8 @@ def _run(cfg, steps: int, world, record_tensors: bool) -> dict:
     session = build_session(cfg, world)
     record = {"selections": [], "counts": [], "aggregated": [], "metrics": [], "exchange": [], "losses": []}
     epoch_batches = [iter(r.batches.epoch(0)) for r in session.replicas]
-    for replica in session.replicas:
-        replica.sparsifier.start_epoch(0, replica.batches.steps_per_epoch)
+    for sparsifier in session.ranks.sparsifiers:
+        sparsifier.start_epoch(0, session.replicas[0].batches.steps_per_epoch)
     recording = record_steps() if record_tensors else contextlib.nullcontext([])
     with recording as recorded:
         for step in range(steps):
@@ -80,7 +79,7 @@ def _one_step(world, session, epoch_batches, step: int, record: dict) -> None:
     """One train_step of every hosted rank, and what the tests compare across worlds."""
     world.comm.meter.reset()
     batches = [next(iterator) for iterator in epoch_batches]
-    outcome = train_step(world, session.model, session.task, session.flat, session.optimizer,
+    outcome = train_step(session.ranks, session.model, session.task, session.optimizer,
                          session.replicas, batches, step, measure_norms=False)
     record["selections"].append({
         replica.rank: (None if selection is None else torch.sort(selection.detach().cpu().long()).values)
@@ -90,8 +89,7 @@ def _one_step(world, session, epoch_batches, step: int, record: dict) -> None:
     record["counts"].append(outcome.result.counts.clone())
     record["aggregated"].append(outcome.result.aggregated)
     record["metrics"].append(session.method.metrics())
-    record["exchange"].append(exchange_metrics(outcome.result, world.comm.meter, session.context,
-                                               session.method.current_k, session.method.current_density))
+    record["exchange"].append(session.ranks.metrics(outcome.sparsified))
 
 
 def result_name(spec: str) -> str:

@@ -1,8 +1,9 @@
 """Records what every real step did, for tests that recompute it independently.
 
-`record_steps()` wraps `experiments.core.step.sparsify_and_exchange` (phases 2 to 5, called by
-`train_step`; and the training loop's `train_step`, for the losses and the step's times) and keeps, per step, each hosted rank's acc as select saw it, its selection, the
-common units, the leader's plan, the aggregate, each residual afterwards, the exchange's result,
+`record_steps()` wraps what the hosted ranks call (experiments/core/hosted.py, every driver's
+step): `sparsify_and_exchange` (phases 2 to 5) and the accumulate rule (phase 1); and the
+training loop's `train_step`, for the losses and the step's times. It keeps, per step, each
+hosted rank's acc as select saw it, its selection, the common units, the leader's plan, the aggregate, each residual afterwards, the exchange's result,
 the traffic meter (bytes per rank and the list of collectives) and the per-rank timings and norms.
 The production code runs unchanged: the wrapper only copies tensors before and after it.
 
@@ -20,7 +21,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-import experiments.core.step as step_module
+import experiments.core.hosted as hosted_module
 import experiments.rank.train as train_module
 from experiments.core.ledger import Collective
 from sparsifiers.base import ExchangeKind
@@ -69,7 +70,7 @@ def _sorted(selection: torch.Tensor | None) -> torch.Tensor | None:
 @contextlib.contextmanager
 def record_steps() -> Iterator[list[RecordedStep]]:
     """Every step `sparsify_and_exchange` runs inside the block is appended to the list."""
-    original, accumulate = step_module.sparsify_and_exchange, step_module.accumulate
+    original, accumulate = hosted_module.sparsify_and_exchange, hosted_module.accumulate
     recorded: list[RecordedStep] = []
     phase_one: list[tuple[torch.Tensor, torch.Tensor]] = []  # this step's (carried, gradient) per rank
 
@@ -123,11 +124,11 @@ def record_steps() -> Iterator[list[RecordedStep]]:
             step.parameter_shapes = [tuple(p.shape) for p in model.parameters()]
         return outcome
 
-    step_module.sparsify_and_exchange, step_module.accumulate, train_module.train_step = recording, accumulating, training
+    hosted_module.sparsify_and_exchange, hosted_module.accumulate, train_module.train_step = recording, accumulating, training
     try:
         yield recorded
     finally:
-        step_module.sparsify_and_exchange, step_module.accumulate, train_module.train_step = original, accumulate, train_step
+        hosted_module.sparsify_and_exchange, hosted_module.accumulate, train_module.train_step = original, accumulate, train_step
 
 
 PER_RANK = ("accs", "selections", "residuals", "select_ms", "carried", "gradients")

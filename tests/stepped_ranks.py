@@ -1,10 +1,10 @@
 """W sparsifiers driven through every phase of experiments/core/step.py, without a model.
 
-Tests supply each rank's gradient; everything after that is the production code: the step's
-accumulate rule (`experiments.core.error_feedback.accumulate`), then
-`experiments.core.step.sparsify_and_exchange` (averaged inputs, the leader's plan and its broadcast,
-select, exchange, residual zeroing, on_residual_zeroed, observe) over a one-process
-`RankCollectives`, which simulates W ranks exactly.
+Tests supply each rank's gradient; everything after that is the production code, the hosted
+ranks every driver steps (`experiments.core.hosted.HostedRanks`): the step's accumulate rule
+(`experiments.core.error_feedback.accumulate`), then `experiments.core.step.sparsify_and_exchange`
+(averaged inputs, the leader's plan and its broadcast, select, exchange, residual zeroing,
+on_residual_zeroed, observe) over a one-process `RankCollectives`, which simulates W ranks exactly.
 """
 from __future__ import annotations
 
@@ -16,9 +16,8 @@ import numpy as np
 import torch
 
 from experiments.core.collectives import RankCollectives
-from experiments.core.error_feedback import accumulate
 from experiments.core.exchange import ExchangeResult
-from experiments.core.step import sparsify_and_exchange
+from experiments.core.hosted import HostedRanks
 from experiments.core.world import World
 from sparsifiers.base import Sparsifier
 
@@ -51,26 +50,33 @@ class SteppedRanks:
     """A hosted world of W ranks, one sparsifier each, with residuals kept between steps."""
 
     def __init__(self, sparsifiers: list[Sparsifier], dtype: torch.dtype = torch.float32, reduction: str = "ring") -> None:
-        self.sparsifiers = sparsifiers
         self.world_size = len(sparsifiers)
         self.numel = sparsifiers[0].numel
         ranks = list(range(self.world_size))
         self.comm = RankCollectives(self.world_size, ranks, use_process_group=False, reduction=reduction)
         self.world = World(self.world_size, 1, 0, ranks, torch.device("cpu"), self.comm)
-        self.residuals = [torch.zeros(self.numel, dtype=dtype) for _ in sparsifiers]
+        self.ranks = HostedRanks(self.world, sparsifiers, torch.zeros(self.numel, dtype=dtype))
+
+    @property
+    def sparsifiers(self) -> list[Sparsifier]:
+        return self.ranks.sparsifiers
+
+    @property
+    def residuals(self) -> list[torch.Tensor]:
+        return self.ranks.residuals
 
     def step(self, grads: list[torch.Tensor], step: int) -> SteppedStep:
         self.comm.meter.reset()
-        # 1. acc = precondition(grad) + residual: the function experiments/core/step.py calls after backward.
-        for sparsifier, residual, grad in zip(self.sparsifiers, self.residuals, grads):
-            accumulate(sparsifier, residual, grad)
+        # 1. acc = precondition(grad) + residual: what the training step does after each backward.
+        for index, grad in enumerate(grads):
+            self.ranks.accumulate(index, grad)
         before = [acc.clone() for acc in self.residuals]
-        aggregate = torch.empty_like(self.residuals[0])
-        outcome = sparsify_and_exchange(self.world, self.sparsifiers, self.residuals, aggregate, step)
+        outcome = self.ranks.step(step)
         recorded = [None if s is None else torch.sort(s.detach().long()).values.clone() for s in outcome.selections]
         residuals = [residual.clone() for residual in self.residuals]
         kept_plan = None if outcome.plan is None else outcome.plan.clone()
-        return SteppedStep(step, outcome.leader, kept_plan, recorded, before, residuals, aggregate, outcome.result)
+        return SteppedStep(step, outcome.leader, kept_plan, recorded, before, residuals, self.ranks.out.clone(),
+                           outcome.result)
 
 
 def gradients(

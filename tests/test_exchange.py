@@ -214,31 +214,31 @@ def test_error_feedback_conserves_every_coordinate(spec):
     world = hosted_world(4)
     session = build_session(compose_job(overrides), world)
     seen: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-    for replica in session.replicas:  # record acc as select sees it, and what it selected
-        original = replica.sparsifier.select
+    for rank, sparsifier in zip(world.local_ranks, session.ranks.sparsifiers):  # record acc as select sees it, and what it selected
+        original = sparsifier.select
 
-        def spy(acc, step, plan=None, _original=original, _rank=replica.rank):
+        def spy(acc, step, plan=None, _original=original, _rank=rank):
             selection = _original(acc, step, plan)
             seen[_rank] = (acc.clone(), torch.empty(0, dtype=torch.int64) if selection is None else selection.clone())
             return selection
 
-        replica.sparsifier.select = spy
+        sparsifier.select = spy
     batches = [iter(r.batches.epoch(0)) for r in session.replicas]
     for step in range(5):
-        outcome = train_step(world, session.model, session.task, session.flat, session.optimizer,
+        outcome = train_step(session.ranks, session.model, session.task, session.optimizer,
                              session.replicas, [next(b) for b in batches], step, measure_norms=False)
         union = sorted(set().union(*(set(selection.tolist()) for _, selection in seen.values())))
-        for replica, zeroed in zip(session.replicas, outcome.result.zeroed):
-            acc, own = seen[replica.rank]
+        for rank, residual, zeroed in zip(world.local_ranks, session.ranks.residuals, outcome.result.zeroed):
+            acc, own = seen[rank]
             if method == "dense":
                 expected = list(range(acc.numel()))
                 assert zeroed is None
             else:
                 expected = union if not exchange_kind else sorted(own.tolist())
-                assert sorted(zeroed.tolist()) == expected, (step, replica.rank)
+                assert sorted(zeroed.tolist()) == expected, (step, rank)
             transmitted = torch.zeros_like(acc)
             transmitted[expected] = acc[expected]
-            assert torch.equal(transmitted + replica.residual, acc)
+            assert torch.equal(transmitted + residual, acc)
             assert torch.count_nonzero(transmitted) > 0
         if method != "dense":  # the two exchanges differ: the union is more than a rank's own
             assert len(union) > max(seen[r][1].numel() for r in seen)

@@ -19,6 +19,7 @@ import pytest
 import torch
 from hydra.utils import get_object
 
+import experiments.core.hosted as hosted_module
 import experiments.core.step as step_module
 from experiments import metric_keys as keys
 from experiments.core.network import NetworkModel
@@ -260,7 +261,7 @@ def test_each_timing_covers_exactly_its_phases(method, tmp_path, monkeypatch):
     their sum. Every time/* key of every row is that, exactly."""
     clock = FakeClock()
     monkeypatch.setattr(step_module, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
-    accumulate, exchange, backward = step_module.accumulate, step_module.exchange, torch.Tensor.backward
+    accumulate, exchange, backward = hosted_module.accumulate, step_module.exchange, torch.Tensor.backward
     backwards = []  # the ranks run one after the other: the i-th backward of a step is rank i's
 
     def timed_backward(self, *args, **kwargs):
@@ -288,7 +289,7 @@ def test_each_timing_covers_exactly_its_phases(method, tmp_path, monkeypatch):
         return make_plan(self, acc, step)
 
     monkeypatch.setattr(torch.Tensor, "backward", timed_backward)
-    monkeypatch.setattr(step_module, "accumulate", timed_accumulate)
+    monkeypatch.setattr(hosted_module, "accumulate", timed_accumulate)
     monkeypatch.setattr(step_module, "exchange", timed_exchange)
     monkeypatch.setattr(sparsifier_class, "select", timed_select)
     monkeypatch.setattr(sparsifier_class, "make_plan", timed_plan)

@@ -87,7 +87,7 @@ def test_released_sgd_and_schedule_match_the_released_update_bit_for_bit(sparsif
         lr = session.schedule.set_epoch(epoch)
         expected_lr = reference_lr(0.1, epoch, 0.25 if schedule == "warmup_step" else 0.0, max_factor, [0.5, 0.75])
         assert lr == expected_lr
-        train_step(world, model, session.task, session.flat, session.optimizer, session.replicas,
+        train_step(session.ranks, model, session.task, session.optimizer, session.replicas,
                    [next(b) for b in batches], step, False)
         reference_update(params, aggregates[-1], momenta, is_norm, step, expected_lr, momentum, 1e-4)
         for mine, theirs in zip(model.parameters(), params):

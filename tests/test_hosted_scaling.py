@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from experiments.launcher.compose import compose_job
-from experiments.core.metrics import exchange_metrics
 from experiments.core.step import train_step
 from experiments.rank.train import build_session
 from experiments.core.world import init_world
@@ -24,9 +23,9 @@ def hosted_run(method: str, workers: int) -> tuple[list[dict], list[float], int]
     rows, scanned = [], []
     for step in range(STEPS):
         world.comm.meter.reset()
-        outcome = train_step(world, session.model, session.task, session.flat, session.optimizer,
+        outcome = train_step(session.ranks, session.model, session.task, session.optimizer,
                              session.replicas, [next(b) for b in batches], step, measure_norms=False)
-        rows.append(exchange_metrics(outcome.result, world.comm.meter, session.context))
+        rows.append(session.ranks.metrics(outcome.sparsified))
         scanned.append(session.method.metrics().get("selection/scanned"))
     return rows, scanned, session.layout.numel
 

@@ -168,9 +168,9 @@ def test_the_two_kernel_paths_select_identically_on_the_same_accumulators(method
     assert (ours.kernels, theirs.kernels) == ("torch", "auto")
     for mine, other in zip(ours.outcome.selections, theirs.outcome.selections, strict=True):
         assert torch.equal(torch.sort(mine).values, torch.sort(other).values)
-    for mine, other in zip(replay.residuals, twin.residuals, strict=True):
+    for mine, other in zip(replay.ranks.residuals, twin.ranks.residuals, strict=True):
         assert torch.equal(mine, other)
-    assert torch.equal(replay.out, twin.out)
-    for mine, other in zip(replay.sparsifiers, twin.sparsifiers, strict=True):
+    assert torch.equal(replay.ranks.out, twin.ranks.out)
+    for mine, other in zip(replay.ranks.sparsifiers, twin.ranks.sparsifiers, strict=True):
         assert mine.state_dict() == other.state_dict()
     assert ours.metrics[keys.DENSITY_ERROR] == theirs.metrics[keys.DENSITY_ERROR]

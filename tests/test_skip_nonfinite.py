@@ -30,9 +30,9 @@ def state_of(session) -> dict:
         "params": [p.detach() for p in session.model.parameters()],
         "model_buffers": [b.detach() for b in session.model.buffers()],
         "optimizer": session.optimizer.state_dict(),
-        "residuals": [r.residual for r in session.replicas],
+        "residuals": session.ranks.residuals,
         "rank_buffers": [r.buffers for r in session.replicas],
-        "sparsifiers": [r.sparsifier.state_dict() for r in session.replicas],
+        "sparsifiers": [s.state_dict() for s in session.ranks.sparsifiers],
     })
 
 
@@ -55,8 +55,8 @@ def hosted_session(sparsifier: str, *knobs: str):
                        "on_nonfinite=skip"])
     world = init_world(WORKERS, "cpu", "gloo", 60)
     session = build_session(cfg, world)
-    for replica in session.replicas:
-        replica.sparsifier.start_epoch(0, replica.batches.steps_per_epoch)
+    for sparsifier in session.ranks.sparsifiers:
+        sparsifier.start_epoch(0, session.replicas[0].batches.steps_per_epoch)
     return world, session, [iter(r.batches.epoch(0)) for r in session.replicas]
 
 
@@ -67,7 +67,7 @@ def step(world, session, iterators, number: int, guard: SkipGuard, poison: bool 
         images = images.clone()
         images[0].view(-1)[0] = float("nan")
         batches[BAD_RANK] = (images, labels)
-    return train_step(world, session.model, session.task, session.flat, session.optimizer, session.replicas,
+    return train_step(session.ranks, session.model, session.task, session.optimizer, session.replicas,
                       batches, number, measure_norms=False, guard=guard)
 
 
@@ -81,7 +81,7 @@ def test_a_skipped_step_leaves_every_rank_exactly_as_before_it(sparsifier):
     outcome = step(world, session, iterators, BAD_STEP, guard, poison=True)
     assert outcome.skipped == SkippedStep(BAD_STEP, BAD_RANK, "loss")
     assert outcome.sparsified is None, "nothing of a skipped step is exchanged"
-    assert any(r.residual.abs().sum() > 0 for r in session.replicas), "error feedback holds something to keep"
+    assert any(r.abs().sum() > 0 for r in session.ranks.residuals), "error feedback holds something to keep"
     after = state_of(session)
     for key in before:
         assert equal(before[key], after[key]), key

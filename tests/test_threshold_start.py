@@ -162,10 +162,10 @@ def test_a_skipped_first_step_leaves_the_calibration_to_the_next(monkeypatch):
     world, session, iterators = hosted_session("micro", "sparsifier.threshold_start=calibrated")
     guard = SkipGuard(max_in_a_row=10)
     assert guarded_step(world, session, iterators, 0, guard, poison=True).skipped is not None
-    assert [r.sparsifier.describe()["initial_threshold"] for r in session.replicas] == [None] * WORKERS
+    assert [s.describe()["initial_threshold"] for s in session.ranks.sparsifiers] == [None] * WORKERS
     with record_steps() as recorded:
         assert guarded_step(world, session, iterators, 1, guard).skipped is None
-    k = session.replicas[0].sparsifier.k
+    k = session.method.k
     expected = sum(kth_largest(acc, k) for acc in recorded[0].accs) / WORKERS
     assert seen == {1: {rank: expected for rank in range(WORKERS)}}
     assert recorded[0].collectives[0].element_bytes == 8  # the calibration's all-reduce, at step 1

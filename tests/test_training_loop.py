@@ -12,7 +12,7 @@ from experiments.core import ledger
 from experiments.core.ledger import Collective
 from experiments.core.world import init_world
 from experiments.launcher.compose import compose_job
-from experiments.rank import train as train_module
+from experiments.rank import run_log
 from experiments.rank.train import train
 from tests.conftest import ListSink
 
@@ -88,7 +88,7 @@ def test_near_the_target_the_run_evaluates_every_eval_near_every_steps_and_stops
     for variable in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
         monkeypatch.delenv(variable, raising=False)
     curve = iter([0.5, 0.76, 0.77, 0.7, 0.78, 0.81, 0.9, 0.9])
-    monkeypatch.setattr(train_module, "_evaluate", lambda *args: {keys.ACCURACY: next(curve)})
+    monkeypatch.setattr(run_log, "evaluate_model", lambda *args: {keys.ACCURACY: next(curve)})
     cfg = compose_job(["sparsifier=dense", "dataset=digits", "model=mlp", "workers=2", "max_steps=40", "epochs=1",
                        "batch_size=8", "logger=local", "logger.log_every=50", "logger.progress=false",
                        "eval_every_steps=10", "eval_target=0.8", "eval_near=0.05", "eval_near_every=4",

@@ -37,7 +37,7 @@ def measure(ranks: int, method: str, steps: int) -> dict:
     session = build_session(compose_job([f"sparsifier={method}", f"workers={ranks}", "processes=1", *MODEL]), world)
     batches = [iter(r.batches.epoch(0)) for r in session.replicas]
     for step in range(steps):
-        train_step(world, session.model, session.task, session.flat, session.optimizer,
+        train_step(session.ranks, session.model, session.task, session.optimizer,
                    session.replicas, [next(b) for b in batches], step, measure_norms=False)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     per_rank = estimate(session.layout.numel, ranks, 1, 1, 0, 0, method_vectors(session.method.owns_momentum)).per_rank_bytes

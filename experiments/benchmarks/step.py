@@ -230,8 +230,8 @@ def measure_rank(run: Run) -> list[dict] | None:
     with every backend. Returns rank 0's numbers (None elsewhere)."""
     import torch.distributed as dist
 
+    from experiments.core.hosted import HostedRanks
     from experiments.core.phases import PhaseClock
-    from experiments.core.step import sparsify_and_exchange
     from experiments.core.world import close_world, init_world
 
     torch.set_num_threads(run.threads)
@@ -243,13 +243,14 @@ def measure_rank(run: Run) -> list[dict] | None:
         layout = benchmark_layout(run.numel)
         std = gradient_std(layout.numel, run.density, run.gradients)
         gradients = [gaussian_gradient(layout.numel, std, rank, i).to(world.device) for i in range(GRADIENTS_PER_RANK)]
-        residual, out = (torch.zeros(layout.numel, device=world.device) for _ in range(2))
+        out = torch.zeros(layout.numel, device=world.device)
         clock = PhaseClock(world.synchronize)
         results = []
         for name in run.methods:
             for backend in run.backends:
                 set_backend(backend)
-                sparsifier = build_method(name, run.workers, run.density, layout, rank)
+                ranks = HostedRanks(world, [build_method(name, run.workers, run.density, layout, rank)], out)
+                residual = ranks.residuals[0]
                 start_residual(residual, out, run.density, run.gradients, RESIDUAL_SEED + rank)
                 aggregated: list[int] = []  # |U| per step: the exchange's size, beside its time
 
@@ -259,7 +260,7 @@ def measure_rank(run: Run) -> list[dict] | None:
                     clock.start()
                     rotate_into(residual, gradients[step % len(gradients)], step * STEP_STRIDE, accumulate=True)
                     clock.mark("accumulate")
-                    outcome = sparsify_and_exchange(world, [sparsifier], [residual], out, step, clock=clock)
+                    outcome = ranks.step(step, clock=clock)
                     aggregated.append(outcome.result.aggregated)
                     return {phase: seconds * 1e3 for phase, seconds in clock.totals.items()}
 
@@ -277,9 +278,10 @@ def measure_rank(run: Run) -> list[dict] | None:
                     dist.barrier()
                     copies.append(median_copy_ms(gradients[0], out))
                 copy_ms = statistics.median(copies)
-                summary = phase_summary(per_step, aggregated, sparsifier.k)
+                summary = phase_summary(per_step, aggregated, ranks.method.k)
                 results.append({"method": name, "backend": backend, "workers": run.workers, "copy_ms": copy_ms,
                                 **summary, **multiples(summary, copy_ms)})
+                del ranks, residual  # its state goes before the next method's is built
         finished = True
         return results if rank == 0 else None
     finally:
@@ -308,8 +310,8 @@ def available_memory_bytes(device: str = "cpu") -> int | None:
 
 def measure_hosted(run: Run) -> list[dict]:
     """Runs in a process of its own with no WORLD_SIZE: init_world hosts all W ranks here."""
+    from experiments.core.hosted import HostedRanks
     from experiments.core.phases import PhaseClock
-    from experiments.core.step import sparsify_and_exchange
     from experiments.core.world import close_world, init_world
 
     torch.set_num_threads(run.threads)
@@ -320,7 +322,6 @@ def measure_hosted(run: Run) -> list[dict]:
         layout = benchmark_layout(run.numel)
         std = gradient_std(layout.numel, run.density, run.gradients)
         gradients = [gaussian_gradient(layout.numel, std, 0, i).to(device) for i in range(HOSTED_GRADIENTS)]
-        residuals = [torch.zeros(layout.numel, device=device) for _ in world.local_ranks]
         out = torch.zeros(layout.numel, device=device)
         start = torch.zeros(layout.numel, device=device)  # the shared starting residual (zeros: fresh)
         start_residual(start, out, run.density, run.gradients, RESIDUAL_SEED)
@@ -330,9 +331,9 @@ def measure_hosted(run: Run) -> list[dict]:
         for name in run.methods:
             for backend in run.backends:
                 set_backend(backend)
-                sparsifiers = [build_method(name, run.workers, run.density, layout, rank)
-                               for rank in world.local_ranks]
-                for residual, shift in zip(residuals, rank_shifts):
+                ranks = HostedRanks(world, [build_method(name, run.workers, run.density, layout, rank)
+                                            for rank in world.local_ranks], out)
+                for residual, shift in zip(ranks.residuals, rank_shifts):
                     rotate_into(residual, start, shift, accumulate=False)
                 aggregated: list[int] = []  # |U| per step: the exchange's size, beside its time
 
@@ -340,11 +341,11 @@ def measure_hosted(run: Run) -> list[dict]:
                     clock.reset()
                     world.comm.meter.reset()  # one step's traffic and collectives, as the training loop keeps them
                     clock.start()
-                    for residual, shift in zip(residuals, rank_shifts):
+                    for residual, shift in zip(ranks.residuals, rank_shifts):
                         rotate_into(residual, gradients[step % len(gradients)], shift + step * STEP_STRIDE,
                                     accumulate=True)
                     clock.mark("accumulate")
-                    outcome = sparsify_and_exchange(world, sparsifiers, residuals, out, step, clock=clock)
+                    outcome = ranks.step(step, clock=clock)
                     aggregated.append(outcome.result.aggregated)
                     return {phase: seconds * 1e3 for phase, seconds in clock.totals.items()}
 
@@ -355,8 +356,8 @@ def measure_hosted(run: Run) -> list[dict]:
                 # DEFT's leader plans before anyone selects: selection is plan + select.
                 selection_ms = statistics.median(s.get("plan", 0.0) + s.get("select", 0.0) for s in per_step)
                 results.append({"method": name, "backend": backend, "workers": run.workers,
-                                "selection_ms": selection_ms, **phase_summary(per_step, aggregated, sparsifiers[0].k)})
-                del sparsifiers  # their state goes before the next method's is built
+                                "selection_ms": selection_ms, **phase_summary(per_step, aggregated, ranks.method.k)})
+                del ranks, residual  # their state and residuals go before the next method's are built
         return results
     finally:
         close_world()

@@ -1,6 +1,6 @@
-"""One logical rank hosted by this process: its sparsifier, its residual, its data shard, its
-BatchNorm buffers and its task state (the LSTM's hidden state). Parameters are shared:
-synchronous data parallelism keeps them equal."""
+"""One logical rank hosted by this process, the model's side of it: its data shard, its BatchNorm
+buffers and its task state (the LSTM's hidden state). Parameters are shared: synchronous data
+parallelism keeps them equal. Its sparsifier and residual are the step's (hosted.py, HostedRanks)."""
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -10,14 +10,11 @@ from typing import Any, Iterator
 import torch
 
 from experiments.core.tasks import Batches
-from sparsifiers.base import Sparsifier
 
 
 @dataclass
 class Replica:
     rank: int
-    sparsifier: Sparsifier
-    residual: torch.Tensor  # error feedback; holds acc = grad + residual during a step
     batches: Batches
     buffers: list[torch.Tensor] | None  # own copies of the model's buffers when ranks share a model
     task_state: dict[str, Any] = field(default_factory=dict)  # what the task carries between steps
@@ -37,12 +34,8 @@ class Replica:
             for mine, theirs in zip(self.buffers, shared):
                 mine.copy_(theirs)
 
-
-    def load_state(self, residual: torch.Tensor, sparsifier_state: dict[str, Any],
-                   buffers: list[torch.Tensor] | None, task_state: dict[str, Any]) -> None:
+    def load_state(self, buffers: list[torch.Tensor] | None, task_state: dict[str, Any]) -> None:
         """Puts back this rank's saved state, in place (a checkpoint, or a skipped step's start)."""
-        self.residual.copy_(residual)
-        self.sparsifier.load_state_dict(sparsifier_state)
         if self.buffers is not None:
             for mine, saved in zip(self.buffers, buffers, strict=True):
                 mine.copy_(saved)
@@ -50,22 +43,10 @@ class Replica:
         self.task_state.update(task_state)
 
 
-def make_replicas(
-    model: torch.nn.Module,
-    flat: torch.Tensor,
-    sparsifiers: list[Sparsifier],
-    shards: list[Batches],
-    ranks: list[int],
-) -> list[Replica]:
+def make_replicas(model: torch.nn.Module, shards: list[Batches], ranks: list[int]) -> list[Replica]:
     """One replica per hosted rank; buffers are copied only when several ranks share the model."""
     share = len(ranks) > 1
     return [
-        Replica(
-            rank=rank,
-            sparsifier=sparsifier,
-            residual=torch.zeros_like(flat),
-            batches=shard,
-            buffers=[b.detach().clone() for b in model.buffers()] if share else None,
-        )
-        for rank, sparsifier, shard in zip(ranks, sparsifiers, shards)
+        Replica(rank=rank, batches=shard, buffers=[b.detach().clone() for b in model.buffers()] if share else None)
+        for rank, shard in zip(ranks, shards)
     ]

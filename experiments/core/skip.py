@@ -22,13 +22,16 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from experiments.core.finite import HINT, KINDS, NonFiniteValue
 from experiments.core.replica import Replica
 from experiments.core.world import World
+
+if TYPE_CHECKING:  # hosted.py imports the step, which imports this module
+    from experiments.core.hosted import HostedRanks
 
 OK = 0  # verdict code of a finite rank; others are 1 + KINDS.index(kind)
 
@@ -69,13 +72,13 @@ class SkipGuard:
         self._verdicts: list[int] = []
 
     # -- one step ------------------------------------------------------------------------------
-    def save(self, replicas: list[Replica], model: torch.nn.Module) -> None:
+    def save(self, ranks: HostedRanks, replicas: list[Replica], model: torch.nn.Module) -> None:
         """Before phase 1: what the step may change besides parameters and optimizer state."""
         if len(self._saved) != len(replicas):
-            self._saved = [_Saved(torch.empty_like(r.residual), {}, None, {}) for r in replicas]
-        for saved, replica in zip(self._saved, replicas):
-            saved.residual.copy_(replica.residual)
-            saved.sparsifier = copy.deepcopy(replica.sparsifier.state_dict())
+            self._saved = [_Saved(torch.empty_like(r), {}, None, {}) for r in ranks.residuals]
+        for saved, replica, residual, sparsifier in zip(self._saved, replicas, ranks.residuals, ranks.sparsifiers):
+            saved.residual.copy_(residual)
+            saved.sparsifier = copy.deepcopy(sparsifier.state_dict())
             saved.buffers = None if replica.buffers is None else [b.clone() for b in replica.buffers]
             saved.task_state = copy.deepcopy(replica.task_state)
         self._model_buffers = [b.detach().clone() for b in model.buffers()]
@@ -110,10 +113,11 @@ class SkipGuard:
                 return SkippedStep(step, rank, KINDS[int(code) - 1])
         return None
 
-    def restore(self, replicas: list[Replica], model: torch.nn.Module) -> None:
+    def restore(self, ranks: HostedRanks, replicas: list[Replica], model: torch.nn.Module) -> None:
         """Puts back what `save` kept: the step leaves no trace but its consumed batches."""
-        for saved, replica in zip(self._saved, replicas):
-            replica.load_state(saved.residual, copy.deepcopy(saved.sparsifier), saved.buffers, saved.task_state)
+        for index, (saved, replica) in enumerate(zip(self._saved, replicas)):
+            ranks.load_rank(index, saved.residual, copy.deepcopy(saved.sparsifier))
+            replica.load_state(saved.buffers, saved.task_state)
         for buffer, kept in zip(model.buffers(), self._model_buffers):
             buffer.copy_(kept)
 

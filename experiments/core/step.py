@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from experiments.core import positions
-from experiments.core.error_feedback import accumulate, keep_residual
+from experiments.core.error_feedback import keep_residual
 from experiments.core.exchange import INDEX_DTYPE, ExchangeResult, exchange
 from experiments.core.finite import PARAMETERS, NonFiniteValue, check_accumulator, check_aggregate, check_loss, check_parameters
 from experiments.core.phases import NO_CLOCK, PhaseClock
@@ -34,6 +35,9 @@ from experiments.core.skip import SkipGuard, SkippedStep
 from experiments.core.tasks import Task
 from experiments.core.world import World
 from sparsifiers.base import Feedback, Sparsifier
+
+if TYPE_CHECKING:  # hosted.py drives sparsify_and_exchange below
+    from experiments.core.hosted import HostedRanks
 
 
 @dataclass
@@ -77,10 +81,9 @@ def _elapsed_ms(world: World, start: float) -> float:
 
 
 def train_step(
-    world: World,
+    ranks: HostedRanks,
     model: torch.nn.Module,
     task: Task,
-    flat: torch.Tensor,
     optimizer: torch.optim.Optimizer,
     replicas: list[Replica],
     batches: list[tuple[torch.Tensor, torch.Tensor]],
@@ -90,10 +93,12 @@ def train_step(
     position_bins: int = 0,
 ) -> StepOutcome:
     """One step; a non-finite value fails it (NonFiniteValue), or with `guard` skips it.
-    `position_bins` > 0 (with `measure_norms`): the step also histograms where its coordinates lie."""
+    `position_bins` > 0 (with `measure_norms`): the step also histograms where its coordinates lie.
+    `ranks` hold the sparsifiers and residuals; their aggregate buffer is the flat gradient buffer."""
+    world, flat = ranks.world, ranks.out
     step_start = time.perf_counter()
     if guard is not None:
-        guard.save(replicas, model)
+        guard.save(ranks, replicas, model)
 
     # 1. compute: each rank's gradient lands in the flat buffer, then in its accumulator.
     losses, compute_ms = [], []
@@ -106,8 +111,8 @@ def train_step(
         losses.append(loss.item())
         try:
             check_loss(losses[-1], step, replica.rank)
-            gradient = accumulate(replica.sparsifier, replica.residual, flat)
-            check_accumulator(replica.residual, gradient, step, replica.rank)
+            gradient = ranks.accumulate(index, flat)
+            check_accumulator(ranks.residuals[index], gradient, step, replica.rank)
         except NonFiniteValue as error:
             if guard is None:
                 raise
@@ -116,19 +121,16 @@ def train_step(
     if guard is not None:
         skipped = guard.agree(world, step)
         if skipped is not None:
-            guard.restore(replicas, model)
+            guard.restore(ranks, replicas, model)
             return StepOutcome(None, losses, compute_ms, _elapsed_ms(world, step_start), skipped)
 
     # 2.-5. the aggregate overwrites the flat buffer (param.grad views).
-    sparsified = sparsify_and_exchange(
-        world, [r.sparsifier for r in replicas], [r.residual for r in replicas], flat, step, measure_norms,
-        position_bins=position_bins if measure_norms else 0,
-    )
+    sparsified = ranks.step(step, measure_norms, position_bins=position_bins if measure_norms else 0)
 
     # 6. update: identical aggregate, identical optimizer state -> identical parameters.
     def skipped_after_exchange(what: str) -> StepOutcome:
         """The same on every rank (aggregate and parameters are): no agreement needed."""
-        guard.restore(replicas, model)
+        guard.restore(ranks, replicas, model)
         return StepOutcome(sparsified, losses, compute_ms, _elapsed_ms(world, step_start), SkippedStep(step, None, what))
 
     try:

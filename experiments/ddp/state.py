@@ -7,10 +7,11 @@ as torch's own `PowerSGDState` and `powerSGD_hook` are used. The state holds wha
 between steps: the method's sparsifier, the flat gradient and the error-feedback residual, the
 bucket assembly (buckets.py), the step counter, and the last step's stats. Each iteration, DDP's
 buckets are assembled into the whole gradient; when the last one arrives, the state runs phases
-1 to 5 of the runner's step (docs/architecture.md, "One step") with the production code: the
-accumulate rule, `sparsify_and_exchange` (plan, select, exchange, residual, observe) over a world
-of one rank per process, so selections, aggregates, residuals and the metered traffic are the
-ones `run.py` would compute on the same gradients. DDP then writes the aggregate (the mean over
+1 to 5 of the runner's step (docs/architecture.md, "One step") with the production code, the
+runner's `HostedRanks` (experiments/core/hosted.py): the accumulate rule, `sparsify_and_exchange`
+(plan, select, exchange, residual, observe) and the metrics, over a world of one rank per
+process, so selections, aggregates, residuals and the metered traffic are the ones `run.py`
+would compute on the same gradients. DDP then writes the aggregate (the mean over
 ranks, on the exchanged coordinates only) into every `param.grad`, and the user's optimizer steps
 on it as usual.
 
@@ -33,11 +34,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 from experiments import metric_keys as keys
 from experiments.core.collectives import RankCollectives
-from experiments.core.error_feedback import accumulate
 from experiments.core.finite import NonFiniteValue, check_accumulator, check_aggregate
-from experiments.core.metrics import MetricContext, exchange_metrics
-from experiments.core.step import SparsifyOutcome, sparsify_and_exchange
-from experiments.core.traffic import dense_allreduce_bytes
+from experiments.core.hosted import HostedRanks
+from experiments.core.step import SparsifyOutcome
 from experiments.core.world import World
 from experiments.ddp.buckets import BucketAssembly
 from experiments.ddp.checks import check_model, check_optimizer, check_same_on_every_rank, check_settings
@@ -52,13 +51,9 @@ Stats = dict[str, float]
 # A user's script has no optimizer.lr key, and after a failed backward neither DDP's reducer nor
 # the residual (which already holds the bad gradient) can go on.
 HINT = "lower the learning rate or check the data, then restart from your last checkpoint"
-# This rank's own numbers, reduced over ranks on logging steps like the runner's: key -> (max key, mean key).
-OVER_RANKS = {
-    keys.HOOK_SELECT: (keys.SELECT_MAX, keys.SELECT_MEAN),
-    keys.HOOK_EXCHANGE: (keys.EXCHANGE, None),
-    keys.HOOK_RESIDUAL: (None, keys.RESIDUAL),
-    keys.HOOK_REL_RESIDUAL: (None, keys.REL_RESIDUAL),
-}
+# The runner's reductions over ranks (of the per-rank rows, RANK_STATS) a logging step's stats
+# carry: the hook runs no forward/backward, so neither loss nor compute time.
+OVER_RANKS = (keys.SELECT_MAX, keys.SELECT_MEAN, keys.EXCHANGE, keys.RESIDUAL, keys.REL_RESIDUAL)
 
 
 class SparsifierState:
@@ -114,21 +109,14 @@ class SparsifierState:
         self.layout = Layout.from_module(self.module)
         first = next(p for p in self.module.parameters() if p.requires_grad)
         self.flat = torch.zeros(self.layout.numel, dtype=first.dtype, device=first.device)
-        self.residual = torch.zeros_like(self.flat)  # holds acc between phases 1 and 5
         self.world_size, self.rank = dist.get_world_size(), dist.get_rank()
         comm = RankCollectives(self.world_size, [self.rank], use_process_group=True, reduction=reduction)
         self.world = World(self.world_size, self.world_size, self.rank, [self.rank], first.device, comm)
         self.seed = seed
-        self.sparsifier = self.method.build(self.layout, self.world_size, self.rank, seed)
-        self.context = MetricContext(
-            numel=self.layout.numel,
-            k_target=self.sparsifier.k,
-            density=self.sparsifier.density,
-            scope=self.sparsifier.scope,
-            world_size=self.world_size,
-            dense_bytes=dense_allreduce_bytes(self.layout.numel, self.world_size, self.flat.element_size()),
-            exchange=self.sparsifier.exchange,
-        )
+        # This process's one rank, driven as the runner drives its hosted ranks; the aggregate
+        # lands in the flat buffer, which the bucket assembly delivers.
+        self.ranks = HostedRanks(self.world, [self.method.build(self.layout, self.world_size, self.rank, seed)],
+                                 self.flat)
         self.assembly = BucketAssembly(self.module, self.layout, self.flat,
                                        write_all_grads=bool(getattr(model, "find_unused_parameters", False)))
         self.step = 0
@@ -137,6 +125,15 @@ class SparsifierState:
         self.on_stats = on_stats
         self.wandb_run, self.wandb_prefix, self.log_every = wandb_run, wandb_prefix, log_every
         warm_up(self.flat.dtype, self.flat.device)  # compiled now, not inside the first step's timings
+
+    @property
+    def sparsifier(self) -> Sparsifier:
+        return self.ranks.method
+
+    @property
+    def residual(self) -> torch.Tensor:
+        """The error-feedback residual (it holds acc between phases 1 and 5)."""
+        return self.ranks.residuals[0]
 
     # -- what the hook does, once per bucket -----------------------------------------------------
     def communicate(self, bucket: dist.GradBucket) -> torch.futures.Future:
@@ -160,12 +157,11 @@ class SparsifierState:
     def _exchange(self) -> SparsifyOutcome:
         """Phases 1 to 5 of the runner's step on the assembled gradient; the aggregate is left
         in the flat buffer."""
-        step, sparsifier = self.step, self.sparsifier
+        step = self.step
         self.world.comm.meter.reset()
-        gradient = accumulate(sparsifier, self.residual, self.flat)  # residual now holds acc
+        gradient = self.ranks.accumulate(0, self.flat)  # residual now holds acc
         self._agree_finite(gradient)
-        outcome = sparsify_and_exchange(self.world, [sparsifier], [self.residual], self.flat, step,
-                                        measure_norms=self._logging_step)
+        outcome = self.ranks.step(step, measure_norms=self._logging_step)
         check_aggregate(self.flat, step, HINT)  # the same on every rank: all ranks raise together
         self.outcome = outcome
         self.step += 1
@@ -196,8 +192,7 @@ class SparsifierState:
         sparsifier = self.sparsifier
         logging_step = outcome.acc_norms is not None
         stats = {keys.ROW_STEP: float(self.step - 1)}
-        stats.update(exchange_metrics(outcome.result, self.world.comm.meter, self.context,
-                                      sparsifier.current_k, sparsifier.current_density))
+        stats.update(self.ranks.metrics(outcome))
         stats[keys.HOOK_SELECT] = outcome.select_ms[0]
         stats[keys.HOOK_EXCHANGE] = outcome.exchange_ms
         stats[keys.HOOK_TOTAL] = total_ms
@@ -207,23 +202,13 @@ class SparsifierState:
             acc_norm, residual_norm = outcome.acc_norms[0], outcome.residual_norms[0]
             stats[keys.HOOK_RESIDUAL] = residual_norm
             stats[keys.HOOK_REL_RESIDUAL] = residual_norm / max(acc_norm, 1e-30)
-            stats.update(self._over_ranks(stats))
+            # Every rank's row, gathered (bookkeeping, not metered) and reduced as the runner
+            # reduces them: max for times, mean for norms.
+            reduced = self.ranks.rank_metrics(outcome, total_ms)
+            stats.update({key: reduced[key] for key in OVER_RANKS})
         # Method state (MiCRO's threshold, ...): the scalars; lists stay in sparsifier.metrics().
         stats.update({key: float(value) for key, value in sparsifier.metrics().items() if isinstance(value, (int, float))})
         return stats
-
-    def _over_ranks(self, stats: Stats) -> Stats:
-        """Every rank's own numbers (OVER_RANKS), gathered (bookkeeping, not metered) and reduced
-        as the runner reduces them: max for times, mean for norms."""
-        row = torch.tensor([[stats[key] for key in OVER_RANKS]], dtype=torch.float64, device=self.flat.device)
-        table = self.world.comm.gather_stats(row).cpu()
-        reduced = {}
-        for column, (max_key, mean_key) in zip(table.unbind(1), OVER_RANKS.values()):
-            if max_key is not None:
-                reduced[max_key] = float(column.max())
-            if mean_key is not None:
-                reduced[mean_key] = float(column.mean())
-        return reduced
 
     def _report(self) -> None:
         if self.on_stats is not None:

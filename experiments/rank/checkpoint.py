@@ -159,12 +159,13 @@ def capture(session, accumulator: SummaryAccumulator, step: int, elapsed_s: floa
         "ranks": [
             {
                 "rank": replica.rank,
-                "residual": replica.residual,
-                "sparsifier": replica.sparsifier.state_dict(),
+                "residual": residual,
+                "sparsifier": sparsifier.state_dict(),
                 "buffers": replica.buffers,
                 "task_state": replica.task_state,
             }
-            for replica in session.replicas
+            for replica, residual, sparsifier in zip(session.replicas, session.ranks.residuals,
+                                                     session.ranks.sparsifiers, strict=True)
         ],
         "rng": {"torch": torch.get_rng_state()},
         "accumulator": vars(accumulator),
@@ -180,9 +181,10 @@ def restore(state: dict[str, Any], session, accumulator: SummaryAccumulator, wor
     """Puts a captured state back, in place (param.grad views and buffers stay bound)."""
     session.model.load_state_dict(state["model"])
     session.optimizer.load_state_dict(state["optimizer"])
-    for replica, saved in zip(session.replicas, state["ranks"], strict=True):
+    for index, (replica, saved) in enumerate(zip(session.replicas, state["ranks"], strict=True)):
         assert replica.rank == saved["rank"]
-        replica.load_state(saved["residual"], saved["sparsifier"], saved["buffers"], _on(saved["task_state"], world.device))
+        session.ranks.load_rank(index, saved["residual"], saved["sparsifier"])
+        replica.load_state(saved["buffers"], _on(saved["task_state"], world.device))
     torch.set_rng_state(state["rng"]["torch"].cpu())
     if "cuda" in state["rng"]:
         torch.cuda.set_rng_state(state["rng"]["cuda"].cpu(), world.device)

@@ -21,12 +21,13 @@ rank 0's shard of one worker, the task's own batches and augmentation), each at 
 parameters, in the flat layout the sparsifiers index (experiments/core/flat_grad.py).
 
 The replay. One (method, W) is W hosted ranks in one process (experiments/core/world.py, no
-torch.distributed call), each with the real sparsifier (experiments/rank/build.py), its own
-residual and the real step: at step t rank r's gradient is pool[(t + r) mod G] (distinct
-across the ranks of a step while W <= G, every rank cycling through every gradient), added to
-its residual by the step's accumulate rule (experiments/core/error_feedback.py), then
-`sparsify_and_exchange` (experiments/core/step.py: averaged inputs, the leader's plan, the timed
-select, the exchange, error feedback, observe). Not done: forward/backward and the optimizer
+torch.distributed call), driven as the training loop drives them (experiments/core/hosted.py,
+`HostedRanks`): each with the real sparsifier (experiments/rank/build.py), its own residual and
+the real step: at step t rank r's gradient is pool[(t + r) mod G] (distinct across the ranks of
+a step while W <= G, every rank cycling through every gradient), added to its residual by the
+step's accumulate rule (experiments/core/error_feedback.py), then `sparsify_and_exchange`
+(experiments/core/step.py: averaged inputs, the leader's plan, the timed select, the exchange,
+error feedback, observe). Not done: forward/backward and the optimizer
 step (parameters stay as the pool left them; selection never reads them), so rows log no loss
 and no compute time (null), and `time/step_ms` is accumulate plus phases 2-5 only.
 
@@ -84,12 +85,10 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from experiments import metric_keys as keys
-from experiments.core.error_feedback import accumulate
-from experiments.core.metrics import RANK_STATS, MetricContext, exchange_metrics, rank_metrics
+from experiments.core.hosted import HostedRanks
 from experiments.core.network import NetworkModel
-from experiments.core.step import SparsifyOutcome, sparsify_and_exchange
+from experiments.core.step import SparsifyOutcome
 from experiments.core.tasks import describe_task, make_task
-from experiments.core.traffic import dense_allreduce_bytes
 from experiments.core.world import World, init_world
 from experiments.core.flat_grad import bind_flat_grad
 from experiments.launcher.compose import compose_job
@@ -306,57 +305,33 @@ class Replay:
                                        NetworkModel.from_config(cfg.network), cfg.reduction)
         if self.world.processes != 1:
             raise RuntimeError("the selection study hosts every rank in this process: run it without torchrun")
-        ranks = self.world.local_ranks
-        self.sparsifiers: list[Sparsifier] = [build_sparsifier(cfg, pool.layout, rank) for rank in ranks]
-        device = self.world.device
-        self.residuals = [torch.zeros(pool.numel, dtype=pool.gradients.dtype, device=device) for _ in ranks]
-        self.out = torch.zeros(pool.numel, dtype=pool.gradients.dtype, device=device)
-        method = self.method
-        network = self.world.comm.meter.network
-        nbytes = pool.numel * self.out.element_size()
-        self.context = MetricContext(
-            numel=pool.numel, k_target=method.k, density=method.density, scope=method.scope,
-            world_size=cfg.workers, dense_bytes=dense_allreduce_bytes(pool.numel, cfg.workers, self.out.element_size()),
-            dense_model_ms=None if network is None else network.all_reduce_s(cfg.workers, nbytes) * 1e3,
-            exchange=method.exchange,
-        )
+        sparsifiers = [build_sparsifier(cfg, pool.layout, rank) for rank in self.world.local_ranks]
+        out = torch.zeros(pool.numel, dtype=pool.gradients.dtype, device=self.world.device)
+        self.ranks = HostedRanks(self.world, sparsifiers, out)
 
     @property
     def method(self) -> Sparsifier:
-        return self.sparsifiers[0]
+        return self.ranks.method
 
     def step(self, step: int, kernels: str, measured: bool) -> StepRecord:
-        """One step on the `kernels` path: accumulate every rank's pool gradient, then phases 2-5."""
+        """One step on the `kernels` path: accumulate every rank's pool gradient, then phases 2-5.
+        No loss and no compute time in the per-rank rows (no forward/backward: NaN, logged as null)."""
         set_kernel_backend(kernels)
-        world = self.world
+        world, ranks = self.world, self.ranks
         world.comm.meter.reset()
         started = time.perf_counter()
-        for rank, sparsifier, residual in zip(world.local_ranks, self.sparsifiers, self.residuals):
-            accumulate(sparsifier, residual, self.pool.gradient(rank, step))
-        outcome = sparsify_and_exchange(world, self.sparsifiers, self.residuals, self.out, step, measured)
+        for index, rank in enumerate(world.local_ranks):
+            ranks.accumulate(index, self.pool.gradient(rank, step))
+        outcome = ranks.step(step, measured)
         world.synchronize()
         step_ms = (time.perf_counter() - started) * 1e3
-        method = self.method
-        metrics = exchange_metrics(outcome.result, world.comm.meter, self.context, method.current_k,
-                                   method.current_density)
+        metrics = ranks.metrics(outcome)
         if measured:
-            metrics.update(rank_metrics(self._rank_stats(outcome, step_ms)))
-            metrics.update(method.metrics())
+            metrics.update(ranks.rank_metrics(outcome, step_ms))
+            metrics.update(ranks.method.metrics())
         else:  # a settle row: the method's state, no per-rank timings (nothing was timed)
-            metrics.update({key: value for key, value in method.metrics().items() if not isinstance(value, list)})
+            metrics.update({key: value for key, value in ranks.method.metrics().items() if not isinstance(value, list)})
         return StepRecord(step, kernels, metrics, world.comm.meter.sent.copy(), outcome)
-
-    def _rank_stats(self, outcome: SparsifyOutcome, step_ms: float) -> torch.Tensor:
-        """Per-rank rows in RANK_STATS order, as the training loop gathers them; no loss and no
-        compute time here (no forward/backward: NaN, logged as null)."""
-        nan = float("nan")
-        rows = [[nan, nan, outcome.select_ms[i], outcome.exchange_ms, step_ms,
-                 outcome.acc_norms[i] if outcome.acc_norms else nan,
-                 outcome.residual_norms[i] if outcome.residual_norms else nan]
-                for i in range(len(self.world.local_ranks))]
-        local = torch.tensor(rows, dtype=torch.float64)
-        assert local.shape[1] == len(RANK_STATS)
-        return self.world.comm.gather_stats(local)
 
 
 # -- run directories --------------------------------------------------------------------------------
@@ -388,12 +363,9 @@ class RunWriter:
     def finish(self, replay: Replay, pool: GradientPool, wall_s: float, extra: dict[str, Any]) -> None:
         self.sink.close()
         summary = self.accumulator.summary()
-        method = replay.method
         summary.update(
             steps=self.cfg.max_steps, wall_s=wall_s, world=replay.world.kind,
-            workers=self.cfg.workers, processes=replay.world.processes, numel=pool.numel,
-            k_target=replay.context.k_target, sparsifier=method.describe(),
-            **{keys.DENSITY_TARGET_CONFIGURED: method.density},
+            workers=self.cfg.workers, processes=replay.world.processes, **replay.ranks.summary_fields(),
             task={**pool.task, "eval_limit": self.cfg.eval_limit}, dataset=pool.data,
             wandb_mode="disabled", replay={**extra, "pool": pool.describe(self.cfg)},
         )
