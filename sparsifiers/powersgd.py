@@ -36,7 +36,8 @@ import numpy as np
 import torch
 
 from experiments.errors import require
-from sparsifiers.base import ExchangeKind, SelectionScope, Sparsifier, WireAllReduce
+from sparsifiers.base import SelectionScope, Sparsifier
+from sparsifiers.exchange_kinds import ExchangeKind, WireAllReduce
 from sparsifiers.layout import Layout, Segment
 
 FP32_BYTES = 4  # every run's flat gradient is float32, and PowerSGD sends it as it is

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 from experiments.errors import ConfigError  # neutral (imports nothing)
 
 if TYPE_CHECKING:
-    from sparsifiers.base import ExchangeKind, SelectionScope, Sparsifier
+    from sparsifiers.base import SelectionScope, Sparsifier
+    from sparsifiers.exchange_kinds import ExchangeKind
 
 
 @dataclass(frozen=True)
