@@ -171,7 +171,9 @@ def members(protocol: type) -> tuple[str, ...]:
 
 
 @cache
-def _implements(cls: type, protocol: type) -> bool:
+def implements(cls: type, protocol: type) -> bool:
+    """True when class `cls` defines (or inherits) every member of `protocol`, False when none;
+    a class defining some but not all is refused."""
     defined = [name for name in members(protocol) if hasattr(cls, name)]
     if defined and len(defined) < len(members(protocol)):
         missing = [name for name in members(protocol) if name not in defined]
@@ -185,7 +187,7 @@ def capable(method: object, protocol: type) -> bool:
     Checked on the class, once per class (a cached lookup): isinstance against a runtime_checkable
     Protocol looks every member up on the instance at every call, and the step asks several times
     a step on the hot path. Instance attributes (a test's wrapper) do not change the answer."""
-    return _implements(type(method), protocol)
+    return implements(type(method), protocol)
 
 
 def leader_of(method: object, step: int) -> int | None:

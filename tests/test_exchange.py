@@ -114,7 +114,8 @@ def test_traffic_of_union_allreduce_with_shared_indices_by_hand():
     assert torch.count_nonzero(out[14:20]) == 0 and torch.count_nonzero(out[26:36]) == 0
 
     comm = hosted_comm(2)
-    result = exchange(ExchangeKind.UNION_ALLREDUCE, ExchangeRequest(selections[:2], accs[:2], out, comm, shared=shared[:6]))
+    result = exchange(ExchangeKind.UNION_ALLREDUCE,
+                      ExchangeRequest(selections[:2], accs[:2], out, comm, shared=shared[:6]))
     assert comm.meter.sent.tolist() == [80.0] * 2 and (result.aggregated, result.shared) == (14, 6)
 
 
@@ -131,8 +132,8 @@ def test_union_allreduce_when_every_coordinate_is_shared():
     comm = hosted_comm()
     out = torch.empty(N)
     shared = torch.arange(N)
-    result = exchange(ExchangeKind.UNION_ALLREDUCE, ExchangeRequest([torch.empty(0, dtype=torch.int64)] * W, accs, out, comm,
-                      shared=shared))
+    result = exchange(ExchangeKind.UNION_ALLREDUCE,
+                      ExchangeRequest([torch.empty(0, dtype=torch.int64)] * W, accs, out, comm, shared=shared))
     torch.testing.assert_close(out, torch.stack(accs).mean(0))
     assert (result.aggregated, result.shared, result.counts.tolist()) == (N, N, [0] * W)
     assert comm.meter.sent.tolist() == [3 * 4 + 2 * 3 / 4 * N * 4] * W  # counts header and values only
@@ -339,7 +340,8 @@ def test_one_steps_metrics_by_hand(scope, buildup):
     all-gather pays); 156 B sent (by hand above) of the dense all-reduce's 2*3/4*40*4 = 240 B."""
     selections = [torch.arange(0, 3), torch.arange(3, 8), torch.arange(8, 10), torch.arange(10, 14)]
     comm = hosted_comm()
-    result = exchange(ExchangeKind.UNION_ALLREDUCE, ExchangeRequest(selections, [torch.randn(N) for _ in range(W)], torch.empty(N), comm))
+    result = exchange(ExchangeKind.UNION_ALLREDUCE,
+                      ExchangeRequest(selections, [torch.randn(N) for _ in range(W)], torch.empty(N), comm))
     context = MetricContext(N, 14, 0.35, scope, W, 240.0)
     metrics = exchange_metrics(result, comm.meter, context)
     assert metrics["density/actual"] == 0.35 and metrics["density/target"] == 0.35 and metrics["density/error"] == 0.0
@@ -391,11 +393,12 @@ def test_a_selection_that_is_not_its_announced_count_is_refused():
         with pytest.raises(ValueError, match="rank 3 selected 4 coordinates, but its count was announced as 3"):
             exchange(kind, ExchangeRequest(selections, accs, torch.empty(N), hosted_comm(), counts=[KNOWN_K] * W))
     with pytest.raises(ValueError, match="known counts name 3 ranks, the world has 4"):
-        exchange(ExchangeKind.UNION_ALLREDUCE, ExchangeRequest(KNOWN_SELECTIONS, accs, torch.empty(N), hosted_comm(), counts=[3] * 3))
+        exchange(ExchangeKind.UNION_ALLREDUCE,
+                 ExchangeRequest(KNOWN_SELECTIONS, accs, torch.empty(N), hosted_comm(), counts=[3] * 3))
     # The exchanges that send no header take no counts.
     with pytest.raises(ValueError, match="leader_broadcast sends none"):
-        exchange(ExchangeKind.LEADER_BROADCAST, ExchangeRequest(KNOWN_SELECTIONS, accs, torch.empty(N), hosted_comm(), leader=0,
-                 counts=[KNOWN_K] * W))
+        exchange(ExchangeKind.LEADER_BROADCAST,
+                 ExchangeRequest(KNOWN_SELECTIONS, accs, torch.empty(N), hosted_comm(), leader=0, counts=[KNOWN_K] * W))
 
 
 def stepped(method: str, density: float, **knobs) -> SteppedRanks:

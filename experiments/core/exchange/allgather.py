@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from experiments.core.exchange.result import ExchangeRequest, ExchangeResult, hosted, padded, padded_rows, rank_counts, valid
+from experiments.core.exchange.result import (
+    ExchangeRequest, ExchangeResult, hosted, padded, padded_rows, rank_counts, valid,
+)
 from sparsifiers.kernels import sorted_union
 
 
