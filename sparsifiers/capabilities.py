@@ -5,15 +5,15 @@ world implements one of the protocols below, structurally (it defines the member
 inherit them): the step (experiments/core/step.py) and the exchange (experiments/core/exchange/)
 ask `capable(method, Protocol)` and call the hooks only then; nothing else has default no-ops.
 
-| protocol         | who                      | what the world does with it                         |
-|------------------|--------------------------|-----------------------------------------------------|
-| `AveragedInputs` | DEFT, MiCRO, ExDyna      | averages a small tensor over ranks before the plan  |
-| `LeaderPlan`     | CLT-k, DEFT, Accordion   | broadcasts one rank's plan before every rank selects |
-| `SharedIndices`  | DEFT                     | adds coordinates to the union without their indices |
-| `LowRank`        | PowerSGD                 | the low_rank exchange's messages and aggregate      |
-| `RegionOwner`    | Ok-Topk                  | the sparse_reduce_scatter exchange's regions        |
-| `FixedMessages`  | dense, PowerSGD          | prices the exchange at any W from the model alone    |
-| `WireRounding`   | dense                    | rounds the dense exchange's messages to 16 bits     |
+| protocol         | who                    | what the world does with it                          |
+|------------------|------------------------|------------------------------------------------------|
+| `AveragedInputs` | DEFT, MiCRO, ExDyna    | averages a small tensor over ranks before the plan   |
+| `LeaderPlan`     | CLT-k, DEFT, Accordion | broadcasts one rank's plan before every rank selects |
+| `SharedIndices`  | DEFT                   | adds coordinates to the union without their indices  |
+| `LowRank`        | PowerSGD               | the low_rank exchange's messages and aggregate       |
+| `RegionOwner`    | Ok-Topk                | the sparse_reduce_scatter exchange's regions         |
+| `FixedMessages`  | dense, PowerSGD        | prices the exchange at any W from the model alone    |
+| `WireRounding`   | dense                  | rounds the dense exchange's messages to 16 bits      |
 
 A capability is a property of the class: hooks that return None at some steps (Accordion's
 `plan_leader` between detections, DEFT's `averaged_inputs` with `norms=local`) still implement
