@@ -35,7 +35,8 @@ import torch
 
 from experiments import metric_keys as keys
 from experiments.errors import ConfigError
-from sparsifiers.base import ExchangeKind, SelectionScope, Sparsifier
+from sparsifiers.base import SelectionScope, Sparsifier
+from sparsifiers.exchange_kinds import ExchangeKind
 from sparsifiers.kernels import ExactTopK
 from sparsifiers.kernels.backend import batched_path
 from sparsifiers.kernels.segmented import segmented_topk, unit_norms

@@ -19,7 +19,8 @@ from typing import Any
 import torch
 
 from experiments.errors import ConfigError
-from sparsifiers.base import ExchangeKind, SelectionScope, Sparsifier
+from sparsifiers.base import SelectionScope, Sparsifier
+from sparsifiers.exchange_kinds import ExchangeKind
 from sparsifiers.kernels import ExactTopK
 from sparsifiers.layout import Layout
 

@@ -37,7 +37,8 @@ import torch
 
 from experiments import metric_keys as keys
 from experiments.errors import ConfigError
-from sparsifiers.base import ExchangeKind, SelectionScope, Sparsifier
+from sparsifiers.base import SelectionScope, Sparsifier
+from sparsifiers.exchange_kinds import ExchangeKind
 from sparsifiers.deft_allocation import (
     allocate,
     bin_loads,

@@ -19,7 +19,8 @@ from typing import Any
 import torch
 
 from experiments.errors import require
-from sparsifiers.base import ExchangeKind, SelectionScope, Sparsifier, WireAllReduce
+from sparsifiers.base import SelectionScope, Sparsifier
+from sparsifiers.exchange_kinds import ExchangeKind, WireAllReduce
 from sparsifiers.layout import Layout
 
 # precision -> the wire dtype (None: the accumulator's own, float32 in every run)

@@ -30,7 +30,8 @@ import torch
 
 from experiments import metric_keys as keys
 from experiments.errors import require
-from sparsifiers.base import ExchangeKind, SelectionScope, Sparsifier, target_count
+from sparsifiers.base import SelectionScope, Sparsifier, target_count
+from sparsifiers.exchange_kinds import ExchangeKind
 from sparsifiers.layout import Layout
 from sparsifiers.workspace import scratch, scratch_like
 

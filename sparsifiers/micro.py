@@ -31,7 +31,8 @@ import torch
 
 from experiments import metric_keys as keys
 from experiments.errors import ConfigError
-from sparsifiers.base import ExchangeKind, Feedback, SelectionScope, Sparsifier
+from sparsifiers.base import SelectionScope, Sparsifier
+from sparsifiers.exchange_kinds import ExchangeKind, Feedback
 from sparsifiers.layout import Layout, even_splits
 from sparsifiers.threshold_control import ThresholdScan, check_comparison, check_threshold_rule, next_threshold
 from sparsifiers.threshold_start import ThresholdStart

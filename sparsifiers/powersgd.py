@@ -24,8 +24,8 @@ the whole model as one bucket, tensors in Layout order. Steps (numbered in the b
    `input_tensor_cp - input_tensor`: the uncompressed tensors keep acc_r - mean too), with
    error feedback; nothing without.
 
-The exchange (experiments/core/exchange.py, `low_rank_allreduce`) owns the three all-reduces
-and calls the `low_rank_*` hooks below; this class calls no collective.
+The exchange (experiments/core/exchange/dense.py, `low_rank_allreduce`) owns the three all-reduces
+and calls the `low_rank_*` hooks below (its `capabilities.LowRank`); this class calls no collective.
 """
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ import numpy as np
 import torch
 
 from experiments.errors import require
-from sparsifiers.base import ExchangeKind, SelectionScope, Sparsifier, WireAllReduce
+from sparsifiers.base import SelectionScope, Sparsifier
+from sparsifiers.exchange_kinds import ExchangeKind, WireAllReduce
 from sparsifiers.layout import Layout, Segment
 
 FP32_BYTES = 4  # every run's flat gradient is float32, and PowerSGD sends it as it is

@@ -29,7 +29,8 @@ import math
 import numpy as np
 import torch
 
-from sparsifiers.base import ExchangeKind, SelectionScope, Sparsifier
+from sparsifiers.base import SelectionScope, Sparsifier
+from sparsifiers.exchange_kinds import ExchangeKind
 from sparsifiers.layout import Layout
 
 INDEX_STREAM = 0x52414E44  # separates Random-k's stream from every other seeded stream

@@ -7,9 +7,10 @@ benchmarks ask the registry (`names(thresholded=True)`, `method("deft").title`) 
 keeping lists of names; a list of names that is a study's choice goes through `chosen`, which
 checks it here.
 
-What a class declares itself (`scope`, `exchanges`, `owns_momentum`) is read from the class, not
-restated. The class is imported only when one of those is asked for, so the analysis, which
-never needs them, does not load torch through this module.
+What a class declares itself (`scope`, `exchanges`, `owns_momentum`) and the capabilities it
+implements (`capabilities`, sparsifiers/capabilities.py) are read from the class, not restated.
+The class is imported only when one of those is asked for, so the analysis, which never needs
+them, does not load torch through this module.
 
 The order is the figures' colour order (analysis/figures/style.py): append a new method at the end.
 """
@@ -23,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 from experiments.errors import ConfigError  # neutral (imports nothing)
 
 if TYPE_CHECKING:
-    from sparsifiers.base import ExchangeKind, SelectionScope, Sparsifier
+    from sparsifiers.base import SelectionScope, Sparsifier
+    from sparsifiers.exchange_kinds import ExchangeKind
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,13 @@ class Method:
     @property
     def exchanges(self) -> tuple[ExchangeKind, ...]:
         return self.cls.exchanges
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        """The capabilities its class implements (sparsifiers/capabilities.py), by protocol name."""
+        from sparsifiers.capabilities import CAPABILITIES, implements
+
+        return tuple(protocol.__name__ for protocol in CAPABILITIES if implements(self.cls, protocol))
 
     @property
     def exchange(self) -> ExchangeKind:

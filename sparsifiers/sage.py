@@ -32,7 +32,8 @@ import torch
 
 from experiments import metric_keys as keys
 from experiments.errors import ConfigError
-from sparsifiers.base import ExchangeKind, SelectionScope, Sparsifier
+from sparsifiers.base import SelectionScope, Sparsifier
+from sparsifiers.exchange_kinds import ExchangeKind
 from sparsifiers.layout import Layout
 from sparsifiers.threshold_control import ThresholdScan, check_comparison, initial_threshold
 

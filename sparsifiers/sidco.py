@@ -43,7 +43,8 @@ import torch
 
 from experiments import metric_keys as keys
 from experiments.errors import ConfigError
-from sparsifiers.base import ExchangeKind, Feedback, SelectionScope, Sparsifier
+from sparsifiers.base import SelectionScope, Sparsifier
+from sparsifiers.exchange_kinds import ExchangeKind, Feedback
 from sparsifiers.kernels import AtLeastSelector
 from sparsifiers.layout import Layout
 from sparsifiers.threshold_control import strict_cut

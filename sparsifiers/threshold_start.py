@@ -26,10 +26,10 @@ on every rank. Not the k-th largest of the mean acc: averaging cancels what the 
 on, so the mean is smaller and would select more than k; not the maximum over ranks: it sits
 above a typical acc's and would select fewer. With W = 1 it is exact: |U| = k (ties aside).
 
-The mechanism is the protocol's averaged inputs (sparsifiers/base.py): at the first step each
-rank contributes its k-th largest |acc| as a one-element float64 tensor, the world all-reduces
-the mean (one metered all-reduce of 8 bytes) and hands it to every rank before anything is
-selected. float64 because the sum of W <= 512 float32 values within a factor 2^20 of each other
+The mechanism is the method's averaged inputs (sparsifiers/capabilities.py, `AveragedInputs`):
+at the first step each rank contributes its k-th largest |acc| as a one-element float64 tensor,
+the world all-reduces the mean (one metered all-reduce of 8 bytes) and hands it to every rank
+before anything is selected. float64 because the sum of W <= 512 float32 values within a factor 2^20 of each other
 is then exact (24 + 20 + 9 bits <= 53), so every summation order (hosted, ring, rank order)
 gives the same lambda_0, bit for bit. The cost, at that step only: one exact top-k over the
 rank's N elements (in the step's time, not in time/select_ms: the world computes averaged

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from sparsifiers.base import ExchangeKind, SelectionScope, Sparsifier
+from sparsifiers.base import SelectionScope, Sparsifier
+from sparsifiers.exchange_kinds import ExchangeKind
 from sparsifiers.kernels import ExactTopK
 from sparsifiers.layout import Layout
 

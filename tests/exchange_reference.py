@@ -26,9 +26,9 @@ import torch
 
 from experiments import metric_keys as keys
 from experiments.core.collectives import RankCollectives  # the code under test: `hosted_exchange` drives it
-from experiments.core.exchange import exchange
+from experiments.core.exchange import ExchangeRequest, exchange
 from experiments.core.ledger import Collective
-from sparsifiers.base import ExchangeKind
+from sparsifiers.exchange_kinds import ExchangeKind
 from tests.step_recorder import RecordedStep
 
 INDEX_BYTES = 4  # indices travel as int32
@@ -84,7 +84,7 @@ def hosted_exchange(kind: ExchangeKind, pairs_by_rank: list[dict[int, float]], n
             acc[index] = value
     comm = RankCollectives(world_size, list(range(world_size)), use_process_group=False)
     out = torch.full((numel,), float("nan"))
-    result = exchange(kind, selections, accs, out, comm, **kwargs)
+    result = exchange(kind, ExchangeRequest(selections, accs, out, comm, **kwargs))
     return out, result, comm.meter
 
 

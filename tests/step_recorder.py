@@ -24,7 +24,8 @@ import torch
 import experiments.core.hosted as hosted_module
 import experiments.rank.train as train_module
 from experiments.core.ledger import Collective
-from sparsifiers.base import ExchangeKind
+from sparsifiers.capabilities import SharedIndices, capable
+from sparsifiers.exchange_kinds import ExchangeKind
 
 
 @dataclass
@@ -83,18 +84,21 @@ def record_steps() -> Iterator[list[RecordedStep]]:
     def recording(world, sparsifiers, accs, out, step, measure_norms=False, **kwargs):
         method = sparsifiers[0]
         declared: list[torch.Tensor | None] = []
-        asked = method.shared_indices
+        sharing = capable(method, SharedIndices)  # the others declare none: nothing to record
+        if sharing:
+            asked = method.shared_indices
 
-        def shared_indices(at_step):  # what the exchange is told, exactly once per step
-            declared.append(asked(at_step))
-            return declared[-1]
+            def shared_indices(at_step):  # what the exchange is told, exactly once per step
+                declared.append(asked(at_step))
+                return declared[-1]
 
-        method.shared_indices = shared_indices
+            method.shared_indices = shared_indices
         before = [acc.detach().cpu().clone() for acc in accs]
         try:
             outcome = original(world, sparsifiers, accs, out, step, measure_norms, **kwargs)
         finally:
-            del method.shared_indices  # the instance attribute: the class's method again
+            if sharing:
+                del method.shared_indices  # the instance attribute: the class's method again
         meter = world.comm.meter
         shared = declared[0] if declared else None
         recorded.append(RecordedStep(

@@ -7,7 +7,7 @@ import torch
 
 from experiments.core.collectives import RankCollectives
 from experiments.launcher.compose import compose_job
-from experiments.core.exchange import allreduce_at, exchange
+from experiments.core.exchange import ExchangeRequest, allreduce_at, exchange
 from experiments.core.metrics import MetricContext, exchange_metrics
 from experiments.core.step import train_step
 from experiments.rank.train import build_session
@@ -15,7 +15,8 @@ from experiments.core.ledger import Collective
 from experiments.core.traffic import TrafficMeter, binomial_children
 from experiments.core.world import World
 from experiments.rank.build import build_sparsifier
-from sparsifiers.base import ExchangeKind, SelectionScope
+from sparsifiers.base import SelectionScope
+from sparsifiers.exchange_kinds import ExchangeKind
 from sparsifiers.layout import Layout
 from tests.stepped_ranks import SteppedRanks
 
@@ -53,7 +54,7 @@ def reference_sparse_allgather(selections, accs):
 def test_union_allreduce_matches_reference(seed):
     accs, selections = random_case(seed)
     out = torch.empty(N)
-    result = exchange(ExchangeKind.UNION_ALLREDUCE, selections, accs, out, hosted_comm())
+    result = exchange(ExchangeKind.UNION_ALLREDUCE, ExchangeRequest(selections, accs, out, hosted_comm()))
     expected, union = reference_union(selections, accs)
     torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-7)
     assert result.aggregated == len(union)
@@ -80,7 +81,7 @@ def test_union_allreduce_with_shared_indices_matches_reference(world_size, seed)
     accs, selections, shared = disjoint_case(seed, world_size)
     out = torch.empty(N)
     comm = hosted_comm(world_size)
-    result = exchange(ExchangeKind.UNION_ALLREDUCE, selections, accs, out, comm, shared=shared)
+    result = exchange(ExchangeKind.UNION_ALLREDUCE, ExchangeRequest(selections, accs, out, comm, shared=shared))
     # Reference: U = union of the selections and the shared indices; agg[U] = mean over ranks.
     union = sorted(set().union(*(set(s.tolist()) for s in selections), shared.tolist()))
     expected = torch.zeros(N)
@@ -108,13 +109,14 @@ def test_traffic_of_union_allreduce_with_shared_indices_by_hand():
     comm = hosted_comm()
     out = torch.empty(N)
     accs = [torch.randn(N) for _ in range(W)]
-    result = exchange(ExchangeKind.UNION_ALLREDUCE, selections, accs, out, comm, shared=shared)
+    result = exchange(ExchangeKind.UNION_ALLREDUCE, ExchangeRequest(selections, accs, out, comm, shared=shared))
     assert comm.meter.sent.tolist() == [216.0] * 4 and comm.meter.recv.tolist() == [216.0] * 4
     assert (result.aggregated, result.shared, result.counts.tolist()) == (24, 10, [3, 5, 2, 4])
     assert torch.count_nonzero(out[14:20]) == 0 and torch.count_nonzero(out[26:36]) == 0
 
     comm = hosted_comm(2)
-    result = exchange(ExchangeKind.UNION_ALLREDUCE, selections[:2], accs[:2], out, comm, shared=shared[:6])
+    result = exchange(ExchangeKind.UNION_ALLREDUCE,
+                      ExchangeRequest(selections[:2], accs[:2], out, comm, shared=shared[:6]))
     assert comm.meter.sent.tolist() == [80.0] * 2 and (result.aggregated, result.shared) == (14, 6)
 
 
@@ -122,7 +124,7 @@ def test_only_union_allreduce_takes_shared_indices():
     accs, selections = random_case(0)
     for kind in (ExchangeKind.SPARSE_ALLGATHER, ExchangeKind.DENSE):
         with pytest.raises(ValueError, match="shared indices are aggregated by union_allreduce only"):
-            exchange(kind, selections, accs, torch.empty(N), hosted_comm(), shared=torch.tensor([1, 2]))
+            exchange(kind, ExchangeRequest(selections, accs, torch.empty(N), hosted_comm(), shared=torch.tensor([1, 2])))
 
 
 def test_union_allreduce_when_every_coordinate_is_shared():
@@ -131,8 +133,8 @@ def test_union_allreduce_when_every_coordinate_is_shared():
     comm = hosted_comm()
     out = torch.empty(N)
     shared = torch.arange(N)
-    result = exchange(ExchangeKind.UNION_ALLREDUCE, [torch.empty(0, dtype=torch.int64)] * W, accs, out, comm,
-                      shared=shared)
+    result = exchange(ExchangeKind.UNION_ALLREDUCE,
+                      ExchangeRequest([torch.empty(0, dtype=torch.int64)] * W, accs, out, comm, shared=shared))
     torch.testing.assert_close(out, torch.stack(accs).mean(0))
     assert (result.aggregated, result.shared, result.counts.tolist()) == (N, N, [0] * W)
     assert comm.meter.sent.tolist() == [3 * 4 + 2 * 3 / 4 * N * 4] * W  # counts header and values only
@@ -142,7 +144,7 @@ def test_union_allreduce_when_every_coordinate_is_shared():
 def test_sparse_allgather_matches_reference(seed):
     accs, selections = random_case(seed)
     out = torch.empty(N)
-    result = exchange(ExchangeKind.SPARSE_ALLGATHER, selections, accs, out, hosted_comm())
+    result = exchange(ExchangeKind.SPARSE_ALLGATHER, ExchangeRequest(selections, accs, out, hosted_comm()))
     torch.testing.assert_close(out, reference_sparse_allgather(selections, accs), rtol=1e-6, atol=1e-7)
     assert [sorted(z.tolist()) for z in result.zeroed] == [sorted(s.tolist()) for s in selections]
     assert result.aggregated == len(reference_union(selections, accs)[1])
@@ -151,7 +153,7 @@ def test_sparse_allgather_matches_reference(seed):
 def test_dense_is_the_mean():
     accs, _ = random_case(0)
     out = torch.empty(N)
-    result = exchange(ExchangeKind.DENSE, [None] * W, accs, out, hosted_comm())
+    result = exchange(ExchangeKind.DENSE, ExchangeRequest([None] * W, accs, out, hosted_comm()))
     torch.testing.assert_close(out, torch.stack(accs).mean(0))
     assert result.aggregated == N and result.zeroed == [None] * W
 
@@ -167,7 +169,7 @@ def test_leader_and_shared_allreduce_send_one_index_set(kind, counts):
     shared = torch.tensor([3, 7, 11])
     comm = hosted_comm()
     out = torch.empty(N)
-    result = exchange(kind, [shared] * W, accs, out, comm, leader=2)
+    result = exchange(kind, ExchangeRequest([shared] * W, accs, out, comm, leader=2))
     expected = torch.zeros(N)
     expected[shared] = torch.stack([a[shared] for a in accs]).mean(0)
     torch.testing.assert_close(out, expected)
@@ -250,15 +252,15 @@ def test_traffic_of_union_allreduce_by_hand():
     selections = [torch.arange(0, 3), torch.arange(3, 8), torch.arange(8, 10), torch.arange(10, 14)]
     accs = [torch.randn(N) for _ in range(W)]
     comm = hosted_comm()
-    exchange(ExchangeKind.UNION_ALLREDUCE, selections, accs, torch.empty(N), comm)
+    exchange(ExchangeKind.UNION_ALLREDUCE, ExchangeRequest(selections, accs, torch.empty(N), comm))
     assert comm.meter.sent.tolist() == [156.0] * 4 and comm.meter.recv.tolist() == [156.0] * 4
 
     comm = hosted_comm()  # (index, value) pairs: 12 + 60 indices + 60 values
-    exchange(ExchangeKind.SPARSE_ALLGATHER, selections, accs, torch.empty(N), comm)
+    exchange(ExchangeKind.SPARSE_ALLGATHER, ExchangeRequest(selections, accs, torch.empty(N), comm))
     assert comm.meter.sent.tolist() == [132.0] * 4
 
     comm = hosted_comm()  # dense: 2*3/4*40*4 = 240
-    exchange(ExchangeKind.DENSE, [None] * W, accs, torch.empty(N), comm)
+    exchange(ExchangeKind.DENSE, ExchangeRequest([None] * W, accs, torch.empty(N), comm))
     assert comm.meter.sent.tolist() == [240.0] * 4
 
 
@@ -301,7 +303,7 @@ def test_traffic_of_every_exchange_kind_by_hand(kind, world_size):
     else:
         selections = [torch.arange(2 * r, 3 * r + 1) for r in range(world_size)]
     comm = hosted_comm(world_size)
-    exchange(kind, selections, accs, torch.empty(N), comm, leader=world_size - 1)
+    exchange(kind, ExchangeRequest(selections, accs, torch.empty(N), comm, leader=world_size - 1))
     expected = BY_HAND[kind][world_size]
     assert comm.meter.sent.tolist() == pytest.approx([expected] * world_size, rel=1e-12)
     assert comm.meter.recv.tolist() == pytest.approx([expected] * world_size, rel=1e-12)
@@ -339,7 +341,8 @@ def test_one_steps_metrics_by_hand(scope, buildup):
     all-gather pays); 156 B sent (by hand above) of the dense all-reduce's 2*3/4*40*4 = 240 B."""
     selections = [torch.arange(0, 3), torch.arange(3, 8), torch.arange(8, 10), torch.arange(10, 14)]
     comm = hosted_comm()
-    result = exchange(ExchangeKind.UNION_ALLREDUCE, selections, [torch.randn(N) for _ in range(W)], torch.empty(N), comm)
+    result = exchange(ExchangeKind.UNION_ALLREDUCE,
+                      ExchangeRequest(selections, [torch.randn(N) for _ in range(W)], torch.empty(N), comm))
     context = MetricContext(N, 14, 0.35, scope, W, 240.0)
     metrics = exchange_metrics(result, comm.meter, context)
     assert metrics["density/actual"] == 0.35 and metrics["density/target"] == 0.35 and metrics["density/error"] == 0.0
@@ -373,8 +376,8 @@ def test_known_counts_drop_the_size_header_and_nothing_else(kind):
     ledger, sent = BY_HAND_HEADER[kind]
     with_header, without = hosted_comm(), hosted_comm()
     out_with, out_without = torch.empty(N), torch.empty(N)
-    before = exchange(kind, KNOWN_SELECTIONS, accs, out_with, with_header)
-    after = exchange(kind, KNOWN_SELECTIONS, accs, out_without, without, counts=[KNOWN_K] * W)
+    before = exchange(kind, ExchangeRequest(KNOWN_SELECTIONS, accs, out_with, with_header))
+    after = exchange(kind, ExchangeRequest(KNOWN_SELECTIONS, accs, out_without, without, counts=[KNOWN_K] * W))
     assert with_header.meter.collectives == ledger and with_header.meter.sent.tolist() == [sent] * W
     assert without.meter.collectives == ledger[1:] and without.meter.sent.tolist() == [sent - 12.0] * W
     assert without.meter.recv.tolist() == [sent - 12.0] * W
@@ -389,13 +392,14 @@ def test_a_selection_that_is_not_its_announced_count_is_refused():
     selections = [*KNOWN_SELECTIONS[:3], torch.arange(30, 34)]  # rank 3 selected 4, announced 3
     for kind in BY_HAND_HEADER:
         with pytest.raises(ValueError, match="rank 3 selected 4 coordinates, but its count was announced as 3"):
-            exchange(kind, selections, accs, torch.empty(N), hosted_comm(), counts=[KNOWN_K] * W)
+            exchange(kind, ExchangeRequest(selections, accs, torch.empty(N), hosted_comm(), counts=[KNOWN_K] * W))
     with pytest.raises(ValueError, match="known counts name 3 ranks, the world has 4"):
-        exchange(ExchangeKind.UNION_ALLREDUCE, KNOWN_SELECTIONS, accs, torch.empty(N), hosted_comm(), counts=[3] * 3)
+        exchange(ExchangeKind.UNION_ALLREDUCE,
+                 ExchangeRequest(KNOWN_SELECTIONS, accs, torch.empty(N), hosted_comm(), counts=[3] * 3))
     # The exchanges that send no header take no counts.
     with pytest.raises(ValueError, match="leader_broadcast sends none"):
-        exchange(ExchangeKind.LEADER_BROADCAST, KNOWN_SELECTIONS, accs, torch.empty(N), hosted_comm(), leader=0,
-                 counts=[KNOWN_K] * W)
+        exchange(ExchangeKind.LEADER_BROADCAST,
+                 ExchangeRequest(KNOWN_SELECTIONS, accs, torch.empty(N), hosted_comm(), leader=0, counts=[KNOWN_K] * W))
 
 
 def stepped(method: str, density: float, **knobs) -> SteppedRanks:

@@ -12,12 +12,12 @@ import torch
 
 from experiments.core import step as step_module
 from experiments.core.collectives import RankCollectives
-from experiments.core.exchange import add_in_order, exchange
+from experiments.core.exchange import ExchangeRequest, add_in_order, exchange
 from experiments.core.step import sparsify_and_exchange
 from experiments.core.sync_count import SyncCounter
 from experiments.core.world import init_world
 from experiments.benchmarks.step import benchmark_layout, build_method, gaussian_gradient
-from sparsifiers.base import ExchangeKind
+from sparsifiers.exchange_kinds import ExchangeKind
 from sparsifiers.kernels import set_backend
 
 NUMEL = 20_000
@@ -116,7 +116,7 @@ def test_known_counts_make_an_exchange_lighter_not_heavier(kind):
     for known in (None, [k] * workers):
         comm = RankCollectives(workers, list(range(workers)), use_process_group=False)
         with SyncCounter() as counter:
-            exchange(kind, selections, accs, torch.empty(NUMEL), comm, counts=known)
+            exchange(kind, ExchangeRequest(selections, accs, torch.empty(NUMEL), comm, counts=known))
         counted[known is None] = counter
     with_header, without = counted[True], counted[False]
     assert without.syncs <= with_header.syncs and without.ops < with_header.ops, (without.op_names, with_header.op_names)

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from experiments.core.collectives import RankCollectives
-from experiments.core.exchange import exchange
+from experiments.core.exchange import ExchangeRequest, exchange
 from experiments.errors import ConfigError
 from experiments.launcher.compose import preflight
-from sparsifiers.base import ExchangeKind
+from sparsifiers.exchange_kinds import ExchangeKind
 from sparsifiers.gtopk import GTopK
 from sparsifiers.layout import Layout
 from tests.exchange_reference import gtopk_tree, hosted_exchange
@@ -122,7 +122,7 @@ def assert_matches_the_reference_tree(selections: list[torch.Tensor], accs: list
     world_size = len(accs)
     comm = RankCollectives(world_size, list(range(world_size)), use_process_group=False)
     out = torch.empty(numel)
-    result = exchange(ExchangeKind.TREE_MERGE, selections, accs, out, comm)
+    result = exchange(ExchangeKind.TREE_MERGE, ExchangeRequest(selections, accs, out, comm))
     final = gtopk_tree(selections, accs)
     expected = torch.zeros(numel)
     for index, value in final.items():

@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from experiments.core.collectives import RankCollectives
-from experiments.core.exchange import exchange
+from experiments.core.exchange import ExchangeRequest, exchange
 from experiments.core.ledger import Collective
 from experiments.errors import ConfigError
 from experiments.launcher.compose import preflight
-from sparsifiers.base import ExchangeKind
+from sparsifiers.exchange_kinds import ExchangeKind
 from sparsifiers.layout import Layout
 from sparsifiers.oktopk import OkTopK, proposed_cuts
 from tests.exchange_reference import OkTopkReplay, hosted_exchange
@@ -288,7 +288,8 @@ def test_the_exchange_is_the_replay_on_random_selections(world_size, residual, v
                       for _ in range(world_size)]
         comm = RankCollectives(world_size, list(range(world_size)), use_process_group=False)
         out = torch.empty(numel)
-        result = exchange(ExchangeKind.SPARSE_REDUCE_SCATTER, selections, accs, out, comm, methods=ranks, step=step)
+        request = ExchangeRequest(selections, accs, out, comm, methods=ranks, step=step)
+        result = exchange(ExchangeKind.SPARSE_REDUCE_SCATTER, request)
         expected, issued = replay.exchange(types.SimpleNamespace(step=step, accs=accs, selections=selections))
         assert torch.equal(out.double(), expected.aggregate), step
         assert result.aggregated == expected.union and result.counts.tolist() == expected.counts

@@ -18,7 +18,7 @@ from experiments import metric_keys as keys
 from experiments.errors import ConfigError
 from experiments.launcher.compose import compose_job
 from experiments.rank.build import build_sparsifier
-from sparsifiers.base import ExchangeKind, Feedback
+from sparsifiers.exchange_kinds import ExchangeKind, Feedback
 from sparsifiers.layout import Layout
 from sparsifiers.sidco import SIDCo, gpd_threshold
 from sparsifiers.threshold_control import strict_cut

@@ -16,7 +16,7 @@ from experiments.rank.build import build_sparsifier
 from experiments.launcher.compose import compose_job
 from experiments.errors import ConfigError
 from experiments.launcher.validate import validate
-from sparsifiers.base import ExchangeKind
+from sparsifiers.exchange_kinds import ExchangeKind
 from sparsifiers.exdyna import ExDyna
 from sparsifiers.gaussiank import GaussianK
 from sparsifiers.layout import Layout

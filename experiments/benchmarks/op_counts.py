@@ -83,7 +83,8 @@ def count_select(name: str, layout, workers: int, acc: torch.Tensor, density: fl
     benchmark, the settle steps feed back as if every rank selected what rank 0 did."""
     from experiments.launcher.compose import compose_job
     from experiments.rank.build import build_sparsifier
-    from sparsifiers.base import Feedback
+    from sparsifiers.capabilities import leader_of
+    from sparsifiers.exchange_kinds import Feedback
 
     cfg = compose_job([f"sparsifier={name}", f"workers={workers}", f"sparsifier.density={density}",
                        "dataset=synthetic", "model=mlp", *overrides])
@@ -98,7 +99,7 @@ def count_select(name: str, layout, workers: int, acc: torch.Tensor, density: fl
                 nonlocal step
                 sparsifier.precondition(acc)
                 plan_counts = select_counts = None
-                leader = sparsifier.plan_leader(step)
+                leader = leader_of(sparsifier, step)
                 if leader is not None and count_it:
                     # A follower's select computes what the leader's plan computed (DEFT's unit
                     # norms): the plan is made on a copy, so rank 0's select pays its own way.
@@ -120,7 +121,7 @@ def count_select(name: str, layout, workers: int, acc: torch.Tensor, density: fl
 
             for _ in range(settle):
                 one()
-            while workers > 1 and sparsifier.plan_leader(step) == 0:
+            while workers > 1 and leader_of(sparsifier, step) == 0:
                 step += 1
             return one(count_it=True)
         finally:

@@ -34,7 +34,8 @@ import torch
 from experiments.benchmarks.resnet18_layout import resnet18_cifar_layout
 from experiments.rank.build import build_sparsifier
 from experiments.launcher.compose import compose_job
-from sparsifiers.base import Feedback
+from sparsifiers.capabilities import leader_of
+from sparsifiers.exchange_kinds import Feedback
 from sparsifiers.kernels import set_backend
 from sparsifiers.registry import chosen, names
 from sparsifiers.threshold_control import initial_threshold
@@ -111,7 +112,7 @@ def time_method(name: str, workers: int, acc: torch.Tensor, layout, density: flo
     def one_step() -> int:
         nonlocal step
         sparsifier.precondition(acc)  # as the step does (Accordion's detection reads its norms)
-        plan = sparsifier.make_plan(acc, step) if sparsifier.plan_leader(step) is not None else None
+        plan = sparsifier.make_plan(acc, step) if leader_of(sparsifier, step) is not None else None
         selection = sparsifier.select(acc, step, plan)
         count = acc.numel() if selection is None else selection.numel()
         counts = torch.full((workers,), count, dtype=torch.int64)
@@ -123,13 +124,13 @@ def time_method(name: str, workers: int, acc: torch.Tensor, layout, density: flo
         count = one_step()
     if record is not None:
         record["count"] = count
-    while workers > 1 and sparsifier.plan_leader(step) == 0:
+    while workers > 1 and leader_of(sparsifier, step) == 0:
         step += 1  # time rank 0 as a follower: the leader's cost is the plan line
     plan_ms = None
     sparsifier.precondition(acc)
-    if sparsifier.plan_leader(step) is not None:
+    if leader_of(sparsifier, step) is not None:
         plan_ms = median_ms(lambda: sparsifier.make_plan(acc, step), repeats, acc.device)
-    plan = sparsifier.make_plan(acc, step) if sparsifier.plan_leader(step) is not None else None
+    plan = sparsifier.make_plan(acc, step) if leader_of(sparsifier, step) is not None else None
     select_ms = median_ms(lambda: sparsifier.select(acc, step, plan), repeats, acc.device)
     return select_ms, plan_ms
 

@@ -103,7 +103,7 @@ class RankCollectives:
         """A tensor from rank `root` to all ranks; `tensor` is read only where `root` is hosted.
         A 1-D tensor of any length goes after a one-element size header; a tensor whose `shape`
         every rank knows goes alone, metered as shape[0] elements of the other dimensions' bytes
-        (gTop-k's k (index, value) pairs, a plan of known length: `Sparsifier.plan_length`).
+        (gTop-k's k (index, value) pairs, a plan of known length: `LeaderPlan.plan_length`).
         A root tensor of another shape than the one announced is refused: the other ranks would
         receive a buffer of the wrong size."""
         is_root_here = root in self.local_ranks

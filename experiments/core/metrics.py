@@ -13,7 +13,8 @@ import torch
 from experiments import metric_keys as keys
 from experiments.core.exchange import ExchangeResult
 from experiments.core.traffic import TrafficMeter
-from sparsifiers.base import ExchangeKind, SelectionScope
+from sparsifiers.base import SelectionScope
+from sparsifiers.exchange_kinds import ExchangeKind
 
 # Exchanges whose index all-gather pads every rank to the largest count: load imbalance is the
 # padding they pay. The others send one index set (or none), so imbalance is 0 by construction.

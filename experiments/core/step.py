@@ -27,14 +27,16 @@ import torch
 
 from experiments.core import positions
 from experiments.core.error_feedback import keep_residual
-from experiments.core.exchange import INDEX_DTYPE, ExchangeResult, exchange
+from experiments.core.exchange import INDEX_DTYPE, ExchangeRequest, ExchangeResult, exchange
 from experiments.core.finite import PARAMETERS, NonFiniteValue, check_accumulator, check_aggregate, check_loss, check_parameters
 from experiments.core.phases import NO_CLOCK, PhaseClock
 from experiments.core.replica import Replica
 from experiments.core.skip import SkipGuard, SkippedStep
 from experiments.core.tasks import Task
 from experiments.core.world import World
-from sparsifiers.base import Feedback, Sparsifier
+from sparsifiers.base import Sparsifier
+from sparsifiers.capabilities import AveragedInputs, capable, leader_of, shared_of
+from sparsifiers.exchange_kinds import Feedback
 
 if TYPE_CHECKING:  # hosted.py drives sparsify_and_exchange below
     from experiments.core.hosted import HostedRanks
@@ -171,13 +173,14 @@ def sparsify_and_exchange(
 
     # 2. plan: served by the world before anyone selects. First what every rank contributes to an
     # average (DEFT's global norms, a calibrated threshold start): one small allreduce, then the
-    # leader's plan, broadcast.
-    inputs = [sparsifier.averaged_inputs(acc, step) for sparsifier, acc in zip(sparsifiers, accs)]
+    # leader's plan, broadcast. Only methods with the capability (sparsifiers/capabilities.py).
+    inputs = ([sparsifier.averaged_inputs(acc, step) for sparsifier, acc in zip(sparsifiers, accs)]
+              if capable(method, AveragedInputs) else [None])
     if inputs[0] is not None:
         mean = world.comm.sum_over_ranks(inputs).div_(world.world_size)
         for sparsifier in sparsifiers:
             sparsifier.receive_average(mean, step)
-    leader, plan, plan_ms = method.plan_leader(step), None, 0.0
+    leader, plan, plan_ms = leader_of(method, step), None, 0.0
     if leader is not None:
         start = time.perf_counter()
         here = ranks.index(leader) if leader in ranks else None
@@ -207,9 +210,9 @@ def sparsify_and_exchange(
     # the counts every rank knows (then no size header travels): the same on every rank by
     # contract, so the first hosted rank's stand for all.
     start = time.perf_counter()
-    shared, counts = method.shared_indices(step), method.known_counts(step)
-    result = exchange(method.exchange, selections, accs, out, world.comm, leader, shared, clock, sparsifiers, step,
-                      counts)
+    request = ExchangeRequest(selections, accs, out, world.comm, sparsifiers, step, leader, shared_of(method, step),
+                              method.known_counts(step), clock)
+    result = exchange(method.exchange, request)
     exchange_ms = _elapsed_ms(world, start)
 
     # 5. feedback: what was transmitted leaves the residual; acc = transmitted + residual exactly.

@@ -1,7 +1,7 @@
 """A modelled step's collectives: a run's logged ledger, with the sizes that depend on the worker
 count set to what the statistics say at the modelled W.
 
-Only two sizes of most exchanges depend on the data (experiments/core/exchange.py):
+Only two sizes of most exchanges depend on the data (experiments/core/exchange/):
 
 - union_allreduce: the padded index all-gather is k_max wide (the busiest rank's count) and the
   value all-reduce is |U| long; they are the exchange's last two collectives;
@@ -62,7 +62,7 @@ def at_workers(template: tuple[Collective, ...], exchange: str, template_stats: 
 
 
 def tree_at_workers(template: tuple[Collective, ...], workers: int) -> list[Collective]:
-    """A tree_merge ledger (its rounds, then rank 0's broadcast; experiments/core/exchange.py)
+    """A tree_merge ledger (its rounds, then rank 0's broadcast; experiments/core/exchange/tree.py)
     at `workers`: one round of the same k pairs per stride 1, 2, ..., workers / 2, then the
     same broadcast. Its sizes are k's alone, whatever the data."""
     rounds = [c for c in template if c.op == "tree_round"]
@@ -76,7 +76,7 @@ def tree_at_workers(template: tuple[Collective, ...], workers: int) -> list[Coll
 
 def region_at_workers(template: tuple[Collective, ...], template_stats: dict[str, int], stats: dict[str, float],
                       workers: int) -> list[Collective]:
-    """An Ok-Topk ledger (experiments/core/region_exchange.py: [the region proposals' all-reduce],
+    """An Ok-Topk ledger (experiments/core/exchange/regions.py: [the region proposals' all-reduce],
     the counts' all-to-all, W - 1 shift rounds, the owners' counts, their all-gatherv) at
     `workers`. The rule: a rank's k_max selected pairs spread over the W regions, and the |U|
     kept ones over the W owners, as unevenly as in the template: a round's largest message is

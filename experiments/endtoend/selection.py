@@ -44,7 +44,8 @@ def count_select(sparsifier, acc: torch.Tensor, workers: int, settle: int = SETT
     the path a GPU takes: the kernels' torch path (the compiled kernels are CPU-only) and the
     selections' batched paths (`simulated_gpu`: on CPU tensors DEFT and Accordion would take their
     per-unit loops, which dispatch many more, smaller operations than a GPU runs)."""
-    from sparsifiers.base import Feedback
+    from sparsifiers.capabilities import leader_of
+    from sparsifiers.exchange_kinds import Feedback
     from sparsifiers.kernels.backend import current_backend, set_backend, simulated_gpu
 
     previous = current_backend()
@@ -54,16 +55,16 @@ def count_select(sparsifier, acc: torch.Tensor, workers: int, settle: int = SETT
             step = 0
             for step in range(settle):
                 sparsifier.precondition(acc)  # the step's own hook before any plan (Accordion's norms)
-                plan = sparsifier.make_plan(acc, step) if sparsifier.plan_leader(step) is not None else None
+                plan = sparsifier.make_plan(acc, step) if leader_of(sparsifier, step) is not None else None
                 chosen = sparsifier.select(acc, step, plan)
                 count = acc.numel() if chosen is None else int(chosen.numel())
                 sparsifier.observe(Feedback(step, torch.full((workers,), count, dtype=torch.int64),
                                             min(acc.numel(), count * workers)))
             step = settle
-            while workers > 1 and sparsifier.plan_leader(step) == 0:
+            while workers > 1 and leader_of(sparsifier, step) == 0:
                 step += 1
             sparsifier.precondition(acc)
-            leader = sparsifier.plan_leader(step)
+            leader = leader_of(sparsifier, step)
             # The leader's plan made on a copy: a follower's select computes what the plan did (DEFT's
             # unit norms) and must not find it cached on itself.
             planner = copy.deepcopy(sparsifier) if leader not in (None, 0) else sparsifier

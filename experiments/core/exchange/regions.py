@@ -1,5 +1,7 @@
 """Ok-Topk's exchange (ExchangeKind.SPARSE_REDUCE_SCATTER; docs/algorithms.md, "oktopk"): a sparse
-reduce-scatter over W regions, then an all-gather of what the regions' owners keep.
+reduce-scatter over W regions, then an all-gather of what the regions' owners keep. The method's
+`capabilities.RegionOwner` hooks say where the regions lie and what the owners keep; the exchange
+owns the collectives.
 
     1. warm-up (the method selected None): a dense mean all-reduce, like the dense exchange;
     2. regions, when the method says they are due: every rank proposes W - 1 inner boundaries
@@ -30,23 +32,18 @@ from __future__ import annotations
 import torch
 
 from experiments.core.collectives import RankCollectives
-from experiments.core.exchange import ExchangeResult, dense_allreduce
+from experiments.core.exchange.dense import dense_allreduce
+from experiments.core.exchange.result import ExchangeRequest, ExchangeResult
 from experiments.core.packing import INDEX_DTYPE, packed, unpacked
-from experiments.core.phases import NO_CLOCK, PhaseClock
-from sparsifiers.base import Sparsifier
+from sparsifiers.capabilities import RegionOwner, require
 
 
-def sparse_reduce_scatter(
-    methods: list[Sparsifier],
-    selections: list[torch.Tensor | None],
-    accs: list[torch.Tensor],
-    out: torch.Tensor,
-    comm: RankCollectives,
-    step: int,
-    clock: PhaseClock = NO_CLOCK,
-) -> ExchangeResult:
-    """The module docstring's steps 1-7 for the hosted ranks (`methods`, `selections` and
-    `accs` in hosted-rank order)."""
+def sparse_reduce_scatter(request: ExchangeRequest) -> ExchangeResult:
+    """The module docstring's steps 1-7 for the hosted ranks (`request.methods`, `selections`
+    and `accs` in hosted-rank order)."""
+    methods = require(request.methods, RegionOwner, "sparse_reduce_scatter")
+    selections, accs, out, comm, step, clock = (request.selections, request.accs, request.out, request.comm,
+                                                request.step, request.clock)
     if selections[0] is None:  # 1. warm-up
         return dense_allreduce(accs, out, comm, clock)
     world_size, device, dtype = comm.world_size, out.device, out.dtype
