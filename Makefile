@@ -39,7 +39,7 @@ test: $(STAMP) data
 # claim (docs/reproduce.md). About half an hour on 2 cores (the last wall time: docs/measured/claims.md);
 # ARGS="--out DIR" chooses where.
 reproduce: $(STAMP) data
-	$(PY) -m experiments.reproduce $(ARGS)
+	$(PY) -m experiments.studies.reproduce $(ARGS)
 
 # Does sparsification pay? Every sparsifier's modelled time to a target accuracy against the
 # strongest dense baselines, on three networks at W = 4 to 1,024 (docs/endtoend.md). About half an
@@ -47,14 +47,14 @@ reproduce: $(STAMP) data
 # ARGS="--skip-runs --out DIR --networks h100x8_400g_ib --compute-profile h100"
 # models a finished study again on other hardware in seconds.
 endtoend: $(STAMP) data
-	$(PY) -m experiments.endtoend $(ARGS)
+	$(PY) -m experiments.studies.endtoend $(ARGS)
 
 test-fast: $(STAMP)
 	WANDB_MODE=disabled $(PY) -m pytest -m "not slow" $(ARGS)
 
-# Realistic bugs planted one at a time (tests/mutants.py); each must fail the fast tier.
+# Realistic bugs planted one at a time (tests/helpers/mutants.py); each must fail the fast tier.
 mutants: $(STAMP)
-	$(PY) tests/mutants.py $(ARGS)
+	$(PY) tests/helpers/mutants.py $(ARGS)
 
 # Fashion-MNIST for the default run: Debian's dataset-fashion-mnist package (no download
 # beyond the package registry). Elsewhere, set data_dir=... or dataset.download=true.
@@ -70,7 +70,7 @@ data:
 		echo "Fashion-MNIST not found: run.py will say how to get it (or use: make run ARGS=dataset=digits)"; \
 	fi
 
-# Every benchmark, all in experiments/benchmarks/ (docs/speed.md). MODE=select (default):
+# Every benchmark, all in experiments/studies/benchmarks/ (docs/speed.md). MODE=select (default):
 # selection time of every sparsifier at W = 1, 4, 16, 64 on a ResNet-18-sized vector. MODE=step:
 # the whole sparsification step per phase in real gloo processes (W = 2, 4), kernels torch
 # beside auto, plus 64 ranks hosted in one process. MODE=load: loading 1,000 runs of 1,000 steps
@@ -84,19 +84,19 @@ DEVICE ?=
 DEVICE_ARG := $(if $(DEVICE), --device $(DEVICE))
 bench: $(STAMP)
 ifeq ($(MODE),step)
-	$(PY) -m experiments.benchmarks.step --hosted 64$(DEVICE_ARG) $(ARGS)
+	$(PY) -m experiments.studies.benchmarks.step --hosted 64$(DEVICE_ARG) $(ARGS)
 else ifeq ($(MODE),select)
-	$(PY) -m experiments.benchmarks.select$(DEVICE_ARG) $(ARGS)
+	$(PY) -m experiments.studies.benchmarks.select$(DEVICE_ARG) $(ARGS)
 else ifeq ($(MODE),load)
-	$(PY) -m experiments.benchmarks.load $(ARGS)
+	$(PY) -m experiments.studies.benchmarks.load $(ARGS)
 else ifeq ($(MODE),memory)
-	$(PY) -m experiments.benchmarks.hosted_memory $(ARGS)
+	$(PY) -m experiments.studies.benchmarks.hosted_memory $(ARGS)
 else ifeq ($(MODE),ddp)
-	$(PY) -m experiments.benchmarks.ddp_hook $(ARGS)
+	$(PY) -m experiments.studies.benchmarks.ddp_hook $(ARGS)
 else ifeq ($(MODE),startup)
-	$(PY) -m experiments.benchmarks.startup $(ARGS)
+	$(PY) -m experiments.studies.benchmarks.startup $(ARGS)
 else ifeq ($(MODE),ops)
-	$(PY) -m experiments.benchmarks.op_counts $(ARGS)
+	$(PY) -m experiments.studies.benchmarks.op_counts $(ARGS)
 else
 	$(error MODE must be select, step, load, memory, ddp, startup or ops, got $(MODE))
 endif
@@ -106,7 +106,7 @@ endif
 # About 6-8 minutes on one H200; OUT=DIR chooses where the results go.
 OUT ?= outputs/gpu_check
 gpu-check: $(STAMP)
-	PY=$(PY) bash experiments/benchmarks/gpu_check.sh $(OUT)
+	PY=$(PY) bash experiments/studies/benchmarks/gpu_check.sh $(OUT)
 
 # The DDP example (docs/ddp_hook.md, "Use a sparsifier in your own DDP script"): NPROC gloo (or NCCL)
 # processes under torchrun; e.g. make example ARGS="--sparsifier micro --steps 50 --out runs/m".
@@ -121,7 +121,7 @@ example: $(STAMP)
 # 4 B to 64 MB; writes presets to outputs/calibration/network/. About 2 min on 2 cores;
 # ARGS="--quick" (W = 2, up to 4 MB) or e.g. ARGS="--workers 2,4 --max-bytes 16MB --repeats 3".
 calibrate: $(STAMP)
-	$(PY) -m experiments.calibrate $(ARGS)
+	$(PY) -m experiments.studies.calibrate $(ARGS)
 
 lock: $(STAMP)
 	{ echo "# Exact pins of the whole stack (pip freeze of a fresh .venv on x86_64, Python 3.11)."; \

@@ -23,14 +23,14 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from experiments.launcher.compose import check_top_level_keys, preflight
-from experiments.caches import DATASET_CACHE_VARIABLE, REPO_CACHE, keep_caches_out_of_home
-from experiments.errors import ConfigError
-from experiments.launcher.help import PRIMARY_CONFIG, print_help, wants_help
-from experiments.launcher.launch import launch
-from experiments.rank.lifetime import Stopped
-from experiments.launcher.resume import resume, resume_argument
-from experiments.launcher.schema import register
+from experiments.engine.launcher.compose import check_top_level_keys, preflight
+from experiments.runformat.caches import DATASET_CACHE_VARIABLE, REPO_CACHE, keep_caches_out_of_home
+from experiments.runformat.errors import ConfigError
+from experiments.engine.launcher.help import PRIMARY_CONFIG, print_help, wants_help
+from experiments.engine.launcher.launch import launch
+from experiments.engine.rank.lifetime import Stopped
+from experiments.engine.launcher.resume import resume, resume_argument
+from experiments.engine.launcher.schema import register
 
 register()
 FAILED_JOBS: list[str] = []
@@ -58,7 +58,7 @@ def run(cfg: DictConfig) -> dict:
         "overrides": list(hydra_cfg.overrides.task),
         "choices": {key: value for key, value in hydra_cfg.runtime.choices.items() if not key.startswith("hydra")},
     }
-    from experiments.launcher.validate import validate  # loads torch: after preflight, like launch's
+    from experiments.engine.launcher.validate import validate  # loads torch: after preflight, like launch's
 
     try:
         check_top_level_keys(cfg)
@@ -75,7 +75,7 @@ def run(cfg: DictConfig) -> dict:
 
 
 def resume_and_exit(directory: str) -> None:
-    """`python run.py resume=DIR`: no composition, the run's own config.yaml (experiments/launcher/resume.py)."""
+    """`python run.py resume=DIR`: no composition, the run's own config.yaml (experiments/engine/launcher/resume.py)."""
     try:
         summary = resume(directory)
     except ConfigError as error:
@@ -96,7 +96,7 @@ def exit_without_collecting() -> None:
 
 if __name__ == "__main__":
     try:
-        if wants_help(sys.argv[1:]):  # the project's help (experiments/launcher/help.py); Hydra's is --hydra-help
+        if wants_help(sys.argv[1:]):  # the project's help (experiments/engine/launcher/help.py); Hydra's is --hydra-help
             print_help(sys.argv[1:])
             sys.exit(0)
         directory = resume_argument(sys.argv[1:])

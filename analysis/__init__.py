@@ -5,7 +5,7 @@
 
 `python -m analysis.report DIR...` writes report.md and the figures.
 """
-from experiments.caches import keep_caches_out_of_home
+from experiments.runformat.caches import keep_caches_out_of_home
 
 keep_caches_out_of_home()  # before matplotlib is imported by any figure: its cache stays out of $HOME
 

@@ -1,5 +1,5 @@
 """Names the analysis relies on, in one place: the config columns every table carries, and the
-metric keys (docs/metrics.md) the analysis reads, which are experiments/metric_keys.py's:
+metric keys (docs/metrics.md) the analysis reads, which are experiments/runformat/metric_keys.py's:
 one key per fact, the one the runner logs (method state included, e.g. DEFT's `deft/unit_norms`).
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pandas as pd
 from sparsifiers.registry import names
 
 # The metric keys the analysis modules read as `columns.<NAME>`; their one definition is there.
-from experiments.metric_keys import (  # noqa: F401
+from experiments.runformat.metric_keys import (  # noqa: F401
     ACCURACY, BUILDUP, COMPUTE_MAX, DENSITY_ACTUAL, DENSITY_ERROR, DENSITY_TARGET, EXCHANGE, EXCHANGE_MODEL,
     LOAD_IMBALANCE, LOSS, RATIO, REL_RESIDUAL, RESIDUAL, SELECT_MAX, SELECT_MEAN, SENT_MAX, STEP,
 )

@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from experiments.run_dir import WANDB_DIR, holds_run
+from experiments.runformat.run_dir import WANDB_DIR, holds_run
 
 SKIPPED = (WANDB_DIR,)
 

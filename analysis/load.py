@@ -20,7 +20,7 @@ from analysis.discover import find_run_dirs
 from analysis.metrics_io import read_metrics_file
 from analysis.runinfo import read_run_info
 from analysis.tables import RunTables, assemble
-from experiments.run_dir import METRICS
+from experiments.runformat.run_dir import METRICS
 
 ENV_RUNS = "SPARSEBENCH_RUNS"
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from analysis.discover import find_run_dirs
-from experiments.run_dir import ENV, try_read_json, write_atomic
+from experiments.runformat.run_dir import ENV, try_read_json, write_atomic
 
 PAGES = Path(__file__).resolve().parent.parent / "docs" / "measured"
 INDEX = "README.md"  # the folder's own index: the one page there that is not measured

@@ -4,13 +4,13 @@ cache beside the file.
 Parsing is Arrow's C++ JSON reader (about 10x faster than json.loads per line); files it cannot
 read (a value changing type between rows, a corrupt line in the middle) go through a line-by-line
 reader that keeps every line that parses. A line cut by a kill, i.e. text after the last newline,
-is never parsed: it is reported as `cut`, matching experiments.run_dir.read_metrics.
+is never parsed: it is reported as `cut`, matching experiments.runformat.run_dir.read_metrics.
 
 The cache is keyed by the file's size and modification time, so a run still being written is
 re-read whenever it grows; a cache that cannot be written (read-only store) is silently skipped.
 It is an Arrow IPC (Feather v2) file, not Parquet: for tables this small (1,000 rows) reading
 Parquet costs 2-7 ms per file in fixed overhead against 0.3-0.6 ms for IPC, and a study has
-thousands of files (experiments/benchmarks/load.py measures it).
+thousands of files (experiments/studies/benchmarks/load.py measures it).
 """
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ import pyarrow.compute as pc
 import pyarrow.feather as feather
 import pyarrow.json as pa_json
 
-from experiments.metric_keys import EVAL_PREFIX, KIND_EVAL, ROW_KIND
-from experiments.run_dir import ANALYSIS_CACHE
+from experiments.runformat.metric_keys import EVAL_PREFIX, KIND_EVAL, ROW_KIND
+from experiments.runformat.run_dir import ANALYSIS_CACHE
 
 CACHE_DIR = ANALYSIS_CACHE  # beside the metrics.jsonl it caches
 CACHE_VERSION = 2  # bump when the parsed table's shape changes, so old caches are ignored

@@ -50,7 +50,7 @@ def rules() -> str:
     never restates the rule, it prints the one summary.json and the terminal summary apply."""
     columns = "; ".join(f"{STATS[stat].title}: {STATS[stat].reduce.value}" for stat in SHOWN)
     return ("Per run, from its logged train rows, as summary.json and the terminal summary reduce them "
-            f"(experiments/headline.py): {columns}; the task's metric: its last evaluation (a non-finite one flags "
+            f"(experiments/runformat/headline.py): {columns}; the task's metric: its last evaluation (a non-finite one flags "
             "the run), in a column of its own per metric. Across runs that differ only in their seed: mean ± std over seeds.")
 
 

@@ -16,10 +16,10 @@ from analysis.markdown import mean_std
 from analysis.settings import key_title, varying_in
 from analysis.stats import STATS
 from analysis.tasks import is_stand_in, metric_order, stand_in_what
-from experiments.headline import task_metric
+from experiments.runformat.headline import task_metric
 
 # The summary table's columns after the metric columns, in order: stats of analysis.stats,
-# titled and formatted by the headline registry (experiments/headline.py). The density error is
+# titled and formatted by the headline registry (experiments/runformat/headline.py). The density error is
 # |U|/k - 1 (mean over logged steps, then over the later half: how a threshold controller settled).
 SHOWN = ("select_ms_max", "select_ms_mean", "mb_sent", "traffic_ratio", "density_actual", "density_target",
          "density_error", "density_error_settled", "abs_density_error", "buildup", "load_imbalance")

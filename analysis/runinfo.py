@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from analysis.tasks import describe_task
-from experiments import run_dir as files
-from experiments.runtime import processes_of, recorded_world
+from experiments.runformat import run_dir as files
+from experiments.runformat.runtime import processes_of, recorded_world
 
 # What of env.json can change a run's numbers while its config stays the same: the machine's
 # kernels and math libraries (docs/reproducibility.md). `env.<name>` columns; the report shows

@@ -1,7 +1,7 @@
 """The numbers of the report: one row per run from its logged rows, then mean and std over the
 seeds of runs that differ in nothing else.
 
-Per run, the one reduction rule of experiments/headline.py (the registry summary.json and the
+Per run, the one reduction rule of experiments/runformat/headline.py (the registry summary.json and the
 terminal summary use too), from metrics.jsonl, so the numbers exist for unfinished runs and for
 W&B runs too: timings are medians over logged train steps at or after warmup_steps (all logged
 steps when none is that late); traffic, density, build-up, load imbalance are means over logged
@@ -20,8 +20,8 @@ import pandas as pd
 from analysis import columns as c
 from analysis.settings import as_text, differing_keys, setting_columns
 from analysis.tables import RunTables
-from experiments import metric_keys as keys
-from experiments.headline import HEADLINES, Headline, reduce_logged
+from experiments.runformat import metric_keys as keys
+from experiments.runformat.headline import HEADLINES, Headline, reduce_logged
 
 # stat -> headline: the registry's numbers the report has a column for (scaled: MB, not bytes).
 STATS: dict[str, Headline] = {spec.stat: spec for spec in HEADLINES.values() if spec.stat}

@@ -7,8 +7,8 @@ recommendation) whose eval rows carry that task's metrics, and summary.json reco
 the data source under the runner's keys (`task`, `dataset`, `schedule`); `legacy` writes a run as
 the runner did before tasks existed. Nothing here is used to analyse real runs.
 
-Rows carry the keys the runner and each sparsifier really log (experiments/metric_keys.py; a
-test compares the key sets with real runs), and the files are written by experiments/run_dir.py.
+Rows carry the keys the runner and each sparsifier really log (experiments/runformat/metric_keys.py; a
+test compares the key sets with real runs), and the files are written by experiments/runformat/run_dir.py.
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments import metric_keys as k
-from experiments import run_dir as files
-from experiments.runtime import world_kind
+from experiments.runformat import metric_keys as k
+from experiments.runformat import run_dir as files
+from experiments.runformat.runtime import world_kind
 from sparsifiers import registry
 
 NUMEL = 100_000
@@ -119,7 +119,7 @@ def _summary(run: SyntheticRun, metrics: str) -> dict:
     if run.legacy:
         return summary
     metric, higher_is_better, _, _ = TASKS[run.task]
-    # N and k as the runner records them (experiments/rank/train.py): DEFT's k_l formula needs k.
+    # N and k as the runner records them (experiments/engine/rank/train.py): DEFT's k_l formula needs k.
     summary["numel"] = NUMEL
     summary["k_target"] = max(1, int((1.0 if run.method == "dense" else run.density) * NUMEL))
     summary["task"] = {"kind": run.task, "metric": metric, "higher_is_better": higher_is_better}
@@ -173,7 +173,7 @@ def _rows(run: SyntheticRun, density: float, rng: np.random.Generator):
         if not run.legacy:
             row[k.LR] = 0.1
             row[k.ELAPSED] = (step + 1) * step_ms / 1e3
-            # the union exchange's collectives as the runner logs them (experiments/core/ledger.py)
+            # the union exchange's collectives as the runner logs them (experiments/engine/core/ledger.py)
             row[k.LEDGER] = f"all_gather:1:4 all_gather:{round(k_target * 1.2)}:4 all_reduce:{round(actual * NUMEL)}:4"
         row.update(_method_state(run, step, rng))
         yield row

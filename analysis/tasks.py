@@ -4,7 +4,7 @@ The runner records, in summary.json, `task` ({kind, metric, higher_is_better}: t
 metric, e.g. eval/perplexity for the LSTM) and `dataset` ({name, task, source, ...}: `source` is
 `real` or `stand-in: <what>`). The runs table carries them as `task`, `task_metric`,
 `higher_is_better` and `data_source`; the report, the comparison and the convergence figures
-show each run's own metric, labelled and formatted by `experiments.headline.task_metric`.
+show each run's own metric, labelled and formatted by `experiments.runformat.headline.task_metric`.
 
 Runs from before tasks existed have neither entry: they are classification runs on real data.
 A run that does not say (an older run, or one that has not written its summary yet: killed,
@@ -18,8 +18,8 @@ import re
 from typing import Any, Iterable
 
 from analysis.columns import ACCURACY
-from experiments import metric_keys as keys
-from experiments.headline import Headline, task_metric
+from experiments.runformat import metric_keys as keys
+from experiments.runformat.headline import Headline, task_metric
 
 # The task of runs that do not record one (older runs): the runner only trained classifiers then.
 DEFAULT_KIND = "classification"

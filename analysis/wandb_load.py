@@ -15,7 +15,7 @@ from typing import Any
 from analysis.metrics_io import records_to_table
 from analysis.runinfo import describe_run
 from analysis.tables import RunTables, assemble
-from experiments import metric_keys as k
+from experiments.runformat import metric_keys as k
 
 # W&B run states -> the local store's statuses.
 STATES = {"finished": "done", "running": "running", "pending": "running", "crashed": "failed",

@@ -1,7 +1,7 @@
 """What dataset loaders return: in-memory tensors of one of three task kinds.
 
 A loader builds one of these containers; the rank process turns it into per-rank batches, a loss
-and an evaluation (experiments/core/tasks/). `model_inputs()` is what the model's constructor receives
+and an evaluation (experiments/engine/core/tasks/). `model_inputs()` is what the model's constructor receives
 from the data (shapes, class, vocabulary, user and item counts), so a config never repeats them.
 `source` says where the data came from: `real` (the dataset's own files) or `stand-in: ...` (data
 of the same shapes when the real files are absent and the config allows it, e.g. smoke runs);

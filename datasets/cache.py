@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from experiments.caches import DATASET_CACHE_VARIABLE
+from experiments.runformat.caches import DATASET_CACHE_VARIABLE
 
 CACHE_VARIABLE = DATASET_CACHE_VARIABLE
 MANIFEST = "manifest.json"  # written last: an entry without it is incomplete

@@ -17,7 +17,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from datasets.base import DatasetCorrupt, DatasetNotFound
-from experiments.errors import require  # a bad knob: ConfigError, which run.py prints, exit code 2
+from experiments.runformat.errors import require  # a bad knob: ConfigError, which run.py prints, exit code 2
 
 IF_MISSING = ("error", "stand_in")
 # Seconds a download may wait on the network: without one, fail now rather than hang.

@@ -32,7 +32,7 @@ import torch
 
 from datasets import files
 from datasets.base import REAL, DatasetNotFound, Interactions
-from experiments.errors import ConfigError
+from experiments.runformat.errors import ConfigError
 
 FILE = "ratings.csv"
 HEADER = "userId,movieId,rating,timestamp"

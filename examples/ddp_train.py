@@ -30,8 +30,8 @@ import yaml
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
-from experiments.ddp import applies_momentum, register_sparsifier, sparsifier_node  # sparsebench: the public API
-from experiments.errors import ConfigError
+from experiments.engine.ddp import applies_momentum, register_sparsifier, sparsifier_node  # sparsebench: the public API
+from experiments.runformat.errors import ConfigError
 
 
 def parse_args() -> argparse.Namespace:

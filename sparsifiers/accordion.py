@@ -33,14 +33,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from experiments import metric_keys as keys
-from experiments.errors import ConfigError
-from sparsifiers.base import SelectionScope, Sparsifier
-from sparsifiers.exchange_kinds import ExchangeKind
-from sparsifiers.kernels import ExactTopK
-from sparsifiers.kernels.backend import batched_path
-from sparsifiers.kernels.segmented import segmented_topk, unit_norms
-from sparsifiers.layout import Layout
+from experiments.runformat import metric_keys as keys
+from experiments.runformat.errors import ConfigError
+from sparsifiers.common.base import SelectionScope, Sparsifier
+from sparsifiers.common.exchange_kinds import ExchangeKind
+from sparsifiers.common.kernels import ExactTopK
+from sparsifiers.common.kernels.backend import batched_path
+from sparsifiers.common.kernels.segmented import segmented_topk, unit_norms
+from sparsifiers.common.layout import Layout
 
 INITIAL_NORM = 1e-8  # prev_l before the first detection (the released value)
 INITIAL_LR = 0.0  # prev_lr before the first detection (the released value)

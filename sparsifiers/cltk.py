@@ -18,11 +18,11 @@ from typing import Any
 
 import torch
 
-from experiments.errors import ConfigError
-from sparsifiers.base import SelectionScope, Sparsifier
-from sparsifiers.exchange_kinds import ExchangeKind
-from sparsifiers.kernels import ExactTopK
-from sparsifiers.layout import Layout
+from experiments.runformat.errors import ConfigError
+from sparsifiers.common.base import SelectionScope, Sparsifier
+from sparsifiers.common.exchange_kinds import ExchangeKind
+from sparsifiers.common.kernels import ExactTopK
+from sparsifiers.common.layout import Layout
 
 SELECT_ON = ("leader", "all")
 

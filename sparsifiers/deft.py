@@ -5,7 +5,7 @@
     3. Allocation (every step, leader t mod W): greedy largest-cost-first into W bins; units with
        k_l = size are "common" (sent whole, no load). The leader broadcasts the plan.
     4. Selection: rank r takes bin (t + r) mod W: exact top-k_l of |acc| in each of its units
-       (ties broken by lower index, sparsifiers/kernels/topk.py).
+       (ties broken by lower index, sparsifiers/common/kernels/topk.py).
     5. Exchange: union_allreduce over the selections plus the common units; selections are
        disjoint, so build-up is 1.
 
@@ -35,11 +35,11 @@ from typing import Any
 
 import torch
 
-from experiments import metric_keys as keys
-from experiments.errors import ConfigError
-from sparsifiers.base import SelectionScope, Sparsifier
-from sparsifiers.exchange_kinds import ExchangeKind
-from sparsifiers.deft_allocation import (
+from experiments.runformat import metric_keys as keys
+from experiments.runformat.errors import ConfigError
+from sparsifiers.common.base import SelectionScope, Sparsifier
+from sparsifiers.common.exchange_kinds import ExchangeKind
+from sparsifiers.common.deft_allocation import (
     allocate,
     bin_loads,
     common_units,
@@ -49,10 +49,10 @@ from sparsifiers.deft_allocation import (
     unit_cost,
     unit_k,
 )
-from sparsifiers.kernels import ExactTopK
-from sparsifiers.kernels.backend import batched_path
-from sparsifiers.kernels.segmented import ranges, segmented_topk, tiles, unit_norms
-from sparsifiers.layout import Layout
+from sparsifiers.common.kernels import ExactTopK
+from sparsifiers.common.kernels.backend import batched_path
+from sparsifiers.common.kernels.segmented import ranges, segmented_topk, tiles, unit_norms
+from sparsifiers.common.layout import Layout
 
 NORM_MODES = ("local", "global")
 COMMON_UNIT_MODES = ("released", "leader")

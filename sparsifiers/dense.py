@@ -18,10 +18,10 @@ from typing import Any
 
 import torch
 
-from experiments.errors import require
-from sparsifiers.base import SelectionScope, Sparsifier
-from sparsifiers.exchange_kinds import ExchangeKind, WireAllReduce
-from sparsifiers.layout import Layout
+from experiments.runformat.errors import require
+from sparsifiers.common.base import SelectionScope, Sparsifier
+from sparsifiers.common.exchange_kinds import ExchangeKind, WireAllReduce
+from sparsifiers.common.layout import Layout
 
 # precision -> the wire dtype (None: the accumulator's own, float32 in every run)
 PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}

@@ -28,12 +28,12 @@ from typing import Any
 
 import torch
 
-from experiments import metric_keys as keys
-from experiments.errors import require
-from sparsifiers.base import SelectionScope, Sparsifier, target_count
-from sparsifiers.exchange_kinds import ExchangeKind
-from sparsifiers.layout import Layout
-from sparsifiers.workspace import scratch, scratch_like
+from experiments.runformat import metric_keys as keys
+from experiments.runformat.errors import require
+from sparsifiers.common.base import SelectionScope, Sparsifier, target_count
+from sparsifiers.common.exchange_kinds import ExchangeKind
+from sparsifiers.common.layout import Layout
+from sparsifiers.common.workspace import scratch, scratch_like
 
 DEFAULT_WARMUP = (0.25, 0.0625, 0.015625, 0.004)
 CLIP_EPS = 1e-6  # as torch.nn.utils.clip_grad_norm_: no division by zero for a zero gradient

@@ -38,13 +38,13 @@ from typing import Any
 
 import torch
 
-from experiments import metric_keys as keys
-from experiments.errors import ConfigError
-from sparsifiers.base import SelectionScope, Sparsifier
-from sparsifiers.exchange_kinds import ExchangeKind, Feedback
-from sparsifiers.layout import Layout, even_splits
-from sparsifiers.threshold_control import ThresholdScan, check_comparison, check_threshold_rule, next_threshold
-from sparsifiers.threshold_start import ThresholdStart
+from experiments.runformat import metric_keys as keys
+from experiments.runformat.errors import ConfigError
+from sparsifiers.common.base import SelectionScope, Sparsifier
+from sparsifiers.common.exchange_kinds import ExchangeKind, Feedback
+from sparsifiers.common.layout import Layout, even_splits
+from sparsifiers.common.threshold_control import ThresholdScan, check_comparison, check_threshold_rule, next_threshold
+from sparsifiers.common.threshold_start import ThresholdStart
 
 SURPLUS = 1.05  # a partition above SURPLUS x mean gives a block to a neighbour below mean / SURPLUS
 
@@ -222,7 +222,7 @@ def move_blocks(partition_blocks: list[int], estimated: list[int], aggregated: i
     partitions of `partition_blocks` (in place) from each partition's count at the last step
     (`estimated`, in partition order) and |U| (`aggregated`); returns how many blocks moved. A
     function of its arguments alone, so the end-to-end model replays it at any W
-    (experiments/endtoend/structure.py)."""
+    (experiments/studies/endtoend/structure.py)."""
     estimated = list(estimated)
     workers = len(partition_blocks)
     mean = aggregated // workers

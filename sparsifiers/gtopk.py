@@ -12,7 +12,7 @@ a broadcast.
        the rest of its selection stays. A value a merge dropped while its index survived through
        another subtree is zeroed all the same (the released approximation, the paper's rule).
 
-The tree (experiments/core/exchange/tree.py, `tree_merge`) needs W a power of 2: the released code
+The tree (experiments/engine/core/exchange/tree.py, `tree_merge`) needs W a power of 2: the released code
 fails on any other W (an odd round), and so this refuses it before launch. Where sparsebench
 departs from the release (the wire format, ties, the density warm-up): docs/algorithms.md.
 """
@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import torch
 
-from experiments.errors import ConfigError
-from sparsifiers.base import SelectionScope, Sparsifier
-from sparsifiers.exchange_kinds import ExchangeKind
-from sparsifiers.kernels import ExactTopK
-from sparsifiers.layout import Layout
+from experiments.runformat.errors import ConfigError
+from sparsifiers.common.base import SelectionScope, Sparsifier
+from sparsifiers.common.exchange_kinds import ExchangeKind
+from sparsifiers.common.kernels import ExactTopK
+from sparsifiers.common.layout import Layout
 
 
 class GTopK(Sparsifier):

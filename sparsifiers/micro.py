@@ -29,13 +29,13 @@ from typing import Any
 
 import torch
 
-from experiments import metric_keys as keys
-from experiments.errors import ConfigError
-from sparsifiers.base import SelectionScope, Sparsifier
-from sparsifiers.exchange_kinds import ExchangeKind, Feedback
-from sparsifiers.layout import Layout, even_splits
-from sparsifiers.threshold_control import ThresholdScan, check_comparison, check_threshold_rule, next_threshold
-from sparsifiers.threshold_start import ThresholdStart
+from experiments.runformat import metric_keys as keys
+from experiments.runformat.errors import ConfigError
+from sparsifiers.common.base import SelectionScope, Sparsifier
+from sparsifiers.common.exchange_kinds import ExchangeKind, Feedback
+from sparsifiers.common.layout import Layout, even_splits
+from sparsifiers.common.threshold_control import ThresholdScan, check_comparison, check_threshold_rule, next_threshold
+from sparsifiers.common.threshold_start import ThresholdStart
 
 
 class Micro(Sparsifier):

@@ -15,7 +15,7 @@ climb and the bands multiply and divide floats): only the comparison rounds them
     4. Regions, when (t - warmup_steps) % regions_every == 0 (64): each rank proposes
        b_i = S_r[i c], c = floor(|S_r| / W), i = 1..W-1; B_i = floor(sum_r b_i / W) (an int64
        all-reduce); region j = [B_j, B_j+1), B_0 = 0, B_W = N; kept until the next repartition.
-    5. Sparse reduce-scatter (experiments/core/exchange/regions.py): the W x W pair counts by
+    5. Sparse reduce-scatter (experiments/engine/core/exchange/regions.py): the W x W pair counts by
        all-to-all, then S_r's (index, value) pairs in region j go to rank j, in rounds
        s = 1..W-1 (rank r to r + s mod W). The owner sums its region, sources in the released
        order r, r-1, ..., r-W+1 (mod W).
@@ -32,7 +32,7 @@ climb and the bands multiply and divide floats): only the comparison rounds them
 
 variant=paper is the paper's algorithm instead, the one its 6k(W-1)/W bound assumes: steps 2-3
 select exactly the k largest |acc|; step 6 keeps exactly the k largest |sum| of all regions
-(experiments/core/exchange/regions.py `_global_top_k`) and balances the kept pairs to about k/W a
+(experiments/engine/core/exchange/regions.py `_global_top_k`) and balances the kept pairs to about k/W a
 rank before the all-gather (`_balanced`); step 7 is the intersection.
 
 Where sparsebench departs from the released code (docs/algorithms.md, "oktopk"): the schedule
@@ -48,13 +48,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from experiments import metric_keys as keys
-from experiments.errors import ConfigError
-from sparsifiers.base import SelectionScope, Sparsifier
-from sparsifiers.exchange_kinds import ExchangeKind
-from sparsifiers.kernels import AtLeastSelector, ExactTopK, count_at_least
-from sparsifiers.layout import Layout
-from sparsifiers.threshold_control import strict_cut
+from experiments.runformat import metric_keys as keys
+from experiments.runformat.errors import ConfigError
+from sparsifiers.common.base import SelectionScope, Sparsifier
+from sparsifiers.common.exchange_kinds import ExchangeKind
+from sparsifiers.common.kernels import AtLeastSelector, ExactTopK, count_at_least
+from sparsifiers.common.layout import Layout
+from sparsifiers.common.threshold_control import strict_cut
 
 # The released LSTM constants (lstm_oktopk.sh, allreducer.py).
 RAISE, RAISE_LIMIT = 1.03, 5  # the local threshold's climb while more than 3k/2 exceed it

@@ -24,7 +24,7 @@ the whole model as one bucket, tensors in Layout order. Steps (numbered in the b
    `input_tensor_cp - input_tensor`: the uncompressed tensors keep acc_r - mean too), with
    error feedback; nothing without.
 
-The exchange (experiments/core/exchange/dense.py, `low_rank_allreduce`) owns the three all-reduces
+The exchange (experiments/engine/core/exchange/dense.py, `low_rank_allreduce`) owns the three all-reduces
 and calls the `low_rank_*` hooks below (its `capabilities.LowRank`); this class calls no collective.
 """
 from __future__ import annotations
@@ -35,10 +35,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from experiments.errors import require
-from sparsifiers.base import SelectionScope, Sparsifier
-from sparsifiers.exchange_kinds import ExchangeKind, WireAllReduce
-from sparsifiers.layout import Layout, Segment
+from experiments.runformat.errors import require
+from sparsifiers.common.base import SelectionScope, Sparsifier
+from sparsifiers.common.exchange_kinds import ExchangeKind, WireAllReduce
+from sparsifiers.common.layout import Layout, Segment
 
 FP32_BYTES = 4  # every run's flat gradient is float32, and PowerSGD sends it as it is
 SEED_BOUND = 1_000_000_000  # torch's state.rng.randint(1_000_000_000)

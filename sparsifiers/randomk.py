@@ -29,9 +29,9 @@ import math
 import numpy as np
 import torch
 
-from sparsifiers.base import SelectionScope, Sparsifier
-from sparsifiers.exchange_kinds import ExchangeKind
-from sparsifiers.layout import Layout
+from sparsifiers.common.base import SelectionScope, Sparsifier
+from sparsifiers.common.exchange_kinds import ExchangeKind
+from sparsifiers.common.layout import Layout
 
 INDEX_STREAM = 0x52414E44  # separates Random-k's stream from every other seeded stream
 

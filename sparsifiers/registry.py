@@ -8,7 +8,7 @@ keeping lists of names; a list of names that is a study's choice goes through `c
 checks it here.
 
 What a class declares itself (`scope`, `exchanges`, `owns_momentum`) and the capabilities it
-implements (`capabilities`, sparsifiers/capabilities.py) are read from the class, not restated.
+implements (`capabilities`, sparsifiers/common/capabilities.py) are read from the class, not restated.
 The class is imported only when one of those is asked for, so the analysis, which never needs
 them, does not load torch through this module.
 
@@ -21,11 +21,11 @@ import inspect
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from experiments.errors import ConfigError  # neutral (imports nothing)
+from experiments.runformat.errors import ConfigError  # the bottom floor: imports nothing of sparsebench
 
 if TYPE_CHECKING:
-    from sparsifiers.base import SelectionScope, Sparsifier
-    from sparsifiers.exchange_kinds import ExchangeKind
+    from sparsifiers.common.base import SelectionScope, Sparsifier
+    from sparsifiers.common.exchange_kinds import ExchangeKind
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class Method:
     @property
     def split(self) -> bool:
         """The vector or the work is split among ranks (build-up 1 by construction)."""
-        from sparsifiers.base import SelectionScope
+        from sparsifiers.common.base import SelectionScope
 
         return self.scope is SelectionScope.SPLIT
 
@@ -66,8 +66,8 @@ class Method:
 
     @property
     def capabilities(self) -> tuple[str, ...]:
-        """The capabilities its class implements (sparsifiers/capabilities.py), by protocol name."""
-        from sparsifiers.capabilities import CAPABILITIES, implements
+        """The capabilities its class implements (sparsifiers/common/capabilities.py), by protocol name."""
+        from sparsifiers.common.capabilities import CAPABILITIES, implements
 
         return tuple(protocol.__name__ for protocol in CAPABILITIES if implements(self.cls, protocol))
 

@@ -30,12 +30,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from experiments import metric_keys as keys
-from experiments.errors import ConfigError
-from sparsifiers.base import SelectionScope, Sparsifier
-from sparsifiers.exchange_kinds import ExchangeKind
-from sparsifiers.layout import Layout
-from sparsifiers.threshold_control import ThresholdScan, check_comparison, initial_threshold
+from experiments.runformat import metric_keys as keys
+from experiments.runformat.errors import ConfigError
+from sparsifiers.common.base import SelectionScope, Sparsifier
+from sparsifiers.common.exchange_kinds import ExchangeKind
+from sparsifiers.common.layout import Layout
+from sparsifiers.common.threshold_control import ThresholdScan, check_comparison, initial_threshold
 
 SAMPLE_STREAM = 0x5A6E  # separates SAGE's sampling stream from every other seeded stream
 

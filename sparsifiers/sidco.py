@@ -41,14 +41,14 @@ from typing import Any
 
 import torch
 
-from experiments import metric_keys as keys
-from experiments.errors import ConfigError
-from sparsifiers.base import SelectionScope, Sparsifier
-from sparsifiers.exchange_kinds import ExchangeKind, Feedback
-from sparsifiers.kernels import AtLeastSelector
-from sparsifiers.layout import Layout
-from sparsifiers.threshold_control import strict_cut
-from sparsifiers.workspace import scratch
+from experiments.runformat import metric_keys as keys
+from experiments.runformat.errors import ConfigError
+from sparsifiers.common.base import SelectionScope, Sparsifier
+from sparsifiers.common.exchange_kinds import ExchangeKind, Feedback
+from sparsifiers.common.kernels import AtLeastSelector
+from sparsifiers.common.layout import Layout
+from sparsifiers.common.threshold_control import strict_cut
+from sparsifiers.common.workspace import scratch
 
 DISTRIBUTIONS = ("exp", "gpareto", "gamma")
 # The released defaults (settings.py and the trainer's arguments).

@@ -14,12 +14,12 @@ from typing import Any
 
 import torch
 
-from experiments import metric_keys as keys
-from experiments.errors import ConfigError
-from sparsifiers.base import SelectionScope, Sparsifier
-from sparsifiers.exchange_kinds import ExchangeKind
-from sparsifiers.layout import Layout
-from sparsifiers.threshold_control import ThresholdScan, check_comparison, initial_threshold
+from experiments.runformat import metric_keys as keys
+from experiments.runformat.errors import ConfigError
+from sparsifiers.common.base import SelectionScope, Sparsifier
+from sparsifiers.common.exchange_kinds import ExchangeKind
+from sparsifiers.common.layout import Layout
+from sparsifiers.common.threshold_control import ThresholdScan, check_comparison, initial_threshold
 
 
 def _positive_number(value: Any) -> bool:

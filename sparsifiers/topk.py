@@ -7,16 +7,16 @@ that growth is the gradient build-up the partition methods (DEFT, MiCRO, ExDyna)
 Every rank selects exactly k = floor(density * N) (<= N, so always k), which every rank knows:
 either exchange goes without its size header (`known_counts`).
 
-The top-k is exact, with ties at the k-th magnitude broken by lower index (sparsifiers/kernels/topk.py).
+The top-k is exact, with ties at the k-th magnitude broken by lower index (sparsifiers/common/kernels/topk.py).
 """
 from __future__ import annotations
 
 import torch
 
-from sparsifiers.base import SelectionScope, Sparsifier
-from sparsifiers.exchange_kinds import ExchangeKind
-from sparsifiers.kernels import ExactTopK
-from sparsifiers.layout import Layout
+from sparsifiers.common.base import SelectionScope, Sparsifier
+from sparsifiers.common.exchange_kinds import ExchangeKind
+from sparsifiers.common.kernels import ExactTopK
+from sparsifiers.common.layout import Layout
 
 
 class TopK(Sparsifier):

@@ -16,9 +16,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from tests.cli_fork import RunPyForks  # noqa: E402
-from tests.compose_cache import CACHE_VARIABLE as COMPOSE_CACHE  # noqa: E402
-from tests.shared_build import shared_temp  # noqa: E402
+from tests.helpers.cli_fork import RunPyForks  # noqa: E402
+from tests.helpers.compose_cache import CACHE_VARIABLE as COMPOSE_CACHE  # noqa: E402
+from tests.helpers.shared_build import shared_temp  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 # Small tasks that need no download, for runs the tests launch.
@@ -26,7 +26,7 @@ TINY_RUN = ["dataset=digits", "logger=local", "logger.log_every=1", "logger.prog
 
 
 class ListSink:
-    """The training loop's sink (experiments/rank/sinks.py) for `train()` run in a test's own
+    """The training loop's sink (experiments/engine/rank/sinks.py) for `train()` run in a test's own
     process: every logged row, with its step."""
 
     def __init__(self) -> None:
@@ -47,7 +47,7 @@ def _quiet_environment(tmp_path_factory):
     # Both safe to share between processes (written atomically), so shared by the xdist workers too:
     shared = shared_temp(tmp_path_factory) / "shared-cache"
     os.environ["SPARSEBENCH_CACHE_DIR"] = str(shared / "sparsebench")  # decoded datasets (datasets/cache.py)
-    os.environ[COMPOSE_CACHE] = str(shared / "composed")  # the test worlds' configs (tests/compose_cache.py)
+    os.environ[COMPOSE_CACHE] = str(shared / "composed")  # the test worlds' configs (tests/helpers/compose_cache.py)
     torch.set_num_threads(1)
     yield
 
@@ -64,7 +64,7 @@ def run_cli(args: list[str], env: dict[str, str] | None = None, timeout: int = 3
 @pytest.fixture(scope="session")
 def run_py_before_launch(tmp_path_factory):
     """run_cli for commands that end before run.py launches anything (a refusal, --help, --cfg):
-    each forked from a process that has imported run.py's modules (tests/cli_fork.py), 0.5 s
+    each forked from a process that has imported run.py's modules (tests/helpers/cli_fork.py), 0.5 s
     instead of 4-5 s."""
     forks = RunPyForks(tmp_path_factory.mktemp("run-py-forks"))
     yield forks.run
@@ -72,7 +72,7 @@ def run_py_before_launch(tmp_path_factory):
 
 
 def run_world(script_and_args: list[str], processes: int, timeout: int = 600, torchrun: bool = False) -> None:
-    """Runs a test script (tests/harness.py, tests/resume_harness.py) in one process, or in
+    """Runs a test script (tests/helpers/harness.py, tests/helpers/resume_harness.py) in one process, or in
     `processes` gloo processes under torchrun (also one, with `torchrun`); fails the test with
     its stderr if it fails."""
     if processes == 1 and not torchrun:

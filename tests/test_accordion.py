@@ -1,6 +1,6 @@
 """Accordion top-k (sparsifiers/accordion.py, docs/algorithms.md "Accordion"), against values
 worked out by hand on a model of three parameters (n = 10, 3, 20), driven through the production
-step by tests/stepped_ranks.py:
+step by tests/helpers/stepped_ranks.py:
 
     K_l = max(1, int(ratio * n_l)): k_low 0.1 -> 1, 1, 2; k_high 0.99 -> 9, 2, 19 (9.9, 2.97, 19.8).
 
@@ -19,15 +19,15 @@ import math
 import pytest
 import torch
 
-from experiments import metric_keys as keys
-from experiments.errors import ConfigError
-from experiments.launcher.compose import compose_job
-from experiments.rank.build import build_sparsifier
+from experiments.runformat import metric_keys as keys
+from experiments.runformat.errors import ConfigError
+from experiments.engine.launcher.compose import compose_job
+from experiments.engine.rank.build import build_sparsifier
 from sparsifiers.accordion import Accordion, decide, parameter_k
-from sparsifiers.layout import Layout
-from tests.compiled_calls import CompiledCalls
-from tests.compiled_calls import kernel_backend
-from tests.stepped_ranks import SteppedRanks, gradients
+from sparsifiers.common.layout import Layout
+from tests.helpers.compiled_calls import CompiledCalls
+from tests.helpers.compiled_calls import kernel_backend
+from tests.helpers.stepped_ranks import SteppedRanks, gradients
 
 LAYOUT = Layout.from_shapes([("a", (2, 5)), ("b", (3,)), ("c", (4, 5))])
 SIZES = [10, 3, 20]

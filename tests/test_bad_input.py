@@ -2,7 +2,7 @@
 file, no traceback, no run directory.
 
 Two tables. `CLI_CASES` go through the real command line (`python run.py ...`), one or more per
-class. `PREFLIGHT_CASES` call the same preflight run.py calls first (experiments/launcher/compose.py), in
+class. `PREFLIGHT_CASES` call the same preflight run.py calls first (experiments/engine/launcher/compose.py), in
 this interpreter: a Python and Hydra start-up per case would cost ~3 s each, and preflight is
 where every one of these fails.
 """
@@ -19,11 +19,11 @@ import pytest
 from hydra.core.utils import _save_config
 from omegaconf import open_dict, read_write
 
-from experiments.launcher.compose import compose_job, preflight
-from experiments.launcher.environment_checks import check_wandb_reachable
-from experiments.errors import ConfigError
-from experiments.run_dir import CONFIG
-from experiments.store import RunStore
+from experiments.engine.launcher.compose import compose_job, preflight
+from experiments.engine.launcher.environment_checks import check_wandb_reachable
+from experiments.runformat.errors import ConfigError
+from experiments.runformat.run_dir import CONFIG
+from experiments.runformat.store import RunStore
 from tests.conftest import run_cli
 
 BASE = ["dataset=digits", "model=mlp", "logger=local"]

@@ -1,4 +1,4 @@
-"""Every benchmark lives in experiments/benchmarks/ and runs from one entry, `make bench MODE=...`:
+"""Every benchmark lives in experiments/studies/benchmarks/ and runs from one entry, `make bench MODE=...`:
 the Makefile's dispatch (dry runs), and the load benchmark run through it for real at tiny sizes."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tests.conftest import REPO
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 
-BENCHMARKS = REPO / "experiments" / "benchmarks"
+BENCHMARKS = REPO / "experiments" / "studies" / "benchmarks"
 # MODE -> the module it runs, and the arguments the Makefile adds before ARGS.
 MODES = {"select": ("select", ""), "step": ("step", " --hosted 64"), "load": ("load", ""),
          "memory": ("hosted_memory", ""), "ddp": ("ddp_hook", ""), "startup": ("startup", ""),
@@ -44,7 +44,7 @@ def test_make_bench_runs_the_modes_module(mode):
     module, added = MODES[mode]
     result = make_bench(mode, "--repeats 1", dry_run=True)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == f"{sys.executable} -m experiments.benchmarks.{module}{added} --repeats 1"
+    assert result.stdout.strip() == f"{sys.executable} -m experiments.studies.benchmarks.{module}{added} --repeats 1"
 
 
 def test_an_unknown_mode_names_the_modes():
@@ -67,13 +67,13 @@ def test_device_goes_to_select_and_step_as_an_argument(mode, module, added):
                "DEVICE=cuda", "ARGS=--repeats 1"]
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == f"{sys.executable} -m experiments.benchmarks.{module}{added} --device cuda --repeats 1"
+    assert result.stdout.strip() == f"{sys.executable} -m experiments.studies.benchmarks.{module}{added} --device cuda --repeats 1"
 
 
 @pytest.mark.parametrize("module", ["select", "step"])
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a GPU is here: cuda is not refused")
 def test_device_cuda_without_a_gpu_is_refused_in_one_line_exit_2(module):
-    result = subprocess.run([sys.executable, "-m", f"experiments.benchmarks.{module}", "--device", "cuda"], cwd=REPO,
+    result = subprocess.run([sys.executable, "-m", f"experiments.studies.benchmarks.{module}", "--device", "cuda"], cwd=REPO,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
@@ -86,7 +86,7 @@ def test_select_writes_its_numbers_as_json(tmp_path):
     import json
 
     out = tmp_path / "select.json"
-    result = subprocess.run([sys.executable, "-m", "experiments.benchmarks.select", "--repeats", "1", "--workers", "1,4",
+    result = subprocess.run([sys.executable, "-m", "experiments.studies.benchmarks.select", "--repeats", "1", "--workers", "1,4",
                              "--methods", "micro", "--backends", "torch", "--out", str(out)], cwd=REPO,
                             capture_output=True, text=True, timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
     assert result.returncode == 0, result.stderr
@@ -98,8 +98,8 @@ def test_select_writes_its_numbers_as_json(tmp_path):
 
 
 def test_the_benchmarks_time_between_synchronizations_on_cuda_only():
-    from experiments.benchmarks.select import _synchronizer, device_problem
-    from experiments.benchmarks.step import distributed_skip
+    from experiments.studies.benchmarks.select import _synchronizer, device_problem
+    from experiments.studies.benchmarks.step import distributed_skip
 
     assert _synchronizer("cpu") is None and _synchronizer("cuda") is not None
     assert device_problem("cpu", False) is None and device_problem("cuda", True) is None
@@ -109,7 +109,7 @@ def test_the_benchmarks_time_between_synchronizations_on_cuda_only():
 
 
 def test_the_share_outside_forward_and_backward_is_the_step_less_every_ranks_compute():
-    from experiments.benchmarks.outside_share import outside_share
+    from experiments.studies.benchmarks.outside_share import outside_share
 
     rows = [{"step": s, "kind": "train", "time/step_ms": 200.0, "time/compute_ms_mean": 11.0 + (s == 0) * 5,
              "time/select_ms_mean": 0.5, "time/exchange_ms": 1.0} for s in range(6)]

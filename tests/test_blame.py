@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
-from experiments import run_dir as run_files
-from experiments.launcher.blame import explain, merge_reports
+from experiments.runformat import run_dir as run_files
+from experiments.engine.launcher.blame import explain, merge_reports
 
 RESET = "RuntimeError: [../gloo/transport/tcp/pair.cc:545] Read error [127.0.0.1]:935: Connection reset by peer."
 

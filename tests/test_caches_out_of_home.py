@@ -1,5 +1,5 @@
 """Drawing a figure from the analysis, run by hand with nothing set, writes nothing under $HOME:
-matplotlib's cache goes to outputs/.cache/ (experiments/caches.py)."""
+matplotlib's cache goes to outputs/.cache/ (experiments/runformat/caches.py)."""
 from __future__ import annotations
 
 import os
@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from experiments.caches import MATPLOTLIB_CACHE
+from experiments.runformat.caches import MATPLOTLIB_CACHE
 
 REPO = Path(__file__).resolve().parents[1]
 

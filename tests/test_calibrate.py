@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.calibrate.__main__ import main, model_of_factory, parse_bytes, sizes_up_to
-from experiments.calibrate.fit import coefficients, fit_link, median_error, model_time
-from experiments.calibrate.measure import Sample
-from experiments.core.network import NetworkModel
-from experiments.launcher.compose import compose_job
+from experiments.studies.calibrate.__main__ import main, model_of_factory, parse_bytes, sizes_up_to
+from experiments.studies.calibrate.fit import coefficients, fit_link, median_error, model_time
+from experiments.studies.calibrate.measure import Sample
+from experiments.engine.core.network import NetworkModel
+from experiments.engine.launcher.compose import compose_job
 
 CPU = model_of_factory(0, "test")
 

@@ -1,7 +1,7 @@
-"""The method protocol (issue 38): a small core every method implements (sparsifiers/base.py),
-capabilities only the methods that need them implement (sparsifiers/capabilities.py), and the
+"""The method protocol (issue 38): a small core every method implements (sparsifiers/common/base.py),
+capabilities only the methods that need them implement (sparsifiers/common/capabilities.py), and the
 exchange as a registry of kinds, one module per family, without an import cycle
-(experiments/core/exchange/)."""
+(experiments/engine/core/exchange/)."""
 from __future__ import annotations
 
 import ast
@@ -10,23 +10,24 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments.core.collectives import RankCollectives
-from experiments.core.exchange import EXCHANGES, ExchangeRequest, exchange
-from experiments.launcher.compose import compose_job
-from experiments.rank.build import build_sparsifier
-from sparsifiers import capabilities, registry
-from sparsifiers.base import Sparsifier
-from sparsifiers.capabilities import (
+from experiments.engine.core.collectives import RankCollectives
+from experiments.engine.core.exchange import EXCHANGES, ExchangeRequest, exchange
+from experiments.engine.launcher.compose import compose_job
+from experiments.engine.rank.build import build_sparsifier
+from sparsifiers import registry
+from sparsifiers.common import capabilities
+from sparsifiers.common.base import Sparsifier
+from sparsifiers.common.capabilities import (
     CAPABILITIES, AveragedInputs, LeaderPlan, LowRank, RegionOwner, SharedIndices, capable, implements, leader_of,
     members, shared_of,
 )
 from sparsifiers.deft import DEFT
-from sparsifiers.exchange_kinds import ExchangeKind
-from sparsifiers.layout import Layout
+from sparsifiers.common.exchange_kinds import ExchangeKind
+from sparsifiers.common.layout import Layout
 from sparsifiers.topk import TopK
 
 ROOT = Path(__file__).resolve().parents[1]
-EXCHANGE_PACKAGE = ROOT / "experiments" / "core" / "exchange"
+EXCHANGE_PACKAGE = ROOT / "experiments" / "engine" / "core" / "exchange"
 
 # Who needs what, by hand: each capability implemented exactly by the methods that need it.
 EXPECTED = {
@@ -45,8 +46,8 @@ EXPECTED = {
 
 
 def test_the_core_is_small():
-    lines = len((ROOT / "sparsifiers" / "base.py").read_text().splitlines())
-    assert lines <= 150, f"sparsifiers/base.py has {lines} lines: what not every method needs is a capability"
+    lines = len((ROOT / "sparsifiers" / "common" / "base.py").read_text().splitlines())
+    assert lines <= 150, f"sparsifiers/common/base.py has {lines} lines: what not every method needs is a capability"
 
 
 def test_the_core_has_no_capability_stubs():
@@ -54,7 +55,7 @@ def test_the_core_has_no_capability_stubs():
     for protocol in CAPABILITIES:
         for name in members(protocol):
             assert not hasattr(Sparsifier, name), f"Sparsifier.{name} belongs to {protocol.__name__}"
-    assert "NotImplementedError" not in (ROOT / "sparsifiers" / "base.py").read_text()
+    assert "NotImplementedError" not in (ROOT / "sparsifiers" / "common" / "base.py").read_text()
 
 
 def test_each_capability_is_implemented_exactly_by_the_methods_that_need_it():
@@ -140,8 +141,8 @@ def test_the_exchange_package_has_no_import_cycle():
     for module in modules:
         top, nested = _imports(EXCHANGE_PACKAGE / f"{module}.py")
         assert nested == [], f"exchange/{module}.py imports inside a function: {nested}"
-        assert "experiments.core.exchange" not in top, f"exchange/{module}.py imports the package's __init__"
-        edges[module] = {name.rsplit(".", 1)[1] for name in top if name.startswith("experiments.core.exchange.")}
+        assert "experiments.engine.core.exchange" not in top, f"exchange/{module}.py imports the package's __init__"
+        edges[module] = {name.rsplit(".", 1)[1] for name in top if name.startswith("experiments.engine.core.exchange.")}
     done: set[str] = set()
 
     def visit(module: str, path: tuple[str, ...]) -> None:
@@ -154,8 +155,8 @@ def test_the_exchange_package_has_no_import_cycle():
     for module in modules:
         visit(module, ())
     assert _imports(EXCHANGE_PACKAGE / "__init__.py")[1] == []
-    assert not (ROOT / "experiments" / "core" / "exchange.py").exists()
-    assert not (ROOT / "experiments" / "core" / "region_exchange.py").exists()
+    assert not (ROOT / "experiments" / "engine" / "core" / "exchange.py").exists()
+    assert not (ROOT / "experiments" / "engine" / "core" / "region_exchange.py").exists()
 
 
 def test_the_capability_check_is_a_cached_class_lookup():

@@ -8,13 +8,13 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from experiments.rank.build import build_sparsifier
-from experiments.launcher.compose import compose_job
-from experiments.errors import ConfigError
-from experiments.core.metrics import MetricContext, exchange_metrics
+from experiments.engine.rank.build import build_sparsifier
+from experiments.engine.launcher.compose import compose_job
+from experiments.runformat.errors import ConfigError
+from experiments.engine.core.metrics import MetricContext, exchange_metrics
 from sparsifiers.cltk import CLTK
-from sparsifiers.layout import Layout
-from tests.stepped_ranks import SteppedRanks, gradients
+from sparsifiers.common.layout import Layout
+from tests.helpers.stepped_ranks import SteppedRanks, gradients
 
 SIZES = [400, 20, 1, 90, 300]
 
@@ -135,9 +135,9 @@ def test_bad_knobs_name_the_key(override: str, key: str) -> None:
 
 
 def test_real_step() -> None:
-    """The real training step (tests/harness.py, one process hosting 4 ranks)."""
-    from experiments.core.world import init_world
-    from tests.harness import run_method
+    """The real training step (tests/helpers/harness.py, one process hosting 4 ranks)."""
+    from experiments.engine.core.world import init_world
+    from tests.helpers.harness import run_method
 
     record = run_method("cltk", 4, 5, [], init_world(4, "cpu", "gloo", 60))
     for step, selections in enumerate(record["selections"]):

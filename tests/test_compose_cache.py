@@ -1,11 +1,11 @@
-"""The test worlds' compose cache (tests/compose_cache.py) serves exactly what Hydra composes,
+"""The test worlds' compose cache (tests/helpers/compose_cache.py) serves exactly what Hydra composes,
 and composes anew when a config file changes."""
 from __future__ import annotations
 
 from omegaconf import OmegaConf
 
-from experiments.launcher.compose import compose_job
-from tests import compose_cache
+from experiments.engine.launcher.compose import compose_job
+from tests.helpers import compose_cache
 
 OVERRIDES = ["sparsifier=deft", "workers=4", "dataset=synthetic", "model=mlp", "sparsifier.density=0.3"]
 

@@ -7,12 +7,12 @@ import os
 import pytest
 import torch
 
-from experiments.rank.build import build_dataset, build_model, build_optimizer, build_sparsifier
-from experiments.launcher.compose import CONF_DIR, compose_job, job_overrides, preflight
-from experiments.errors import ConfigError
-from experiments.core.flat_grad import bind_flat_grad
-from experiments.launcher.validate import validate
-from sparsifiers.base import Sparsifier
+from experiments.engine.rank.build import build_dataset, build_model, build_optimizer, build_sparsifier
+from experiments.engine.launcher.compose import CONF_DIR, compose_job, job_overrides, preflight
+from experiments.runformat.errors import ConfigError
+from experiments.engine.core.flat_grad import bind_flat_grad
+from experiments.engine.launcher.validate import validate
+from sparsifiers.common.base import Sparsifier
 from tests.conftest import REPO
 
 SMALL = ["dataset=synthetic", "dataset.num_train=64", "dataset.num_test=16", "model=mlp", "model.hidden=16", "batch_size=8"]
@@ -156,8 +156,8 @@ def test_cfg_job_prints_the_composed_config(run_py_before_launch):
 
 def test_slurm_and_multi_node_settings_compose():
     """Slurm through Hydra's submitit launcher; several nodes through torchrun's rendezvous."""
-    from experiments.launcher.launch import rank_command
-    from experiments.runtime import resolve
+    from experiments.engine.launcher.launch import rank_command
+    from experiments.runformat.runtime import resolve
 
     cfg = compose_job(["hydra/launcher=submitit_slurm", "hydra.launcher.partition=gpu", *SMALL])
     assert cfg.hydra.launcher._target_.endswith("SlurmLauncher") and cfg.hydra.launcher.partition == "gpu"
@@ -179,9 +179,9 @@ def test_slurm_across_several_nodes_composes_one_agent_per_node(monkeypatch):
     same endpoint and the same rendezvous id."""
     from pathlib import Path
 
-    from experiments.launcher.launch import rank_command
-    from experiments.rank.nodes import rendezvous_id
-    from experiments.runtime import resolve
+    from experiments.engine.launcher.launch import rank_command
+    from experiments.engine.rank.nodes import rendezvous_id
+    from experiments.runformat.runtime import resolve
 
     recipe = ["hydra/launcher=submitit_slurm", "hydra.launcher.nodes=2", "hydra.launcher.tasks_per_node=1",
               "hydra.launcher.gpus_per_node=4", "workers=8", "launcher.nnodes=2",
@@ -196,7 +196,7 @@ def test_slurm_across_several_nodes_composes_one_agent_per_node(monkeypatch):
         cfg = compose_job(recipe)
         command = rank_command(cfg, resolve(cfg), Path(f"/scratch/{node}/run"))
         assert "--rdzv-endpoint=10.0.0.7:29400" in command and "--nnodes=2" in command
-        assert "--nproc-per-node=4" in command and command[1:3] == ["-m", "experiments.launcher.agent"]
+        assert "--nproc-per-node=4" in command and command[1:3] == ["-m", "experiments.engine.launcher.agent"]
         ids.add(rendezvous_id(cfg))
     assert len(ids) == 1
 
@@ -217,14 +217,14 @@ def test_preflight_leaves_the_ranks_heavy_imports_to_the_ranks():
     torch's SGD refuses still refused) without importing scikit-learn or torch._dynamo: 1.4 s each, which every run
     paid before its ranks paid them again. In the same interpreter, what a rank then does with its
     optimizer (worker.py: the stand-in first; build, step, zero, save and load, every method torch
-    wraps for the compiler) leaves dynamo unloaded too (experiments/core/eager.py)."""
+    wraps for the compiler) leaves dynamo unloaded too (experiments/engine/core/eager.py)."""
     import subprocess
     import sys
 
     probe = (
         "import sys\n"
-        "from experiments.launcher.compose import preflight\n"
-        "from experiments.errors import ConfigError\n"
+        "from experiments.engine.launcher.compose import preflight\n"
+        "from experiments.runformat.errors import ConfigError\n"
         "assert preflight(['dataset=digits', 'logger=local']) == 1\n"
         "try:\n"
         "    preflight(['dataset=digits', 'logger=local', '+optimizer.nesterov=true', 'optimizer.momentum=0'])\n"
@@ -232,8 +232,8 @@ def test_preflight_leaves_the_ranks_heavy_imports_to_the_ranks():
         "    print('refused:', error)\n"
         "print('loaded:', sorted(m for m in ('sklearn', 'torch._dynamo') if m in sys.modules))\n"
         "import torch\n"
-        "from experiments.core.eager import stand_in_for_dynamo_twins\n"
-        "from experiments.rank.optimizers import SGD, ReleasedSGD\n"
+        "from experiments.engine.core.eager import stand_in_for_dynamo_twins\n"
+        "from experiments.engine.rank.optimizers import SGD, ReleasedSGD\n"
         "stand_in_for_dynamo_twins(torch.optim.Optimizer)\n"
         "for kind in (SGD, ReleasedSGD):\n"
         "    weight = torch.nn.Parameter(torch.ones(3))\n"

@@ -18,7 +18,7 @@ import torch
 
 from datasets import cifar, files, movielens, wikitext2
 from datasets.base import DatasetCorrupt, DatasetNotFound
-from experiments.errors import ConfigError
+from experiments.runformat.errors import ConfigError
 
 # ----------------------------------------------------------------------------------- helpers
 
@@ -443,8 +443,8 @@ CONFIGS = {"cifar10": cifar, "cifar100": cifar, "wikitext2": wikitext2, "moviele
 
 @pytest.mark.parametrize("option", CONFIGS)
 def test_each_config_composes_and_its_knobs_are_the_loaders_and_the_checks(tmp_path, option):
-    from experiments.rank.build import knobs
-    from experiments.launcher.compose import compose_job
+    from experiments.engine.rank.build import knobs
+    from experiments.engine.launcher.compose import compose_job
 
     module = CONFIGS[option]
     assert inspect.signature(module.load).parameters.keys() == inspect.signature(module.check_available).parameters.keys()

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments import metric_keys as keys
+from experiments.runformat import metric_keys as keys
 from tests.conftest import REPO, run_world
-from tests.wandb_records import records
+from tests.helpers.wandb_records import records
 
 pytestmark = pytest.mark.slow  # four torchrun jobs: about 32 s on 2 cores
 

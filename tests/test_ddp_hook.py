@@ -1,8 +1,8 @@
-"""The DDP communication hook (experiments/ddp) against sparsebench's own step.
+"""The DDP communication hook (experiments/engine/ddp) against sparsebench's own step.
 
-Real DDP on 2 and 4 gloo processes under torchrun (tests/ddp_hook_harness.py) trains a small
+Real DDP on 2 and 4 gloo processes under torchrun (tests/helpers/ddp_hook_harness.py) trains a small
 model with every sparsifier; this process then replays every rank's local gradient, step by
-step, through the production step in a hosted world (tests/stepped_ranks.py) and requires the
+step, through the production step in a hosted world (tests/helpers/stepped_ranks.py) and requires the
 same selections, residuals and aggregates, bit for bit, and the same traffic and counts
 metrics. The 2-process worlds use the default ring reduction (a sum of two is exact in any
 order); the 4-process world uses `reduction=rank_order`, the runner's deterministic mode, as
@@ -20,21 +20,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments import metric_keys as keys
-from experiments.core.metrics import MetricContext, exchange_metrics
-from experiments.core.traffic import dense_allreduce_bytes
-from experiments.ddp import register_sparsifier, sparsifier_names, sparsifier_node
-from experiments.ddp.config_node import build_sparsifier
-from experiments.errors import ConfigError
-from sparsifiers.layout import Layout
+from experiments.runformat import metric_keys as keys
+from experiments.engine.core.metrics import MetricContext, exchange_metrics
+from experiments.engine.core.traffic import dense_allreduce_bytes
+from experiments.engine.ddp import register_sparsifier, sparsifier_names, sparsifier_node
+from experiments.engine.ddp.config_node import build_sparsifier
+from experiments.runformat.errors import ConfigError
+from sparsifiers.common.layout import Layout
 from tests.conftest import REPO, run_world
-from tests.specs import short_schedules
-from tests.stepped_ranks import SteppedRanks
+from tests.helpers.specs import short_schedules
+from tests.helpers.stepped_ranks import SteppedRanks
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "helpers"))
 import ddp_hook_harness as harness  # noqa: E402
 
-HARNESS = str(Path(__file__).resolve().parent / "ddp_hook_harness.py")
+HARNESS = str(Path(__file__).resolve().parent / "helpers" / "ddp_hook_harness.py")
 # Every option of conf/sparsifier/, and the variants that exercise other exchanges and plans.
 SPECS = short_schedules(sparsifier_names()) + ["topk:exchange=sparse_allgather", "deft:norms=global", "deft:common_units=leader"]
 VARIANT_METHODS = ["deft", "micro", "exdyna", "topk"]  # the model-wide methods the bucket assembly is for

@@ -18,10 +18,10 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from experiments import metric_keys as keys
-from experiments.core.finite import NonFiniteValue
-from experiments.ddp import SparsifierState, register_sparsifier, sparsifier_hook
-from experiments.errors import ConfigError
+from experiments.runformat import metric_keys as keys
+from experiments.engine.core.finite import NonFiniteValue
+from experiments.engine.ddp import SparsifierState, register_sparsifier, sparsifier_hook
+from experiments.runformat.errors import ConfigError
 
 
 @pytest.fixture(scope="module", autouse=True)

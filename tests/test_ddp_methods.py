@@ -1,4 +1,4 @@
-"""The hook's methods without conf/ (experiments/ddp/methods.py) against conf/sparsifier/.
+"""The hook's methods without conf/ (experiments/engine/ddp/methods.py) against conf/sparsifier/.
 
 A method name must resolve to the class and every knob its conf/sparsifier/ file gives, value
 and type, so that the hook from an installed wheel runs what `run.py sparsifier=<name>` runs and
@@ -14,9 +14,9 @@ import sys
 import pytest
 import yaml
 
-from experiments.ddp.methods import method_names, resolve
-from experiments.errors import ConfigError
-from sparsifiers.layout import Layout
+from experiments.engine.ddp.methods import method_names, resolve
+from experiments.runformat.errors import ConfigError
+from sparsifiers.common.layout import Layout
 from sparsifiers.topk import TopK
 from tests.conftest import REPO
 
@@ -84,9 +84,9 @@ def test_a_users_own_sparsifier_class_takes_its_knobs_and_its_bases():
 
 def test_importing_the_hook_needs_no_clone_machinery():
     """What an installed wheel imports to use the hook: no Hydra, no launcher, no rank process."""
-    code = ("import sys; import experiments.ddp; "
-            "print(sorted(m for m in sys.modules if m.startswith(('hydra', 'experiments.launcher', 'experiments.rank', "
-            "'experiments.ddp.config_node'))))")
+    code = ("import sys; import experiments.engine.ddp; "
+            "print(sorted(m for m in sys.modules if m.startswith(('hydra', 'experiments.engine.launcher', 'experiments.engine.rank', "
+            "'experiments.engine.ddp.config_node'))))")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]

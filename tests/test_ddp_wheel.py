@@ -1,7 +1,7 @@
 """The DDP hook from an installed wheel, outside the clone (docs/ddp_hook.md): no conf/, no Hydra.
 
 The test builds a wheel of sparsebench, installs it into a fresh virtual environment in a
-temporary folder, and runs a user's small DDP script there (tests/ddp_wheel_script.py: 2 gloo
+temporary folder, and runs a user's small DDP script there (tests/helpers/ddp_wheel_script.py: 2 gloo
 processes, a state object and a hook function registered as torch's hooks are, 2 optimizer
 steps), from a temporary working directory. Then the same script runs against the clone; both
 must train bit for bit the same parameters.
@@ -29,7 +29,7 @@ from tests.conftest import REPO
 
 pytestmark = pytest.mark.slow  # a wheel build, a pip install and two 2-process runs: about 25 s on 2 cores
 
-SCRIPT = Path(__file__).resolve().parent / "ddp_wheel_script.py"
+SCRIPT = Path(__file__).resolve().parent / "helpers" / "ddp_wheel_script.py"
 WORLD_SIZE = 2
 TIMEOUT = 180
 

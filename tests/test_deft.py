@@ -10,14 +10,14 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from experiments.rank.build import build_sparsifier
-from experiments.launcher.compose import compose_job
-from experiments.errors import ConfigError
-from experiments.core.traffic import binomial_children
-from tests.stepped_ranks import SteppedRanks, assert_resume_is_exact, gradients
+from experiments.engine.rank.build import build_sparsifier
+from experiments.engine.launcher.compose import compose_job
+from experiments.runformat.errors import ConfigError
+from experiments.engine.core.traffic import binomial_children
+from tests.helpers.stepped_ranks import SteppedRanks, assert_resume_is_exact, gradients
 from sparsifiers.deft import DEFT
-from sparsifiers.deft_allocation import allocate, bin_loads, decode_plan
-from sparsifiers.layout import Layout
+from sparsifiers.common.deft_allocation import allocate, bin_loads, decode_plan
+from sparsifiers.common.layout import Layout
 
 # A big tensor (cut into W units), small ones, and a one-element tensor (always common: k_l = 1).
 SIZES = [2048, 32, 1, 128, 8, 300]
@@ -305,8 +305,8 @@ def test_common_units_released_and_sent_by_the_leader(world_size: int, norms: st
     mean of the ranks' values) and zeroes it, and nobody sends its indices. leader: the leader's
     selection holds it. Aggregates and residuals are the same either way; the traffic is not.
     norms=global: every rank knows every count (the leader's with the common unit): no header."""
-    from experiments.core.metrics import MetricContext, exchange_metrics
-    from sparsifiers.base import SelectionScope
+    from experiments.engine.core.metrics import MetricContext, exchange_metrics
+    from sparsifiers.common.base import SelectionScope
 
     density = 0.05
     released = make_world(BIAS_SIZES, world_size, density, log_units_every=1, norms=norms)  # released: the default
@@ -446,16 +446,16 @@ def test_state_round_trip(norms: str) -> None:
 @pytest.mark.parametrize("norms", ["local", "global"])
 def test_a_resumed_world_selects_the_same_indices(norms: str) -> None:
     """Not only the state's round trip: a world loaded from the saved states and residuals
-    selects, step after step, what the uninterrupted world selects (tests/stepped_ranks.py)."""
+    selects, step after step, what the uninterrupted world selects (tests/helpers/stepped_ranks.py)."""
     stream = (gradients(SIZES, 3, t) for t in itertools.count())
     assert_resume_is_exact(lambda r: make_deft(layout_of(SIZES), 3, r, 0.02, norms=norms), 3, stream,
                            warm_steps=7, later_steps=6)
 
 
 def test_real_step() -> None:
-    """The real training step (tests/harness.py, one process hosting 4 ranks)."""
-    from tests.harness import run_method
-    from experiments.core.world import init_world
+    """The real training step (tests/helpers/harness.py, one process hosting 4 ranks)."""
+    from tests.helpers.harness import run_method
+    from experiments.engine.core.world import init_world
 
     record = run_method("deft", 4, 5, [], init_world(4, "cpu", "gloo", 60))
     for step, selections in enumerate(record["selections"]):

@@ -2,20 +2,20 @@
 references written here: the bf16/fp16 all-reduce is the rounded mean of torch's compress hooks,
 metered at 2 bytes per element; PowerSGD is torch's powerSGD_hook step by step (error feedback,
 warm start, the vanilla steps before start_iter), recomputed with plain loops over the matrices
-in float64, on 2 and 4 hosted ranks through the production step (tests/stepped_ranks.py)."""
+in float64, on 2 and 4 hosted ranks through the production step (tests/helpers/stepped_ranks.py)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
 
-from experiments.core.ledger import Collective
-from experiments.errors import ConfigError
+from experiments.engine.core.ledger import Collective
+from experiments.runformat.errors import ConfigError
 from sparsifiers.dense import Dense
-from sparsifiers.layout import Layout
+from sparsifiers.common.layout import Layout
 from sparsifiers.powersgd import PowerSGD
 from tests.conftest import REPO, run_world
-from tests.stepped_ranks import SteppedRanks, noise
+from tests.helpers.stepped_ranks import SteppedRanks, noise
 
 # A conv weight (8 x 27 as a matrix), a bias, a linear weight of the same matrix shape (grouped
 # with the conv, as torch groups by shape), a small one that is not worth compressing, a scalar.
@@ -224,12 +224,12 @@ def test_powersgd_refuses_bad_knobs(knobs, message):
 
 @pytest.mark.parametrize("rank", [1, 2])
 def test_powersgd_is_torchs_own_hook_in_two_gloo_processes(tmp_path, rank):
-    """Torch's powerSGD_hook under DDP in 2 gloo processes (tests/powersgd_torch_harness.py) and
+    """Torch's powerSGD_hook under DDP in 2 gloo processes (tests/helpers/powersgd_torch_harness.py) and
     this project's PowerSGD on 2 hosted ranks, fed the same local gradients: the same aggregate
     at every step, vanilla and compressed, with error feedback and warm start."""
     out = tmp_path / "torch.pt"
     steps, start_iter = 6, 2
-    run_world([str(REPO / "tests" / "powersgd_torch_harness.py"), str(out), str(steps), str(start_iter), str(rank)], 2,
+    run_world([str(REPO / "tests" / "helpers" / "powersgd_torch_harness.py"), str(out), str(steps), str(start_iter), str(rank)], 2,
               timeout=180)
     recorded = torch.load(out)
     layout = Layout.from_shapes(recorded["shapes"])

@@ -1,11 +1,11 @@
-"""reduction=rank_order (experiments/core/collectives.py): hosted and distributed runs of every
+"""reduction=rank_order (experiments/engine/core/collectives.py): hosted and distributed runs of every
 sparsifier are bitwise equal over a full epoch of the quickstart's shapes, and ring (the default)
 is not, so the comparison can fail.
 
 The quickstart (conf/experiment/quickstart.yaml) is the CNN on 28x28 grey images, W=4, batch
 32, every sparsifier at its default density 0.01, one epoch (468 steps of Fashion-MNIST). Here
 the same model, shapes, workers, batch and densities train on 1,024 synthetic images: a full
-epoch is 8 steps. Through the real set-up and step (tests/harness.py), every sparsifier runs
+epoch is 8 steps. Through the real set-up and step (tests/helpers/harness.py), every sparsifier runs
 hosted (4 ranks in 1 process) and distributed (one per process in 4), one of each exchange kind
 also 2 per process in 2, and everything recorded is compared bit for bit: every rank's
 selection and loss at every step, the counts, |U|, the traffic and density metrics, rank 0's
@@ -24,13 +24,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments import run_dir as run_files
-from experiments.launcher.compose import CONF_DIR
+from experiments.runformat import run_dir as run_files
+from experiments.engine.launcher.compose import CONF_DIR
 from datasets.fashion_mnist import DEBIAN_DIR
 from tests.conftest import REPO, run_cli, run_world
-from tests.layouts import COMPARED_LAYOUTS, ONE_DEVICE
-from tests.harness import result_name
-from tests.specs import OKTOPK_PAPER, short_schedules
+from tests.helpers.layouts import COMPARED_LAYOUTS, ONE_DEVICE
+from tests.helpers.harness import result_name
+from tests.helpers.specs import OKTOPK_PAPER, short_schedules
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +53,7 @@ QUICKSTART_SHAPED = [
 
 
 def run_harness(out: Path, processes: int, reduction: str, methods: list[str]) -> None:
-    run_world([str(REPO / "tests" / "harness.py"), str(out), "--workers", str(WORKERS), "--methods", ",".join(methods),
+    run_world([str(REPO / "tests" / "helpers" / "harness.py"), str(out), "--workers", str(WORKERS), "--methods", ",".join(methods),
                "--steps", str(EPOCH_STEPS), "--reduction", reduction, *QUICKSTART_SHAPED], processes)
 
 

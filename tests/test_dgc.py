@@ -11,15 +11,15 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from experiments import metric_keys as keys
-from experiments.core.metrics import MetricContext, exchange_metrics
-from experiments.core.traffic import dense_allreduce_bytes
-from experiments.rank.build import build_optimizer, build_sparsifier
-from experiments.launcher.compose import compose_job
-from experiments.errors import ConfigError
+from experiments.runformat import metric_keys as keys
+from experiments.engine.core.metrics import MetricContext, exchange_metrics
+from experiments.engine.core.traffic import dense_allreduce_bytes
+from experiments.engine.rank.build import build_optimizer, build_sparsifier
+from experiments.engine.launcher.compose import compose_job
+from experiments.runformat.errors import ConfigError
 from sparsifiers.dgc import DGC
-from sparsifiers.layout import Layout
-from tests.stepped_ranks import SteppedRanks, gradients
+from sparsifiers.common.layout import Layout
+from tests.helpers.stepped_ranks import SteppedRanks, gradients
 
 SIZES = [1500, 40, 1, 300, 10, 600]
 WARMUP = [0.25, 0.0625, 0.015625, 0.004]
@@ -197,10 +197,10 @@ def test_a_warmup_stage_below_the_target_runs_at_the_target(stages, densities, k
 def test_warmup_in_the_real_step() -> None:
     """Four epochs of two real steps each (one process hosting 2 ranks): the selection sizes
     follow the schedule, and the optimizer runs without momentum."""
-    from experiments.core.step import train_step
-    from experiments.rank.train import build_session
-    from experiments.core.world import init_world
-    from tests.harness import TINY
+    from experiments.engine.core.step import train_step
+    from experiments.engine.rank.train import build_session
+    from experiments.engine.core.world import init_world
+    from tests.helpers.harness import TINY
 
     world = init_world(2, "cpu", "gloo", 60)
     cfg = compose_job(["sparsifier=dgc", "sparsifier.density=0.002", "workers=2", *TINY])

@@ -12,13 +12,13 @@ import torch
 from hydra.utils import get_object
 from omegaconf import OmegaConf
 
-from experiments.launcher.compose import CONF_DIR, compose_job
-from sparsifiers.base import SelectionScope
+from experiments.engine.launcher.compose import CONF_DIR, compose_job
+from sparsifiers.common.base import SelectionScope
 from tests.conftest import REPO, run_world
-from tests.exchange_reference import exchange_of
-from tests.harness import result_name, spec_overrides
-from tests.specs import EVERY_METHOD
-from tests.step_recorder import merge_processes
+from tests.helpers.exchange_reference import exchange_of
+from tests.helpers.harness import result_name, spec_overrides
+from tests.helpers.specs import EVERY_METHOD
+from tests.helpers.step_recorder import merge_processes
 from tests.test_full_step import check_semantics, check_traffic
 
 pytestmark = pytest.mark.slow
@@ -28,7 +28,7 @@ METHODS = EVERY_METHOD
 
 
 def run_harness(out, workers: int, processes: int) -> None:
-    run_world([str(REPO / "tests" / "harness.py"), str(out), "--workers", str(workers),
+    run_world([str(REPO / "tests" / "helpers" / "harness.py"), str(out), "--workers", str(workers),
                "--methods", ",".join(METHODS), "--steps", str(STEPS), "--record-steps"], processes)
 
 
@@ -36,7 +36,7 @@ def run_harness(out, workers: int, processes: int) -> None:
 def worlds(tmp_path_factory):
     """(workers, processes) -> out dir; each world runs every method once. The one-process world
     of each W goes first: it composes every method's config once into the session's cache
-    (tests/compose_cache.py), which the worlds of several processes then read."""
+    (tests/helpers/compose_cache.py), which the worlds of several processes then read."""
     layouts = {(2, 1): None, (2, 2): None, (4, 1): None, (4, 4): None, (4, 2): None}
     for workers, processes in layouts:
         out = tmp_path_factory.mktemp(f"w{workers}p{processes}")
@@ -46,7 +46,7 @@ def worlds(tmp_path_factory):
 
 
 def records(out, spec: str, processes: int) -> list[dict]:
-    # weights_only=False: the step records are the harness's own dataclasses (tests/step_recorder.py).
+    # weights_only=False: the step records are the harness's own dataclasses (tests/helpers/step_recorder.py).
     return [torch.load(out / f"{result_name(spec)}.process{p}.pt", weights_only=False) for p in range(processes)]
 
 
@@ -180,7 +180,7 @@ def test_hosted_ranks_meter_the_traffic_real_processes_meter(worlds, spec, worke
 
 def test_the_parameter_checksum_fails_loudly_when_replicas_diverge_and_names_non_finite_ones(tmp_path):
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--max-restarts=0",
-               "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:0", str(REPO / "tests" / "divergence_check.py"), str(tmp_path)]
+               "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:0", str(REPO / "tests" / "helpers" / "divergence_check.py"), str(tmp_path)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]

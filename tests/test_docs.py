@@ -21,11 +21,11 @@ import yaml
 from hydra.utils import get_object
 from omegaconf import OmegaConf
 
-from experiments.core.metrics import RANK_STATS, MetricContext, exchange_metrics, rank_metrics
-from experiments.core.traffic import dense_allreduce_bytes
-from sparsifiers.layout import Layout
+from experiments.engine.core.metrics import RANK_STATS, MetricContext, exchange_metrics, rank_metrics
+from experiments.engine.core.traffic import dense_allreduce_bytes
+from sparsifiers.common.layout import Layout
 from tests.conftest import REPO
-from tests.stepped_ranks import SteppedRanks, noise
+from tests.helpers.stepped_ranks import SteppedRanks, noise
 
 DOCS = sorted([REPO / "README.md", REPO / "CONTRIBUTING.md", *(REPO / "docs").rglob("*.md")])
 SPARSIFIER_CONF = REPO / "conf" / "sparsifier"
@@ -178,7 +178,7 @@ def test_every_sparsifier_has_a_section_in_the_algorithms_doc():
 
 
 def build(option: str, layout: Layout, world_size: int, rank: int):
-    """One sparsifier from its config file, as experiments/rank/build.py builds it."""
+    """One sparsifier from its config file, as experiments/engine/rank/build.py builds it."""
     node = OmegaConf.to_container(OmegaConf.load(SPARSIFIER_CONF / f"{option}.yaml"))
     knobs = {key: value for key, value in node.items() if not key.startswith("_") and key != "name"}
     return get_object(node["_target_"])(layout=layout, world_size=world_size, rank=rank, seed=0, **knobs)

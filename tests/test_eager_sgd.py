@@ -1,4 +1,4 @@
-"""optimizer=sgd is torch's SGD stepped without its compile-only wrapper (experiments/rank/optimizers.py):
+"""optimizer=sgd is torch's SGD stepped without its compile-only wrapper (experiments/engine/rank/optimizers.py):
 the same update as torch.optim.SGD, bit for bit, in every form torch offers on CPU. That a rank's
 optimizer never loads torch._dynamo is checked in a fresh interpreter by test_config.py (its
 "heavy imports" test, which starts one anyway)."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from experiments.rank.optimizers import SGD
+from experiments.engine.rank.optimizers import SGD
 
 FORMS = [
     {"lr": 0.05},

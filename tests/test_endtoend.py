@@ -10,19 +10,19 @@ import sys
 
 import pytest
 
-from experiments.core.ledger import decode, encode
-from experiments.core.network import NetworkModel
-from experiments.core.ledger import Collective
-from experiments.endtoend import check, report
-from experiments.endtoend.assemble import methods_of
-from experiments.endtoend.compute import ComputeProfile, StepWork, ddp_buckets, exposed_exchange_s
-from experiments.endtoend.extrapolate import LogFit, SelectionFit, fit_statistics
-from experiments.endtoend.ledger import at_workers, sent_bytes_max
-from experiments.endtoend.model import Point, best, runs_on
-from experiments.endtoend.runs import steps_to_target
-from experiments.endtoend.studies import QUICKSTART
-from experiments.endtoend.uncertainty import TIE
-from experiments.errors import ConfigError
+from experiments.engine.core.ledger import decode, encode
+from experiments.engine.core.network import NetworkModel
+from experiments.engine.core.ledger import Collective
+from experiments.studies.endtoend import check, report
+from experiments.studies.endtoend.assemble import methods_of
+from experiments.studies.endtoend.compute import ComputeProfile, StepWork, ddp_buckets, exposed_exchange_s
+from experiments.studies.endtoend.extrapolate import LogFit, SelectionFit, fit_statistics
+from experiments.studies.endtoend.ledger import at_workers, sent_bytes_max
+from experiments.studies.endtoend.model import Point, best, runs_on
+from experiments.studies.endtoend.runs import steps_to_target
+from experiments.studies.endtoend.studies import QUICKSTART
+from experiments.studies.endtoend.uncertainty import TIE
+from experiments.runformat.errors import ConfigError
 from tests.conftest import REPO
 
 UNION_LEDGER = (Collective("all_gather", 1, 4), Collective("all_gather", 718, 4), Collective("all_reduce", 2301, 4))
@@ -251,7 +251,7 @@ def test_quick_endtoend_writes_the_tables_the_figure_and_every_point(tmp_path):
     """The quickstart study on the bundled digits (a few runs), modelled on the three networks at
     W = 4 to 1,024: the tables, the figure and a JSON point for every method, network and W."""
     out = tmp_path / "endtoend"
-    result = subprocess.run([sys.executable, "-m", "experiments.endtoend", "--quick", "--studies", "quickstart",
+    result = subprocess.run([sys.executable, "-m", "experiments.studies.endtoend", "--quick", "--studies", "quickstart",
                              "--out", str(out), "--target", "quickstart=0.5"], cwd=REPO, capture_output=True,
                             text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -320,7 +320,7 @@ def test_quick_endtoend_writes_the_tables_the_figure_and_every_point(tmp_path):
 def test_every_sweep_writes_its_own_folder_and_the_accuracy_runs_stop_at_the_target():
     """make endtoend runs two sweeps at a time: no two share a folder (run.log, Hydra's
     multirun.yaml, the report); the accuracy sweeps carry the target they stop at."""
-    from experiments.endtoend.studies import STUDIES
+    from experiments.studies.endtoend.studies import STUDIES
 
     sweeps = [sweep for study in STUDIES.values() for quick in (False, True) for sweep in study.sweeps(quick)]
     for quick in (False, True):
@@ -337,8 +337,8 @@ def test_sweeps_run_two_at_a_time_and_the_first_failure_stops_the_others(monkeyp
     import threading
     import time
 
-    from experiments.endtoend import __main__ as driver
-    from experiments.reproduce.studies import Sweep
+    from experiments.studies.endtoend import __main__ as driver
+    from experiments.studies.reproduce.studies import Sweep
 
     started, stopped, lock = [], threading.Event(), threading.Lock()
 
@@ -368,8 +368,8 @@ ENDTOEND_JOBS = {"quickstart/accuracy": 24, "quickstart/statistics": 24, "quicks
 def test_every_sweep_of_make_endtoend_composes_and_validates(folder, tmp_path):
     """Each command line passes run.py's pre-flight with the jobs the study means: three seeds of
     every accuracy run, the statistics at W = 4 to 32 (the quickstart's from three seeds)."""
-    from experiments.endtoend.studies import STUDIES
-    from experiments.launcher.compose import preflight
+    from experiments.studies.endtoend.studies import STUDIES
+    from experiments.engine.launcher.compose import preflight
 
     (sweep,) = [s for study in STUDIES.values() for s in study.sweeps() if s.folder == folder]
     assert preflight(["-m", *sweep.args, f"hydra.sweep.dir={tmp_path}"]) == ENDTOEND_JOBS[folder]

@@ -10,17 +10,17 @@ import pytest
 import torch
 import yaml
 
-from experiments.core.ledger import Collective
-from experiments.endtoend import measure_compute
-from experiments.endtoend.__main__ import measure, parse_pairs
-from experiments.endtoend.compute import ComputeProfile, StepWork
-from experiments.endtoend.extrapolate import fit_statistics
-from experiments.endtoend.model import Method, Study
-from experiments.endtoend.selection import log_interpolate
-from experiments.endtoend.selection_model import SelectCost, SelectionModel, fit
-from experiments.endtoend.studies import QUICKSTART
-from experiments.endtoend.uncertainty import Steps
-from experiments.core.network import NetworkModel
+from experiments.engine.core.ledger import Collective
+from experiments.studies.endtoend import measure_compute
+from experiments.studies.endtoend.__main__ import measure, parse_pairs
+from experiments.studies.endtoend.compute import ComputeProfile, StepWork
+from experiments.studies.endtoend.extrapolate import fit_statistics
+from experiments.studies.endtoend.model import Method, Study
+from experiments.studies.endtoend.selection import log_interpolate
+from experiments.studies.endtoend.selection_model import SelectCost, SelectionModel, fit
+from experiments.studies.endtoend.studies import QUICKSTART
+from experiments.studies.endtoend.uncertainty import Steps
+from experiments.engine.core.network import NetworkModel
 
 
 def _work(batch=32, shape=(3, 32, 32), numel=11_173_962, model="resnet18") -> StepWork:
@@ -121,9 +121,9 @@ def test_the_fit_recovers_a_model_that_generated_the_measurements():
 def test_selection_is_counted_on_the_gpus_path():
     """DEFT on CPU tensors would take its per-unit loop; counted as a GPU runs it (batched), its
     operations do not grow with the units, and are the op counter's (benchmarks/op_counts.py)."""
-    from experiments.benchmarks.op_counts import count_select as bench_count
-    from experiments.endtoend.selection import at_operating_point, count_method, gradient_like
-    from sparsifiers.layout import Layout
+    from experiments.studies.benchmarks.op_counts import count_select as bench_count
+    from experiments.studies.endtoend.selection import at_operating_point, count_method, gradient_like
+    from sparsifiers.common.layout import Layout
 
     layout = Layout.from_shapes((str(i), (n,)) for i, n in enumerate([4000, 300, 2000, 50, 1000] * 4))
     overrides = ["sparsifier=deft", "dataset=synthetic", "model=mlp"]

@@ -1,4 +1,4 @@
-"""The robustness of a pick (experiments/endtoend/robustness.py): each pick modelled again with one
+"""The robustness of a pick (experiments/studies/endtoend/robustness.py): each pick modelled again with one
 input at each end of its range; a pick that a move changes names that move and the new winner."""
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import types
 
 import pytest
 
-from experiments.core.network import NetworkModel
-from experiments.core.ledger import Collective
-from experiments.endtoend.compute import ComputeProfile, StepWork
-from experiments.endtoend.extrapolate import fit_statistics
-from experiments.endtoend.model import Method, Study
-from experiments.endtoend.report import robustness_table, study_markdown
-from experiments.endtoend.robustness import PERTURBATIONS, robustness, verdict
-from experiments.endtoend.uncertainty import Steps
+from experiments.engine.core.network import NetworkModel
+from experiments.engine.core.ledger import Collective
+from experiments.studies.endtoend.compute import ComputeProfile, StepWork
+from experiments.studies.endtoend.extrapolate import fit_statistics
+from experiments.studies.endtoend.model import Method, Study
+from experiments.studies.endtoend.report import robustness_table, study_markdown
+from experiments.studies.endtoend.robustness import PERTURBATIONS, robustness, verdict
+from experiments.studies.endtoend.uncertainty import Steps
 
 NETWORK = NetworkModel("flat", latency_us=10.0, bandwidth_gbit=10.0)  # one GPU per node: alpha-beta exactly
 STEPS = 100

@@ -1,6 +1,6 @@
-"""The split methods' replay at other W (experiments/endtoend/structure.py) against the methods
+"""The split methods' replay at other W (experiments/studies/endtoend/structure.py) against the methods
 themselves: hosted worlds of real MiCRO, ExDyna and DEFT ranks run at W and at W', the replay fed
-the W world's logged histograms (experiments/core/positions.py) and compared with what the W'
+the W world's logged histograms (experiments/engine/core/positions.py) and compared with what the W'
 world's busiest rank sent. Every rank gets the same gradient, so the partitions, not the data,
 are what differs between W and W'."""
 from __future__ import annotations
@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from experiments.core import positions
-from experiments.endtoend.extrapolate import Replay, fit_statistics
-from experiments.endtoend.structure import Histograms, masses, structure_of
+from experiments.engine.core import positions
+from experiments.studies.endtoend.extrapolate import Replay, fit_statistics
+from experiments.studies.endtoend.structure import Histograms, masses, structure_of
 from sparsifiers.deft import DEFT
 from sparsifiers.exdyna import ExDyna
-from sparsifiers.layout import Layout
+from sparsifiers.common.layout import Layout
 from sparsifiers.micro import Micro
-from tests.stepped_ranks import SteppedRanks
+from tests.helpers.stepped_ranks import SteppedRanks
 
 STEPS, SETTLE = 24, 8
 # A dense region near the end (a classifier's weights) and a quiet start, as a CNN's gradient.

@@ -1,14 +1,14 @@
-"""Steps to the target over seeds (experiments/endtoend/uncertainty.py): the Student-t interval of
+"""Steps to the target over seeds (experiments/studies/endtoend/uncertainty.py): the Student-t interval of
 the mean by hand, a seed that never reached the target opening the interval above, and a pick
 named only when its interval separates from every other method's."""
 from __future__ import annotations
 
 import pytest
 
-from experiments.endtoend.model import Point, pick
-from experiments.endtoend.report import network_table, pick_cell
-from experiments.endtoend.robustness import _winner
-from experiments.endtoend.uncertainty import TIE, Steps
+from experiments.studies.endtoend.model import Point, pick
+from experiments.studies.endtoend.report import network_table, pick_cell
+from experiments.studies.endtoend.robustness import _winner
+from experiments.studies.endtoend.uncertainty import TIE, Steps
 
 T_975_2 = 4.302652729911275  # Student's t, 97.5th percentile, 2 degrees of freedom
 

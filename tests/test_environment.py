@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments.launcher.environment import _device_description, cpu_model, math_libraries
+from experiments.engine.launcher.environment import _device_description, cpu_model, math_libraries
 
 MKL_BUILD = """PyTorch built with:
   - GCC 13.3
@@ -46,7 +46,7 @@ def test_the_device_section_records_this_machines_cpu_kernels_and_libraries():
 def test_the_gpu_section_names_the_gpu_or_is_none_everywhere_without_one():
     from types import SimpleNamespace
 
-    from experiments.launcher.environment import GPU_KEYS, gpu_description
+    from experiments.engine.launcher.environment import GPU_KEYS, gpu_description
 
     assert gpu_description(cuda_available=False) == dict.fromkeys(GPU_KEYS)
     h200 = SimpleNamespace(name="NVIDIA H200", major=9, minor=0)

@@ -1,4 +1,4 @@
-"""The accumulate rule and the residual rule of the step (experiments/core/error_feedback.py), against
+"""The accumulate rule and the residual rule of the step (experiments/engine/core/error_feedback.py), against
 expectations written out by hand, alone and through the step's phases with error feedback on
 and off."""
 from __future__ import annotations
@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from experiments.core.error_feedback import accumulate, keep_residual
+from experiments.engine.core.error_feedback import accumulate, keep_residual
 from sparsifiers.dgc import DGC
-from sparsifiers.layout import Layout
+from sparsifiers.common.layout import Layout
 from sparsifiers.topk import TopK
-from tests.stepped_ranks import SteppedRanks
+from tests.helpers.stepped_ranks import SteppedRanks
 
 LAYOUT = Layout.from_shapes([("w", (6,)), ("b", (2,))])  # N = 8
 

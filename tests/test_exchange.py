@@ -5,20 +5,20 @@ from __future__ import annotations
 import pytest
 import torch
 
-from experiments.core.collectives import RankCollectives
-from experiments.launcher.compose import compose_job
-from experiments.core.exchange import ExchangeRequest, allreduce_at, exchange
-from experiments.core.metrics import MetricContext, exchange_metrics
-from experiments.core.step import train_step
-from experiments.rank.train import build_session
-from experiments.core.ledger import Collective
-from experiments.core.traffic import TrafficMeter, binomial_children
-from experiments.core.world import World
-from experiments.rank.build import build_sparsifier
-from sparsifiers.base import SelectionScope
-from sparsifiers.exchange_kinds import ExchangeKind
-from sparsifiers.layout import Layout
-from tests.stepped_ranks import SteppedRanks
+from experiments.engine.core.collectives import RankCollectives
+from experiments.engine.launcher.compose import compose_job
+from experiments.engine.core.exchange import ExchangeRequest, allreduce_at, exchange
+from experiments.engine.core.metrics import MetricContext, exchange_metrics
+from experiments.engine.core.step import train_step
+from experiments.engine.rank.train import build_session
+from experiments.engine.core.ledger import Collective
+from experiments.engine.core.traffic import TrafficMeter, binomial_children
+from experiments.engine.core.world import World
+from experiments.engine.rank.build import build_sparsifier
+from sparsifiers.common.base import SelectionScope
+from sparsifiers.common.exchange_kinds import ExchangeKind
+from sparsifiers.common.layout import Layout
+from tests.helpers.stepped_ranks import SteppedRanks
 
 W, N = 4, 40
 

@@ -1,6 +1,6 @@
 """The hosted step is light on a GPU (issue 36 item 4): no loop over the W ranks of small kernels
 or host syncs in the exchanges, so what a step does besides the ranks' own work does not grow
-with W. Counted on the CPU by construction (experiments/core/sync_count.py: the operations a
+with W. Counted on the CPU by construction (experiments/engine/core/sync_count.py: the operations a
 step dispatches, and among them those that make a GPU's host wait), with the kernels' torch path,
 which is the one CUDA runs. The batched accumulation of sparse_allgather adds in rank order bit
 for bit like the rank-by-rank loop it replaced, on the CPU always and on CUDA where there is one.
@@ -10,15 +10,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from experiments.core import step as step_module
-from experiments.core.collectives import RankCollectives
-from experiments.core.exchange import ExchangeRequest, add_in_order, exchange
-from experiments.core.step import sparsify_and_exchange
-from experiments.core.sync_count import SyncCounter
-from experiments.core.world import init_world
-from experiments.benchmarks.step import benchmark_layout, build_method, gaussian_gradient
-from sparsifiers.exchange_kinds import ExchangeKind
-from sparsifiers.kernels import set_backend
+from experiments.engine.core import sparsify as sparsify_module
+from experiments.engine.core.collectives import RankCollectives
+from experiments.engine.core.exchange import ExchangeRequest, add_in_order, exchange
+from experiments.engine.core.sparsify import sparsify_and_exchange
+from experiments.engine.core.sync_count import SyncCounter
+from experiments.engine.core.world import init_world
+from experiments.studies.benchmarks.step import benchmark_layout, build_method, gaussian_gradient
+from sparsifiers.common.exchange_kinds import ExchangeKind
+from sparsifiers.common.kernels import set_backend
 
 NUMEL = 20_000
 SMALL_W, LARGE_W = 4, 16
@@ -66,7 +66,7 @@ def counted_step(method: str, workers: int) -> tuple[SyncCounter, SyncCounter, S
         for step in range(3):
             sparsify_and_exchange(world, sparsifiers, accs, out, step)
         exchange, selections = SyncCounter(), SyncCounter()
-        real_exchange = step_module.exchange
+        real_exchange = sparsify_module.exchange
 
         def counted_exchange(*args, **kwargs):
             with exchange:
@@ -80,12 +80,12 @@ def counted_step(method: str, workers: int) -> tuple[SyncCounter, SyncCounter, S
                     return _select(*args, **kwargs)
 
             sparsifier.select = counted_select
-        step_module.exchange = counted_exchange
+        sparsify_module.exchange = counted_exchange
         try:
             with SyncCounter() as whole:
                 sparsify_and_exchange(world, sparsifiers, accs, out, 3)
         finally:
-            step_module.exchange = real_exchange
+            sparsify_module.exchange = real_exchange
         return whole, exchange, selections
     finally:
         set_backend("auto")

@@ -12,14 +12,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from experiments.rank.build import build_sparsifier
-from experiments.launcher.compose import compose_job
-from experiments.errors import ConfigError
-from experiments.launcher.validate import validate
+from experiments.engine.rank.build import build_sparsifier
+from experiments.engine.launcher.compose import compose_job
+from experiments.runformat.errors import ConfigError
+from experiments.engine.launcher.validate import validate
 from sparsifiers.exdyna import ExDyna
-from sparsifiers.layout import Layout
+from sparsifiers.common.layout import Layout
 from sparsifiers.micro import Micro
-from tests.stepped_ranks import SteppedRanks, assert_resume_is_exact, inject_ties, noise, passes
+from tests.helpers.stepped_ranks import SteppedRanks, assert_resume_is_exact, inject_ties, noise, passes
 
 SMALL = ["dataset=synthetic", "dataset.num_train=64", "dataset.num_test=16", "model=mlp", "model.hidden=16"]
 

@@ -1,4 +1,4 @@
-"""The non-finite checks of the step (experiments/core/finite.py): what each one catches and names."""
+"""The non-finite checks of the step (experiments/engine/core/finite.py): what each one catches and names."""
 from __future__ import annotations
 
 import math
@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from experiments.core.finite import NonFiniteValue, check_accumulator, check_aggregate, check_loss
+from experiments.engine.core.finite import NonFiniteValue, check_accumulator, check_aggregate, check_loss
 
 
 def test_a_finite_step_passes() -> None:
@@ -64,8 +64,8 @@ class _TwoProcesses:
 def test_the_replica_checksum_tells_non_finite_parameters_from_differing_ones(other, error, message) -> None:
     """(Real gloo processes: tests/test_distributed.py.) NaN never equals NaN: non-finite
     parameters on every process are the update's fault, not a broken exchange."""
-    from experiments.core.flat_grad import parameter_checksum
-    from experiments.rank.train import ReplicasDiverged, _check_replicas_agree
+    from experiments.engine.core.flat_grad import parameter_checksum
+    from experiments.engine.rank.train import ReplicasDiverged, _check_replicas_agree
 
     model = torch.nn.Linear(3, 2)
     if other == "nan":

@@ -1,6 +1,6 @@
-"""Every sparsifier through the real training loop (experiments/rank/train.py) on 2, 3 and 4
-hosted ranks, every step recorded (tests/step_recorder.py) and recomputed from the documented semantics
-(tests/exchange_reference.py): acc is the carried residual plus the gradient; the aggregate is the
+"""Every sparsifier through the real training loop (experiments/engine/rank/train.py) on 2, 3 and 4
+hosted ranks, every step recorded (tests/helpers/step_recorder.py) and recomputed from the documented semantics
+(tests/helpers/exchange_reference.py): acc is the carried residual plus the gradient; the aggregate is the
 mean over ranks of acc on the exchanged set and zero elsewhere; each residual is acc with what was
 transmitted zeroed; DEFT's common units are the coordinates its plan names; the collectives are
 the ones the exchange kind must issue (padding, size headers, the plan's and the averaged inputs'
@@ -19,22 +19,23 @@ import pytest
 import torch
 from hydra.utils import get_object
 
-import experiments.core.hosted as hosted_module
-import experiments.core.step as step_module
-from experiments import metric_keys as keys
-from experiments.core.network import NetworkModel
-from experiments.core.world import init_world
-from experiments.launcher.compose import compose_job
-from experiments.rank.train import train
+import experiments.engine.core.hosted as hosted_module
+import experiments.engine.core.sparsify as sparsify_module
+import experiments.engine.core.step as step_module
+from experiments.runformat import metric_keys as keys
+from experiments.engine.core.network import NetworkModel
+from experiments.engine.core.world import init_world
+from experiments.engine.launcher.compose import compose_job
+from experiments.engine.rank.train import train
 from tests.conftest import ListSink
-from tests.exchange_reference import (
+from tests.helpers.exchange_reference import (
     deft_common_coordinates, deft_units, exchange_of, expected_collectives, expected_exchange,
     expected_exchange_metrics, low_rank_sizes, modelled_ms, oktopk_replayed, plan_length, ring_bytes,
     sends_size_header, wire_dtype_of,
 )
-from tests.harness import TINY, spec_overrides
-from tests.specs import EVERY_METHOD, OKTOPK_SHORT
-from tests.step_recorder import RecordedStep, record_steps
+from tests.helpers.harness import TINY, spec_overrides
+from tests.helpers.specs import EVERY_METHOD, OKTOPK_SHORT
+from tests.helpers.step_recorder import RecordedStep, record_steps
 
 WORKERS, STEPS = 4, 4
 WORLDS = (2, 3, 4)  # an odd world too: ring and binomial-tree formulas at a W that is no power of 2
@@ -50,7 +51,7 @@ CASES.append((f"{OKTOPK_SHORT}:recompute_residual=intersection", 4))
 
 
 def hosted_world(cfg):
-    """The world the rank process builds from `cfg` (experiments/rank/worker.py), every rank here."""
+    """The world the rank process builds from `cfg` (experiments/engine/rank/worker.py), every rank here."""
     network = NetworkModel.from_config(cfg.network)
     with pytest.MonkeyPatch.context() as patch:
         for variable in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
@@ -260,8 +261,9 @@ def test_each_timing_covers_exactly_its_phases(method, tmp_path, monkeypatch):
     leader's plan 40 ms (added to the leader's select time), the exchange 7 ms; the step is
     their sum. Every time/* key of every row is that, exactly."""
     clock = FakeClock()
-    monkeypatch.setattr(step_module, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
-    accumulate, exchange, backward = hosted_module.accumulate, step_module.exchange, torch.Tensor.backward
+    for module in (step_module, sparsify_module):  # compute and update; plan, select, exchange
+        monkeypatch.setattr(module, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
+    accumulate, exchange, backward = hosted_module.accumulate, sparsify_module.exchange, torch.Tensor.backward
     backwards = []  # the ranks run one after the other: the i-th backward of a step is rank i's
 
     def timed_backward(self, *args, **kwargs):
@@ -290,7 +292,7 @@ def test_each_timing_covers_exactly_its_phases(method, tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch.Tensor, "backward", timed_backward)
     monkeypatch.setattr(hosted_module, "accumulate", timed_accumulate)
-    monkeypatch.setattr(step_module, "exchange", timed_exchange)
+    monkeypatch.setattr(sparsify_module, "exchange", timed_exchange)
     monkeypatch.setattr(sparsifier_class, "select", timed_select)
     if make_plan is not None:
         monkeypatch.setattr(sparsifier_class, "make_plan", timed_plan)

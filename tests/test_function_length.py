@@ -1,7 +1,7 @@
 """The training loop reads top to bottom (docs/architecture.md, "One step"): no function of
-experiments/rank/train.py runs over MAX_LINES lines; what grows goes into a helper named for
-what it does (the hosted ranks' step: experiments/core/hosted.py; what a run records:
-experiments/rank/run_log.py)."""
+experiments/engine/rank/train.py runs over MAX_LINES lines; what grows goes into a helper named for
+what it does (the hosted ranks' step: experiments/engine/core/hosted.py; what a run records:
+experiments/engine/rank/run_log.py)."""
 from __future__ import annotations
 
 import ast
@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_LINES = 80
-SHORT = ("experiments/rank/train.py",)
+SHORT = ("experiments/engine/rank/train.py",)
 
 
 def function_lengths(path: Path) -> dict[str, int]:

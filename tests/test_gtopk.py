@@ -1,20 +1,20 @@
 """gTop-k (docs/algorithms.md, "gtopk"): the tree merge against cases worked out by hand from the
 paper and the released `gtopk_sparse_allreduce` / `add_residuals`, against the plain reference
-(tests/exchange_reference.py) on random inputs with ties, and its refusal of a W that is not a
+(tests/helpers/exchange_reference.py) on random inputs with ties, and its refusal of a W that is not a
 power of 2. Hosted against real processes: tests/test_distributed.py (every method)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from experiments.core.collectives import RankCollectives
-from experiments.core.exchange import ExchangeRequest, exchange
-from experiments.errors import ConfigError
-from experiments.launcher.compose import preflight
-from sparsifiers.exchange_kinds import ExchangeKind
+from experiments.engine.core.collectives import RankCollectives
+from experiments.engine.core.exchange import ExchangeRequest, exchange
+from experiments.runformat.errors import ConfigError
+from experiments.engine.launcher.compose import preflight
+from sparsifiers.common.exchange_kinds import ExchangeKind
 from sparsifiers.gtopk import GTopK
-from sparsifiers.layout import Layout
-from tests.exchange_reference import gtopk_tree, hosted_exchange
+from sparsifiers.common.layout import Layout
+from tests.helpers.exchange_reference import gtopk_tree, hosted_exchange
 
 
 def merged(pairs_by_rank: list[dict[int, float]], numel: int = 8):
@@ -156,7 +156,7 @@ def test_correlated_gradients_match_the_released_precision_to_the_bit(world_size
     """Ranks whose gradients share a signal (most indices meet at every merge), where rounding
     every merge to float32 differs from the released float64 lists in several of the k values
     (8 to 14 of 200 at W = 8, 25 to 40 at W = 16 over ten seeds): the exchange matches the
-    independent replay (tests/exchange_reference.py) in every value and residual."""
+    independent replay (tests/helpers/exchange_reference.py) in every value and residual."""
     generator = torch.Generator().manual_seed(world_size)
     numel, k = 1000, 200
     base = torch.randn(numel, generator=generator)

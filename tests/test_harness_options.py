@@ -3,7 +3,7 @@ loop written in the released script's update order, bit for bit on CPU, through 
 
 The reference below is written from the released script's description (docs/algorithms.md, "Common
 to the three partition methods"), per parameter tensor, with its own learning-rate arithmetic:
-it shares no code with experiments/rank/optimizers.py or experiments/rank/schedule.py.
+it shares no code with experiments/engine/rank/optimizers.py or experiments/engine/rank/schedule.py.
 """
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import math
 import pytest
 import torch
 
-from experiments.launcher.compose import compose_job
-from experiments.errors import ConfigError
-from experiments.rank.schedule import StepSchedule
-from experiments.core.step import train_step
-from experiments.rank.train import build_session
-from experiments.core.world import init_world
+from experiments.engine.launcher.compose import compose_job
+from experiments.runformat.errors import ConfigError
+from experiments.engine.rank.schedule import StepSchedule
+from experiments.engine.core.step import train_step
+from experiments.engine.rank.train import build_session
+from experiments.engine.core.world import init_world
 
 TINY = ["dataset=synthetic", "dataset.num_train=256", "dataset.num_test=32", "model=cnn", "model.width=4",
         "model.hidden=16", "batch_size=8", "processes=1"]
@@ -118,7 +118,7 @@ def test_schedules_of_the_papers():
     ("optimizer.momentum=-1", "optimizer.momentum"),
 ])
 def test_bad_harness_knobs_fail_before_launch(override, key):
-    from experiments.launcher.validate import validate
+    from experiments.engine.launcher.validate import validate
 
     schedule = "schedule=warmup_step" if override.startswith("schedule") else "schedule=constant"
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
@@ -126,7 +126,7 @@ def test_bad_harness_knobs_fail_before_launch(override, key):
 
 
 def test_dgc_refuses_the_released_optimizer():
-    from experiments.launcher.validate import validate
+    from experiments.engine.launcher.validate import validate
 
     with pytest.raises(ConfigError, match="optimizer=sgd"):
         validate(compose_job([*TINY, "sparsifier=dgc", "optimizer=released_sgd"]))

@@ -11,13 +11,13 @@ import pytest
 
 from analysis.report_tables import SHOWN
 from analysis.stats import STATS
-from experiments.headline import HEADLINES, Reduction, headline, reduce_logged, reduce_run, task_metric
-from experiments import metric_keys as keys
-from experiments import run_dir as run_files
-from experiments.core.skip import SkipGuard, SkippedStep
-from experiments.rank.report import format_summary
-from experiments.rank.skipped import log_skipped
-from experiments.rank.summary import SummaryAccumulator
+from experiments.runformat.headline import HEADLINES, Reduction, headline, reduce_logged, reduce_run, task_metric
+from experiments.runformat import metric_keys as keys
+from experiments.runformat import run_dir as run_files
+from experiments.engine.core.skip import SkipGuard, SkippedStep
+from experiments.engine.rank.report import format_summary
+from experiments.engine.rank.skipped import log_skipped
+from experiments.engine.rank.summary import SummaryAccumulator
 
 
 def test_the_rule_on_values() -> None:

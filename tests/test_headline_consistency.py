@@ -13,9 +13,9 @@ import pytest
 from analysis.load import load_runs
 from analysis.report_tables import summary_cells
 from analysis.stats import STATS, run_stats, summarize
-from experiments.headline import reduce_run
-from experiments.rank.report import summary_lines
-from experiments import run_dir as run_files
+from experiments.runformat.headline import reduce_run
+from experiments.engine.rank.report import summary_lines
+from experiments.runformat import run_dir as run_files
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.slow
@@ -80,7 +80,7 @@ def test_a_skipped_last_step_is_reduced_alike_in_summary_and_report(tmp_path: Pa
     as the report's reduction of metrics.jsonl says."""
     run_dir = tmp_path / "run"
     result = run_cli([*RUN[:-1], "sparsifier=topk", "schedule=warmup_step", "on_nonfinite=skip",
-                      "sparsifier._target_=tests.fault_injection.NaNGradientTopK",
+                      "sparsifier._target_=tests.helpers.fault_injection.NaNGradientTopK",
                       "+sparsifier.nan_rank=1", "+sparsifier.nan_step=9", f"hydra.run.dir={run_dir}"],
                      env={"WANDB_MODE": "disabled"})
     assert result.returncode == 0, result.stderr[-3000:]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 import shutil
 
-from experiments.launcher.compose import CONF_DIR, compose_job
-from experiments.launcher.help import NOT_RUN_GROUPS, help_text, overrides_for_help
+from experiments.engine.launcher.compose import CONF_DIR, compose_job
+from experiments.engine.launcher.help import NOT_RUN_GROUPS, help_text, overrides_for_help
 
 
 def test_help_lists_every_group_option_and_the_common_keys(tmp_path, run_py_before_launch):
@@ -17,7 +17,7 @@ def test_help_lists_every_group_option_and_the_common_keys(tmp_path, run_py_befo
     text = result.stdout
     assert "== Config ==" not in text and "Traceback" not in result.stderr  # not Hydra's help
     # Every folder of conf/ is a group run.py takes, except conf/compute_profile/: GPU profiles read
-    # by `make endtoend` only (experiments/endtoend/compute.py); run.py refuses compute_profile=...,
+    # by `make endtoend` only (experiments/studies/endtoend/compute.py); run.py refuses compute_profile=...,
     # so the help must not offer it.
     groups = sorted(folder.name for folder in CONF_DIR.iterdir() if folder.is_dir() and folder.name not in NOT_RUN_GROUPS)
     assert NOT_RUN_GROUPS == ("compute_profile",) and len(groups) == 11, groups

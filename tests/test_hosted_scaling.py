@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.launcher.compose import compose_job
-from experiments.core.step import train_step
-from experiments.rank.train import build_session
-from experiments.core.world import init_world
+from experiments.engine.launcher.compose import compose_job
+from experiments.engine.core.step import train_step
+from experiments.engine.rank.train import build_session
+from experiments.engine.core.world import init_world
 
 WORKERS = (2, 8, 64)
 STEPS = 3

@@ -1,13 +1,13 @@
 """run.py compiles the selection kernels before launch only when this machine has not compiled
-this version of them (experiments/launcher/kernel_cache.py)."""
+this version of them (experiments/engine/launcher/kernel_cache.py)."""
 from __future__ import annotations
 
 import shutil
 
 import pytest
 
-import sparsifiers.kernels
-from experiments.launcher import kernel_cache
+import sparsifiers.common.kernels
+from experiments.engine.launcher import kernel_cache
 
 
 @pytest.fixture
@@ -18,8 +18,8 @@ def kernels(tmp_path, monkeypatch):
     monkeypatch.setattr(kernel_cache, "KERNELS_DIR", source)
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "numba"))
     calls = []
-    monkeypatch.setattr(sparsifiers.kernels, "warm_up", lambda *args: calls.append(args) or True)
-    monkeypatch.setattr(sparsifiers.kernels, "compiled_available", lambda: True)
+    monkeypatch.setattr(sparsifiers.common.kernels, "warm_up", lambda *args: calls.append(args) or True)
+    monkeypatch.setattr(sparsifiers.common.kernels, "compiled_available", lambda: True)
     return source, calls
 
 
@@ -44,7 +44,7 @@ def test_a_failed_compilation_leaves_no_stamp(kernels, monkeypatch):
     def broken(*args):
         raise RuntimeError("numba failed")
 
-    monkeypatch.setattr(sparsifiers.kernels, "warm_up", broken)
+    monkeypatch.setattr(sparsifiers.common.kernels, "warm_up", broken)
     assert not kernel_cache.prepare("auto", "cpu")  # the ranks compile, and report, themselves
     assert kernel_cache.needed("auto", "cpu")
 

@@ -14,18 +14,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments.rank.build import build_sparsifier
-from experiments.launcher.compose import compose_job
-from sparsifiers import kernels
-from sparsifiers.kernels import AtLeastSelector, ExactTopK, count_at_least, sorted_union
-from sparsifiers.kernels.threshold import count_at_least_reference, select_at_least_reference
-from sparsifiers.kernels.topk import SAMPLE, exact_topk_reference, sample_size
-from sparsifiers.kernels.union import sorted_union_reference
-from sparsifiers.layout import Layout
-from tests.compiled_calls import CompiledCalls
-from tests.compiled_calls import kernel_backend as backend
-from tests.harness import result_name
-from tests.stepped_ranks import SteppedRanks, gradients
+from experiments.engine.rank.build import build_sparsifier
+from experiments.engine.launcher.compose import compose_job
+from sparsifiers.common import kernels
+from sparsifiers.common.kernels import AtLeastSelector, ExactTopK, count_at_least, sorted_union
+from sparsifiers.common.kernels.threshold import count_at_least_reference, select_at_least_reference
+from sparsifiers.common.kernels.topk import SAMPLE, exact_topk_reference, sample_size
+from sparsifiers.common.kernels.union import sorted_union_reference
+from sparsifiers.common.layout import Layout
+from tests.helpers.compiled_calls import CompiledCalls
+from tests.helpers.compiled_calls import kernel_backend as backend
+from tests.helpers.harness import result_name
+from tests.helpers.stepped_ranks import SteppedRanks, gradients
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -207,7 +207,7 @@ def test_backend_knob_names_its_key() -> None:
 
 
 def test_torch_backend_never_runs_a_compiled_kernel(monkeypatch) -> None:
-    from sparsifiers.kernels import compiled
+    from sparsifiers.common.kernels import compiled
 
     def forbidden(*args):
         raise AssertionError("a compiled kernel ran under kernels=torch")
@@ -303,7 +303,7 @@ REAL_METHODS = ["topk", "deft", "micro", "exdyna", "threshold", "sage", "cltk", 
 def run_real(out: Path, kernels_backend: str) -> None:
     out.mkdir()
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--max-restarts=0",
-               "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:0", str(REPO / "tests" / "harness.py"), str(out),
+               "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:0", str(REPO / "tests" / "helpers" / "harness.py"), str(out),
                f"kernels={kernels_backend}", "--workers", "2", "--methods", ",".join(REAL_METHODS), "--steps", "5"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)

@@ -1,11 +1,6 @@
-"""The architecture's import rules, read from the source (every import, function-level ones
-included), so a shortcut across roles fails here instead of in a review.
-
-Roles (docs/architecture.md): experiments/core (the step), experiments/rank (the rank process),
-experiments/launcher (the parent), experiments/benchmarks, experiments/ddp (the hook in a user's
-own DDP script); the modules at the experiments/ root
-are neutral (errors, run directory, headline metrics, runtime settings) and anyone may use them.
-"""
+"""The house's one import rule, read from the source (every import, function-level ones included):
+a package imports only what lies below it. docs/architecture.md draws the floors; a shortcut
+across them, or a cycle between modules, fails here instead of in a review."""
 from __future__ import annotations
 
 import ast
@@ -14,107 +9,173 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ROLES = ("core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "calibrate", "endtoend")
-# importer -> roles of experiments/ it must not import
-FORBIDDEN = {
-    "core": {"rank", "launcher", "benchmarks", "ddp", "reproduce", "calibrate", "endtoend", "analysis"},
-    "rank": {"launcher", "benchmarks", "ddp", "reproduce", "calibrate", "endtoend", "analysis"},  # a rank writes runs; reading them is the analysis'
-    "launcher": {"benchmarks", "ddp", "reproduce", "calibrate", "endtoend"},
-    # the hook in a user's own DDP script: it checks a sparsifier node as the launcher does, builds
-    # it as a rank does and drives the core; nothing of sparsebench's own runs depends on it
-    "ddp": {"benchmarks", "analysis", "reproduce", "calibrate", "endtoend"},
-    # `make reproduce` drives the runs, the analysis and the claims; nothing imports it
-    "reproduce": {"benchmarks", "ddp", "calibrate", "endtoend"},
-    # `make calibrate` times real collectives and fits the core's network model; it needs nothing
-    # of a run, and nothing imports it
-    "calibrate": {"rank", "launcher", "benchmarks", "ddp", "reproduce", "endtoend", "analysis"},
-    # `make endtoend` drives runs (with make reproduce's sweep runner), reads them, measures a model
-    # as a rank builds it and prices steps with the core's network model; nothing imports it
-    "endtoend": {"benchmarks", "ddp", "calibrate"},
-    # neutral modules are below everything, the sparsifiers and the analysis included
-    "neutral": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "calibrate", "endtoend", "sparsifiers", "models", "datasets", "analysis"},
-    "sparsifiers": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "calibrate", "endtoend", "analysis"},
-    "models": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "calibrate", "endtoend", "analysis"},
-    "datasets": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "calibrate", "endtoend", "analysis"},
-    "analysis": {"core", "rank", "launcher", "benchmarks", "ddp", "reproduce", "calibrate", "endtoend"},
-}
+TOPS = ("experiments", "sparsifiers", "models", "datasets", "analysis")
+
+# Bottom to top. A package may import its own modules and any package on a lower floor; packages
+# on one floor are independent of each other.
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("experiments.runformat",),  # what a run writes and how it is read; errors, settings, caches
+    ("sparsifiers.common",),  # the methods' shared machinery: the protocol, layout, kernels
+    ("sparsifiers.methods", "models", "datasets"),  # one file per method; the models; the data
+    ("sparsifiers.registry",),  # the methods by name, with their traits
+    ("experiments.engine.core", "analysis"),  # one step over hosted ranks; reading runs
+    ("experiments.engine.rank",),  # a rank process: builds, trains, logs
+    ("experiments.engine.launcher",),  # the parent: composes, checks, launches, reports a sweep
+    ("experiments.engine.ddp",),  # the hook in a user's own DDP script
+    ("experiments.studies.benchmarks", "experiments.studies.calibrate", "experiments.studies.reproduce"),
+    ("experiments.studies.endtoend",),  # drives make reproduce's sweep runner
+)
+FLOOR_OF = {package: level for level, packages in enumerate(FLOORS) for package in packages}
 
 
-def role_of_module(name: str) -> str | None:
-    """The role of an imported module name: a role of experiments/, "neutral", one of the other
-    top-level packages, or None (third-party, the standard library)."""
-    parts = name.split(".")
-    if parts[0] in ("sparsifiers", "models", "datasets", "analysis"):
-        return parts[0]
-    if parts[0] != "experiments" or len(parts) == 1:
+def package_of(module: str) -> str | None:
+    """The floor package a dotted module belongs to, or None (third-party, the standard library,
+    a top-level file such as run.py)."""
+    parts = module.split(".")
+    if parts[0] not in TOPS:
         return None
-    return parts[1] if parts[1] in ROLES else "neutral"
-
-
-def role_of_file(path: Path) -> str | None:
-    parts = path.relative_to(ROOT).parts
+    if parts[0] == "sparsifiers":
+        if len(parts) == 1:
+            return "sparsifiers.registry"  # sparsifiers/__init__.py: the package's face
+        if parts[1] in ("common", "registry"):
+            return f"sparsifiers.{parts[1]}"
+        return "sparsifiers.methods"
     if parts[0] == "experiments":
-        return parts[1] if len(parts) > 2 and parts[1] in ROLES else "neutral"
-    return parts[0] if parts[0] in FORBIDDEN else None
+        if len(parts) >= 3 and parts[1] in ("engine", "studies"):
+            return ".".join(parts[:3])
+        if len(parts) >= 2 and parts[1] == "runformat":
+            return "experiments.runformat"
+        return "experiments"  # the package's own __init__: imports nothing
+    return parts[0]
 
 
-def imported_modules(source: str, package: str) -> list[tuple[int, str]]:
-    """(line, module) of every import in `source`, a module of `package`, function-level imports
-    included and relative imports resolved."""
-    tree = ast.parse(source)
+def module_of_file(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(source: str, module: str, is_package: bool) -> list[tuple[int, str]]:
+    """(line, module) of every import in `source`, function-level imports included, relative
+    imports resolved; `from a import b` names a.b too (b may be a module)."""
+    package = module if is_package else module.rpartition(".")[0]
     found = []
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
             found.append((node.lineno, base))
-            # `from experiments import core` names a role too
-            found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names if base == "experiments"]
+            found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
     return found
 
 
 def source_files() -> list[Path]:
-    files = []
-    for top in ("experiments", "sparsifiers", "models", "datasets", "analysis"):
-        files += sorted((ROOT / top).rglob("*.py"))
-    return files
+    return [path for top in TOPS for path in sorted((ROOT / top).rglob("*.py"))]
 
 
-def test_every_experiments_module_is_in_a_role_or_listed_as_neutral():
-    """A module at the experiments/ root is neutral: it may not import any role (checked
-    below); listing them makes a new root module a decision, not an accident. A new subpackage
-    must be a role, or its files would count as neutral unseen."""
-    root = ROOT / "experiments"
-    neutral = sorted(p.stem for p in root.glob("*.py") if p.stem != "__init__")
-    assert neutral == sorted(NEUTRAL), f"experiments/ root modules changed: {neutral}; update NEUTRAL and docs/architecture.md"
-    packages = sorted(p.name for p in root.iterdir() if p.is_dir() and (p / "__init__.py").exists())
-    assert packages == sorted(ROLES), f"experiments/ subpackages {packages}: each must be one of the roles {ROLES}"
-    assert (root / "__init__.py").read_text().count("import") == 0  # importing a neutral module pulls in no role
+def known_modules() -> set[str]:
+    return {module_of_file(path) for path in source_files()}
 
 
-# The neutral modules: facts every role needs (docs/architecture.md, "Three roles").
-NEUTRAL = ("caches", "console", "errors", "headline", "metric_keys", "run_dir", "runtime", "store")
+def test_every_package_stands_on_a_floor():
+    """experiments/ holds three rooms (runformat, engine, studies) and nothing loose; every
+    subpackage of engine/ and studies/ is on a floor, so a new one is a decision, not an accident."""
+    experiments = ROOT / "experiments"
+    loose = sorted(p.name for p in experiments.glob("*.py") if p.name != "__init__.py")
+    assert not loose, f"modules at the experiments/ root: {loose}; put each in a room (docs/architecture.md)"
+    rooms = sorted(p.name for p in experiments.iterdir() if (p / "__init__.py").exists())
+    assert rooms == ["engine", "runformat", "studies"]
+    for room in ("engine", "studies"):
+        for package in sorted(p for p in (experiments / room).iterdir() if (p / "__init__.py").exists()):
+            assert f"experiments.{room}.{package.name}" in FLOOR_OF, f"{package} is on no floor of FLOORS"
+    assert (experiments / "__init__.py").read_text().count("import") == 0
 
 
 @pytest.mark.parametrize("path", source_files(), ids=lambda p: str(p.relative_to(ROOT)))
-def test_imports_follow_the_layers(path: Path):
-    role = role_of_file(path)
-    if role is None:
-        return
-    package = ".".join(path.relative_to(ROOT).parts[:-1])
-    bad = [f"line {line}: {module}" for line, module in imported_modules(path.read_text(), package)
-           if role_of_module(module) in FORBIDDEN.get(role, set())]
-    assert not bad, f"{path.relative_to(ROOT)} ({role}) imports across the layers: {bad}"
+def test_a_package_imports_only_what_lies_below_it(path: Path):
+    module = module_of_file(path)
+    home = package_of(module)
+    if home not in FLOOR_OF:
+        return  # experiments/__init__.py, checked above
+    bad = []
+    for line, imported in imported_modules(path.read_text(), module, path.name == "__init__.py"):
+        there = package_of(imported)
+        if there is None or there == home or there == "experiments":
+            continue
+        if FLOOR_OF[there] >= FLOOR_OF[home]:
+            bad.append(f"line {line}: {imported} ({there}, floor {FLOOR_OF[there]})")
+    assert not bad, f"{path.relative_to(ROOT)} ({home}, floor {FLOOR_OF[home]}) imports upward or sideways: {bad}"
 
 
-def test_the_rule_checker_sees_a_violation():
-    """The checker itself: a core module importing the rank process inside a function, and one
-    reaching the launcher by a relative import, are both seen."""
-    assert role_of_file(ROOT / "experiments" / "core" / "step.py") == "core"
-    source = "def f():\n    from experiments.rank.worker import main\nfrom ..launcher import validate\n"
-    roles = [role_of_module(module) for _, module in imported_modules(source, "experiments.core")]
-    assert sorted(roles) == ["launcher", "rank"]
-    assert FORBIDDEN["core"] >= {"rank", "launcher"}
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the project modules it imports (a name imported from a package counts as the
+    module when it is one, else as the package)."""
+    modules = known_modules()
+    graph: dict[str, set[str]] = {}
+    for path in source_files():
+        module = module_of_file(path)
+        targets = set()
+        for _, imported in imported_modules(path.read_text(), module, path.name == "__init__.py"):
+            if imported in modules and imported != module:
+                targets.add(imported)
+        # `from a import b` listed both a and a.b: keep a only when b is not a module of a
+        graph[module] = targets
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iteratively)."""
+    index, low, on_stack, stack, found, counter = {}, {}, set(), [], [], [0]
+
+    def visit(start: str) -> None:
+        work = [(start, iter(sorted(graph.get(start, ()))))]
+        index[start] = low[start] = counter[0]; counter[0] += 1
+        stack.append(start); on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter[0]; counter[0] += 1
+                    stack.append(child); on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop(); on_stack.discard(member); component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycle_inside_experiments():
+    graph = import_graph()
+    inside = {module: {t for t in targets if t.startswith("experiments")} for module, targets in graph.items()
+              if module.startswith("experiments")}
+    assert cycles(inside) == []
+
+
+def test_the_checkers_see_a_violation_and_a_cycle():
+    """The checkers themselves: a core module importing the rank process inside a function, one
+    reaching the launcher by a relative import, and a two-module cycle, are all seen."""
+    source = "def f():\n    from experiments.engine.rank.worker import main\nfrom ..launcher import validate\n"
+    imported = [package_of(m) for _, m in imported_modules(source, "experiments.engine.core.step", False)]
+    assert "experiments.engine.rank" in imported and "experiments.engine.launcher" in imported
+    assert all(FLOOR_OF[p] > FLOOR_OF["experiments.engine.core"] for p in imported if p in FLOOR_OF and p != "experiments")
+    assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []

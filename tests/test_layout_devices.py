@@ -4,7 +4,7 @@ On a machine with one GPU, `make test` failed: device=auto put the hosted run of
 test_the_command_line_logs_the_same_metrics_hosted_and_in_processes on the GPU and its 2-process
 run on the CPU, whose rows differed at step 0. The rule is a pure function of the config and the
 GPU count (experiments/runtime.auto_device), so the pin is checked here without a GPU: every
-registered comparison (tests/layouts.py) is resolved for 0 to 8 GPUs.
+registered comparison (tests/helpers/layouts.py) is resolved for 0 to 8 GPUs.
 """
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import re
 import pytest
 
 import tests.test_deterministic_reduction  # noqa: F401  (registers its comparison)
-from experiments.errors import ConfigError
-from experiments.launcher.compose import check_layout_devices, compose_job
-from experiments.runtime import auto_device, mixed_layout_devices, resolve
+from experiments.runformat.errors import ConfigError
+from experiments.engine.launcher.compose import check_layout_devices, compose_job
+from experiments.runformat.runtime import auto_device, mixed_layout_devices, resolve
 from tests.conftest import REPO, TINY_RUN
-from tests.layouts import COMPARED_LAYOUTS, ONE_DEVICE
+from tests.helpers.layouts import COMPARED_LAYOUTS, ONE_DEVICE
 
 GPU_COUNTS = (0, 1, 2, 4, 8)
 # Test files that write `processes={...}` into a command line but compare no two layouts.
@@ -58,7 +58,7 @@ def test_every_test_that_varies_the_processes_of_a_command_line_is_registered_or
         names = set(re.findall(r"^def (test_\w+)", text, flags=re.M))
         assert path.name in ONE_LAYOUT_EACH or names & registered, (
             f"{path.name} writes processes={{...}} into a command line: if it compares layouts, pin "
-            f"{ONE_DEVICE} and register them in tests/layouts.py; else name it in ONE_LAYOUT_EACH")
+            f"{ONE_DEVICE} and register them in tests/helpers/layouts.py; else name it in ONE_LAYOUT_EACH")
 
 
 def test_the_in_process_harnesses_put_their_ranks_on_the_cpu():

@@ -11,13 +11,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from experiments.rank.build import build_sparsifier
-from experiments.launcher.compose import compose_job
-from experiments.errors import ConfigError
-from experiments.launcher.validate import validate
-from sparsifiers.layout import Layout
+from experiments.engine.rank.build import build_sparsifier
+from experiments.engine.launcher.compose import compose_job
+from experiments.runformat.errors import ConfigError
+from experiments.engine.launcher.validate import validate
+from sparsifiers.common.layout import Layout
 from sparsifiers.micro import Micro
-from tests.stepped_ranks import SteppedRanks, assert_resume_is_exact, inject_ties, noise, passes
+from tests.helpers.stepped_ranks import SteppedRanks, assert_resume_is_exact, inject_ties, noise, passes
 
 SMALL = ["dataset=synthetic", "dataset.num_train=64", "dataset.num_test=16", "model=mlp", "model.hidden=16"]
 
@@ -138,7 +138,7 @@ def test_micro_matches_the_reference_for_60_steps(world_size, rule, comparison):
     (0.5, 0.995, 0.995), (0.0, 0.995, 0.995),
 ])
 def test_threshold_rule_bands(rho, official, symmetric):
-    from sparsifiers.threshold_control import scale_factor
+    from sparsifiers.common.threshold_control import scale_factor
 
     assert scale_factor(rho, "official") == official == ref_factor(rho, "official")
     assert scale_factor(rho, "symmetric") == symmetric == ref_factor(rho, "symmetric")

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from experiments.rank.build import build_model_for
-from experiments.launcher.compose import compose_job
+from experiments.engine.rank.build import build_model_for
+from experiments.engine.launcher.compose import compose_job
 
 CIFAR10 = {"input_shape": (3, 32, 32), "num_classes": 10}
 CIFAR100 = {"input_shape": (3, 32, 32), "num_classes": 100}

@@ -14,10 +14,10 @@ import time
 
 import pytest
 
-from experiments import run_dir as run_files
-from experiments.launcher.compose import compose_job
-from experiments.rank.nodes import rendezvous_id
-from experiments.run_dir import read_metrics
+from experiments.runformat import run_dir as run_files
+from experiments.engine.launcher.compose import compose_job
+from experiments.engine.rank.nodes import rendezvous_id
+from experiments.runformat.run_dir import read_metrics
 from tests.conftest import REPO, TINY_RUN
 from tests.test_stopping import kill_tree, process_tree
 

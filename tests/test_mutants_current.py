@@ -1,4 +1,4 @@
-"""`make mutants` plants each bug of tests/mutants.py by replacing one exact piece of code. When the
+"""`make mutants` plants each bug of tests/helpers/mutants.py by replacing one exact piece of code. When the
 code moves or changes, the mutant goes stale: make mutants reports it, but only when someone runs
 it (about an hour). This checks in a second what staleness means, so a refactor that moves code
 updates its mutants in the same change."""
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.mutants import MUTANTS
+from tests.helpers.mutants import MUTANTS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -18,7 +18,7 @@ def test_every_mutant_names_code_that_occurs_exactly_once():
         occurrences = path.read_text().count(mutant.old) if path.is_file() else 0
         if occurrences != 1:
             stale.append(f"{mutant.name}: {mutant.path} holds its code {occurrences} times")
-    assert not stale, "stale mutants (update tests/mutants.py with the code they plant a bug in):\n" + "\n".join(stale)
+    assert not stale, "stale mutants (update tests/helpers/mutants.py with the code they plant a bug in):\n" + "\n".join(stale)
 
 
 def test_every_mutant_names_tests_that_exist_and_a_real_change():

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from experiments.errors import ConfigError
-from experiments.core.network import NetworkModel
-from experiments.core.traffic import TrafficMeter
+from experiments.runformat.errors import ConfigError
+from experiments.engine.core.network import NetworkModel
+from experiments.engine.core.traffic import TrafficMeter
 
 # 10 Gbit/s = 1.25e9 B/s; 20 us latency.
 NET = NetworkModel("test", latency_us=20, bandwidth_gbit=10)
@@ -276,7 +276,7 @@ def test_bruck_all_gather_on_nodes_goes_across_them_then_inside():
     """W = 8 on the cluster (N = 2 nodes of p = 4), 1 MB per rank: across, 1 step of 4 blocks
     through the NIC: 25e-6 + 4e6 / 1.25e9 = 3.225e-3; inside, 2 steps moving 3 blocks of
     N m = 2 MB: 2 * 5e-6 + 3 * 2e6 / 150e9 = 50e-6. Total 3.275e-3 s."""
-    from experiments.core.collective_costs import bruck_all_gather_s
+    from experiments.engine.core.collective_costs import bruck_all_gather_s
 
     assert bruck_all_gather_s(cluster().placement(8), 1e6) == pytest.approx(3.275e-3, rel=1e-12)
     # one node of 3: ceil(log2 3) = 2 steps, 2 blocks: 2 * 5e-6 + 2 * 1e6 / 150e9

@@ -2,7 +2,7 @@
 (the sparse reduce-scatter and all-gather), against cases worked out by hand from the paper and
 the released `AllReducer.run` ('oktopk'), including the released code's edge cases (an empty
 region, a rank that selected nothing, a threshold that keeps nothing, a sum that cancels, W = 1);
-against the plain replay (tests/exchange_reference.py) on random inputs at W = 1 to 5; and its
+against the plain replay (tests/helpers/exchange_reference.py) on random inputs at W = 1 to 5; and its
 refusal of bad knobs. The whole step (every rank's selection replayed, the collectives, every
 logged metric): tests/test_full_step.py; hosted against real processes: tests/test_distributed.py."""
 from __future__ import annotations
@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 import torch
 
-from experiments.core.collectives import RankCollectives
-from experiments.core.exchange import ExchangeRequest, exchange
-from experiments.core.ledger import Collective
-from experiments.errors import ConfigError
-from experiments.launcher.compose import preflight
-from sparsifiers.exchange_kinds import ExchangeKind
-from sparsifiers.layout import Layout
+from experiments.engine.core.collectives import RankCollectives
+from experiments.engine.core.exchange import ExchangeRequest, exchange
+from experiments.engine.core.ledger import Collective
+from experiments.runformat.errors import ConfigError
+from experiments.engine.launcher.compose import preflight
+from sparsifiers.common.exchange_kinds import ExchangeKind
+from sparsifiers.common.layout import Layout
 from sparsifiers.oktopk import OkTopK, proposed_cuts
-from tests.exchange_reference import OkTopkReplay, hosted_exchange
+from tests.helpers.exchange_reference import OkTopkReplay, hosted_exchange
 
 
 def methods(world_size: int, numel: int, density: float, **knobs) -> list[OkTopK]:

@@ -1,8 +1,8 @@
 """The GPU path stays host-light (issue #36): the torch operations a `select` dispatches, and its
-host syncs, counted on CPU tensors with the path CUDA takes (experiments/benchmarks/op_counts.py;
+host syncs, counted on CPU tensors with the path CUDA takes (experiments/studies/benchmarks/op_counts.py;
 the counts do not depend on the device), are bounded per method by constants that do not depend
 on the number of parameter tensors: the same bounds at CIFAR ResNet-18's 62 tensors and at a
-ResNet-152-like network's 467 (tests/op_layouts.py, both scaled down to about 200,000 elements).
+ResNet-152-like network's 467 (tests/helpers/op_layouts.py, both scaled down to about 200,000 elements).
 CI has no GPU: these bounds are what keep the GPU path fast.
 
 The bounds are the counts measured when they were set (docs/speed.md, "Operations per select"); a
@@ -18,10 +18,10 @@ import pytest
 import torch
 import yaml
 
-from experiments.benchmarks.op_counts import count_ops, count_select
-from experiments.benchmarks.select import at_operating_point, gradient_like
-from experiments.launcher.compose import CONF_DIR
-from tests.op_layouts import resnet152_like_shapes, resnet18_shapes, small_layout
+from experiments.studies.benchmarks.op_counts import count_ops, count_select
+from experiments.studies.benchmarks.select import at_operating_point, gradient_like
+from experiments.engine.launcher.compose import CONF_DIR
+from tests.helpers.op_layouts import resnet152_like_shapes, resnet18_shapes, small_layout
 
 DENSITY = 0.01
 WORKERS = (1, 16)

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments import run_dir as run_files
-from experiments.launcher.compose import CONF_DIR, compose_job, preflight
-from experiments.launcher.validate import validate
+from experiments.runformat import run_dir as run_files
+from experiments.engine.launcher.compose import CONF_DIR, compose_job, preflight
+from experiments.engine.launcher.validate import validate
 from tests.conftest import run_cli
 
 PAPER = sorted(str(p.relative_to(CONF_DIR / "experiment").with_suffix("")) for p in (CONF_DIR / "experiment" / "paper").glob("*.yaml"))

@@ -1,4 +1,4 @@
-"""Lines printed while rank 0's progress bar is drawn stay whole lines (experiments/console.py,
+"""Lines printed while rank 0's progress bar is drawn stay whole lines (experiments/runformat/console.py,
 issue 11 item 7): real runs with the bar forced on (logger.progress=true; the bar is drawn on
 stderr whether or not it is a terminal), their stderr rendered as a terminal shows it."""
 from __future__ import annotations
@@ -10,14 +10,14 @@ import warnings
 import pytest
 from tqdm import tqdm
 
-from experiments import run_dir as run_files
-from experiments.console import route_warnings, say
-from experiments.run_dir import read_metrics
+from experiments.runformat import run_dir as run_files
+from experiments.runformat.console import route_warnings, say
+from experiments.runformat.run_dir import read_metrics
 from tests.conftest import TINY_RUN, run_cli
 
 # Rank 1, hosted beside rank 0 (which draws the bar): the failing run below is also
 # tests/test_run_e2e.py's one-process case of a NaN gradient failing the run naming its rank.
-FAULT = ["sparsifier._target_=tests.fault_injection.NaNGradientTopK", "+sparsifier.nan_rank=1", "+sparsifier.nan_step=3"]
+FAULT = ["sparsifier._target_=tests.helpers.fault_injection.NaNGradientTopK", "+sparsifier.nan_rank=1", "+sparsifier.nan_step=3"]
 BAR = [*TINY_RUN, "logger.progress=true", "workers=2", "processes=1", "max_steps=6", *FAULT]
 
 
@@ -93,7 +93,7 @@ def test_say_and_python_warnings_print_above_a_drawn_bar(monkeypatch):
 def test_another_process_failing_under_the_bar_prints_whole_lines(tmp_path):
     """Process 1 fails while process 0 draws the bar on the same terminal: its traceback, and
     run.py's line after torchrun ended the job, start on a clean line."""
-    crash = ["sparsifier._target_=tests.fault_injection.CrashingTopK", "+sparsifier.crash_rank=1", "+sparsifier.crash_step=3"]
+    crash = ["sparsifier._target_=tests.helpers.fault_injection.CrashingTopK", "+sparsifier.crash_rank=1", "+sparsifier.crash_step=3"]
     result = run_cli([*TINY_RUN, "logger.progress=true", "workers=2", "processes=2", "max_steps=6", *crash,
                       f"hydra.run.dir={tmp_path / 'run'}"], timeout=240)
     assert result.returncode == 1, result.stderr[-3000:]

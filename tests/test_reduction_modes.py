@@ -1,4 +1,4 @@
-"""The two reduction modes in one process (experiments/core/collectives.py): the same sum, metered as
+"""The two reduction modes in one process (experiments/engine/core/collectives.py): the same sum, metered as
 what each sends; the knob is validated before launch and fixes the thread count.
 The multi-process comparison is tests/test_deterministic_reduction.py."""
 from __future__ import annotations
@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from experiments.core.collectives import RankCollectives
-from experiments.launcher.compose import compose_job
-from experiments.errors import ConfigError
-from experiments.core.exchange import dense_allreduce
-from experiments.runtime import resolve
-from experiments.launcher.validate import validate
+from experiments.engine.core.collectives import RankCollectives
+from experiments.engine.launcher.compose import compose_job
+from experiments.runformat.errors import ConfigError
+from experiments.engine.core.exchange import dense_allreduce
+from experiments.runformat.runtime import resolve
+from experiments.engine.launcher.validate import validate
 from tests.conftest import TINY_RUN
 
 WORKERS, NUMEL = 4, 1000

@@ -13,10 +13,10 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from experiments.errors import ConfigError
-from experiments.rank.build import build_sparsifier
+from experiments.runformat.errors import ConfigError
+from experiments.engine.rank.build import build_sparsifier
 from sparsifiers import registry
-from sparsifiers.layout import Layout
+from sparsifiers.common.layout import Layout
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf" / "sparsifier"
@@ -66,7 +66,7 @@ def _cfg(name: str, target: str):
 def test_the_build_resolves_the_name_in_the_registry():
     layout = Layout.from_shapes([("w", (100,))])
     assert type(build_sparsifier(_cfg("topk", "sparsifiers.topk.TopK"), layout, rank=0)).__name__ == "TopK"
-    assert build_sparsifier(_cfg("topk", "tests.fault_injection.CrashingTopK"), layout, rank=0).name == "topk"
+    assert build_sparsifier(_cfg("topk", "tests.helpers.fault_injection.CrashingTopK"), layout, rank=0).name == "topk"
     with pytest.raises(ConfigError, match="not a registered method"):
         build_sparsifier(_cfg("mine", "sparsifiers.topk.TopK"), layout, rank=0)
     with pytest.raises(ConfigError, match="not topk's class"):

@@ -14,9 +14,9 @@ import pytest
 
 from analysis import measured
 from analysis.claims import CLAIMS
-from experiments.launcher.compose import compose_job, preflight
-from experiments.reproduce.__main__ import publish_claims
-from experiments.reproduce.studies import SWEEPS
+from experiments.engine.launcher.compose import compose_job, preflight
+from experiments.studies.reproduce.__main__ import publish_claims
+from experiments.studies.reproduce.studies import SWEEPS
 from tests.conftest import REPO
 
 # Jobs per sweep of the full study: 6 methods x W = 2, 4, 8, 16; MiCRO and ExDyna again from a calibrated
@@ -41,7 +41,7 @@ def test_every_sweep_of_the_full_study_composes_and_validates(sweep, tmp_path):
 def quick(tmp_path_factory):
     out = tmp_path_factory.mktemp("reproduce")
     env = {**os.environ, "WANDB_MODE": "disabled"}
-    result = subprocess.run([sys.executable, "-m", "experiments.reproduce", "--quick", "--out", str(out)],
+    result = subprocess.run([sys.executable, "-m", "experiments.studies.reproduce", "--quick", "--out", str(out)],
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     verdicts = {claim["id"]: claim for claim in json.loads((out / "claims.json").read_text())["claims"]}
@@ -96,8 +96,8 @@ def test_quick_reproduce_publishes_the_summary_of_claims_md(quick, tmp_path):
 
 def test_a_busy_machine_is_said_before_the_timings_are_measured(monkeypatch):
     """The selection-cost and time-to-target claims time the machine: a load already there is said."""
-    from experiments.reproduce import __main__ as reproduce
-    from experiments.reproduce import sweeps
+    from experiments.studies.reproduce import __main__ as reproduce
+    from experiments.studies.reproduce import sweeps
     monkeypatch.setattr(sweeps.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(sweeps.os, "getloadavg", lambda: (0.3, 0.3, 0.3))
     assert sweeps.busy_warning(reproduce.TIMED) is None

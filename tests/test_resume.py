@@ -2,7 +2,7 @@
 parameters and logs the same metrics (timings aside) as a run never stopped.
 
 - every sparsifier, hosted (one process, W = 4) and distributed (two gloo processes): stopped
-  twice, once resuming at an epoch boundary and once mid-epoch (tests/resume_harness.py);
+  twice, once resuming at an epoch boundary and once mid-epoch (tests/helpers/resume_harness.py);
 - through the command line: SIGTERM to run.py at a step, then `python run.py resume=DIR`;
   a rank killed by SIGKILL with launcher.max_restarts=1, which torchrun restarts from the
   checkpoint on its own;
@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments import run_dir as run_files
-from experiments.rank.checkpoint import FORMAT, complete_steps, load_agreed, step_dir
-from experiments.run_dir import read_metrics
+from experiments.runformat import run_dir as run_files
+from experiments.engine.rank.checkpoint import FORMAT, complete_steps, load_agreed, step_dir
+from experiments.runformat.run_dir import read_metrics
 from tests.conftest import REPO, TINY_RUN, run_cli, run_world
-from tests.specs import OKTOPK_PAPER, short_schedules
+from tests.helpers.specs import OKTOPK_PAPER, short_schedules
 
 METHODS = short_schedules(sorted(path.stem for path in (REPO / "conf" / "sparsifier").glob("*.yaml")))
 TIMING = ("time/", "wall_s")
@@ -52,7 +52,7 @@ def assert_same_run(uninterrupted: Path, resumed: Path) -> None:
 
 
 def run_harness(out: Path, workers: int, processes: int, stops: tuple[int, ...], cases: list[str]) -> None:
-    run_world([str(REPO / "tests" / "resume_harness.py"), str(out), f"--workers={workers}",
+    run_world([str(REPO / "tests" / "helpers" / "resume_harness.py"), str(out), f"--workers={workers}",
                f"--methods={','.join(cases)}", f"--stops={','.join(map(str, stops))}"], processes)
 
 
@@ -167,7 +167,7 @@ def test_torchrun_restart_resumes_from_the_checkpoint(tmp_path, processes):
     assert run_cli([*common, "sparsifier=topk", f"hydra.run.dir={reference}"]).returncode == 0
     marker = tmp_path / "killed-once"
     restarted = tmp_path / "restarted"
-    result = run_cli([*common, "sparsifier=topk", "sparsifier._target_=tests.fault_injection.KilledOnceTopK",
+    result = run_cli([*common, "sparsifier=topk", "sparsifier._target_=tests.helpers.fault_injection.KilledOnceTopK",
                       "+sparsifier.kill_step=17", f"+sparsifier.marker={marker}", f"hydra.run.dir={restarted}"])
     assert result.returncode == 0, result.stderr
     assert marker.exists()  # the kill happened

@@ -1,4 +1,4 @@
-"""The run-directory module (experiments/run_dir.py) is the one statement of the run format: its
+"""The run-directory module (experiments/runformat/run_dir.py) is the one statement of the run format: its
 readers read what the store writes, a killed run's cut line and a damaged line are skipped the
 same way by the plain reader and the analysis's columnar one, and no other Python file of the
 repository spells a run file's name."""
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from analysis.metrics_io import parse_jsonl
-from experiments import metric_keys as keys
-from experiments import run_dir as files
-from experiments.store import RunStore
+from experiments.runformat import metric_keys as keys
+from experiments.runformat import run_dir as files
+from experiments.runformat.store import RunStore
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -85,10 +85,10 @@ def test_non_finite_values_become_null() -> None:
 # `.hydra/config.yaml`, which is no run file: the bad-input tests build such a folder by hand.
 # "wandb" is also the package's and the module's name.
 ALLOWED = {
-    "experiments/run_dir.py": None,  # the one definition
+    "experiments/runformat/run_dir.py": None,  # the one definition
     "tests/test_run_dir.py": None,  # this test (the patterns below)
     "tests/test_bad_input.py": 2,
-    "experiments/launcher/environment.py": 1,  # PACKAGES: the wandb package's version
+    "experiments/engine/launcher/environment.py": 1,  # PACKAGES: the wandb package's version
     "tests/analysis/test_analysis_wandb_load.py": 1,  # 'wandb' not in sys.modules
     "tests/conftest.py": 3,  # the tests' own W&B folders, in their cache (no run directory)
     "examples/ddp_train.py": 1,  # a user's own script: its W&B folder in its --out (no run directory)
@@ -124,5 +124,5 @@ def test_no_run_file_name_is_spelled_outside_the_module() -> None:
             found[relative] = hits
     unexpected = {name: hits for name, hits in found.items()
                   if name not in ALLOWED or (ALLOWED[name] is not None and len(hits) != ALLOWED[name])}
-    assert not unexpected, f"name run files through experiments/run_dir.py (CONFIG, error_file, ...): {unexpected}"
-    assert "experiments/run_dir.py" in found  # the patterns do match the one definition
+    assert not unexpected, f"name run files through experiments/runformat/run_dir.py (CONFIG, error_file, ...): {unexpected}"
+    assert "experiments/runformat/run_dir.py" in found  # the patterns do match the one definition

@@ -9,9 +9,9 @@ import pytest
 import torch
 import yaml
 
-from experiments import run_dir as run_files
-from experiments.launcher.environment import cpu_model
-from experiments.run_dir import read_metrics
+from experiments.runformat import run_dir as run_files
+from experiments.engine.launcher.environment import cpu_model
+from experiments.runformat.run_dir import read_metrics
 from tests.conftest import TINY_RUN, run_cli
 
 pytestmark = pytest.mark.slow
@@ -113,7 +113,7 @@ def test_sweep_gives_one_complete_run_directory_per_job(tmp_path):
 
 def test_a_crash_in_one_rank_ends_the_job_and_marks_the_run_failed(tmp_path):
     run_dir = tmp_path / "run"
-    result = run_cli([*TINY_RUN, "workers=4", "max_steps=20", "sparsifier._target_=tests.fault_injection.CrashingTopK",
+    result = run_cli([*TINY_RUN, "workers=4", "max_steps=20", "sparsifier._target_=tests.helpers.fault_injection.CrashingTopK",
                       "+sparsifier.crash_rank=2", "+sparsifier.crash_step=3", f"hydra.run.dir={run_dir}"], timeout=180)
     assert result.returncode == 1
     status = run_files.read_json(run_dir / run_files.STATUS)
@@ -131,7 +131,7 @@ def test_a_nan_gradient_fails_the_run_at_its_step_naming_the_rank(tmp_path):
     tests/test_progress_lines.py launches (the same NaN at rank 1, step 3, under the bar)."""
     run_dir = tmp_path / "run"
     result = run_cli([*TINY_RUN, "workers=2", "processes=2", "max_steps=20", "logger.log_every=1",
-                      "sparsifier._target_=tests.fault_injection.NaNGradientTopK",
+                      "sparsifier._target_=tests.helpers.fault_injection.NaNGradientTopK",
                       "+sparsifier.nan_rank=1", "+sparsifier.nan_step=3", f"hydra.run.dir={run_dir}"], timeout=180)
     assert result.returncode == 1
     status = run_files.read_json(run_dir / run_files.STATUS)
@@ -148,7 +148,7 @@ def test_non_finite_parameters_after_an_update_fail_at_that_step_with_2_processe
     the step it happened. (Hosted ranks: tests/test_skip_nonfinite.py.)"""
     run_dir = tmp_path / "run"
     result = run_cli([*TINY_RUN, "workers=2", "processes=2", "max_steps=20", "checksum_every=1",
-                      "optimizer._target_=tests.fault_injection.NonFiniteUpdateSGD", "+optimizer.nan_step=2",
+                      "optimizer._target_=tests.helpers.fault_injection.NonFiniteUpdateSGD", "+optimizer.nan_step=2",
                       f"hydra.run.dir={run_dir}"], timeout=180)
     assert result.returncode == 1
     status = run_files.read_json(run_dir / run_files.STATUS)

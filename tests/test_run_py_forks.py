@@ -1,4 +1,4 @@
-"""The refusal tests' forked run.py (tests/cli_fork.py) answers exactly as a fresh interpreter does:
+"""The refusal tests' forked run.py (tests/helpers/cli_fork.py) answers exactly as a fresh interpreter does:
 same exit status, same stdout, same stderr, nothing written."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The runtime settings resolved once (experiments/runtime.py), the errors module and the
+"""The runtime settings resolved once (experiments/runformat/runtime.py), the errors module and the
 declarations the builders make (issue 11 item 4): one rule each, read everywhere."""
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import subprocess
 import pytest
 
 from analysis.runinfo import describe_run
-from experiments.rank.build import RUNTIME_ARGUMENTS, target_of
-from experiments.launcher.compose import compose_job
-from experiments.errors import ConfigError, require
-from experiments.launcher.knob_types import accepted_parameters, parameter_types
-from experiments.runtime import Runtime, recorded_world, resolve, wandb_mode
-from experiments.launcher.validate import validate
+from experiments.engine.rank.build import RUNTIME_ARGUMENTS, target_of
+from experiments.engine.launcher.compose import compose_job
+from experiments.runformat.errors import ConfigError, require
+from experiments.engine.launcher.knob_types import accepted_parameters, parameter_types
+from experiments.runformat.runtime import Runtime, recorded_world, resolve, wandb_mode
+from experiments.engine.launcher.validate import validate
 from tests.conftest import REPO, TINY_RUN
 
 ENV_JSON_KEYS = {"device", "backend", "processes", "processes_per_node", "ranks_per_process", "world",
@@ -82,8 +82,8 @@ def test_one_config_error_and_every_import_of_it_from_experiments_errors():
         text = (REPO / name).read_text()
         definitions += [name for _ in re.finditer(r"^class ConfigError\b", text, re.M)]
         imports += [(name, line) for line in re.findall(r"^\s*from \S+ import .*\bConfigError\b.*$", text, re.M)
-                    if not line.strip().startswith("from experiments.errors import")]
-    assert definitions == ["experiments/errors.py"]
+                    if not line.strip().startswith("from experiments.runformat.errors import")]
+    assert definitions == ["experiments/runformat/errors.py"]
     assert imports == []
     with pytest.raises(ConfigError, match="^the key and the fix$"):
         require(False, "the key and the fix")

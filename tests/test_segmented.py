@@ -16,13 +16,13 @@ from hypothesis import strategies as st
 
 from sparsifiers.accordion import Accordion
 from sparsifiers.deft import DEFT
-from sparsifiers.kernels import ExactTopK
-from sparsifiers.kernels.backend import batched_path, simulated_gpu
-from sparsifiers.kernels.segmented import ranges, segmented_topk, tiles, unit_norms
-from sparsifiers.layout import Layout
+from sparsifiers.common.kernels import ExactTopK
+from sparsifiers.common.kernels.backend import batched_path, simulated_gpu
+from sparsifiers.common.kernels.segmented import ranges, segmented_topk, tiles, unit_norms
+from sparsifiers.common.layout import Layout
 from sparsifiers.randomk import GOLDEN, MASK64, RandomK, hashes, mix_int
-from tests.compiled_calls import kernel_backend
-from tests.stepped_ranks import SteppedRanks, gradients
+from tests.helpers.compiled_calls import kernel_backend
+from tests.helpers.stepped_ranks import SteppedRanks, gradients
 
 
 @st.composite

@@ -1,4 +1,4 @@
-"""The selection-cost study of `make reproduce` (experiments/reproduce/selection.py), in its quick
+"""The selection-cost study of `make reproduce` (experiments/studies/reproduce/selection.py), in its quick
 version (an MLP, W = 2 and 4, a few steps): the run directories it writes are finished runs the
 analysis loads, the claims' selection statistic is measurable on them in both kernel contexts,
 the timed rows are the continuation of the settle trajectory on the path each run names, and the
@@ -18,10 +18,10 @@ from analysis.claims.numbers import by_workers
 from analysis.claims.selection import select_slopes
 from analysis.claims.study import Study
 from analysis.load import load_runs
-from experiments import metric_keys as keys
-from experiments.reproduce import selection
-from sparsifiers.kernels import compiled_available
-from sparsifiers.threshold_control import next_threshold
+from experiments.runformat import metric_keys as keys
+from experiments.studies.reproduce import selection
+from sparsifiers.common.kernels import compiled_available
+from sparsifiers.common.threshold_control import next_threshold
 
 pytestmark = pytest.mark.slow  # about 15-20 s on 2 busy cores
 

@@ -14,16 +14,16 @@ from hypothesis import strategies as st
 from scipy.special import gammaincinv
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from experiments import metric_keys as keys
-from experiments.errors import ConfigError
-from experiments.launcher.compose import compose_job
-from experiments.rank.build import build_sparsifier
-from sparsifiers.exchange_kinds import ExchangeKind, Feedback
-from sparsifiers.layout import Layout
+from experiments.runformat import metric_keys as keys
+from experiments.runformat.errors import ConfigError
+from experiments.engine.launcher.compose import compose_job
+from experiments.engine.rank.build import build_sparsifier
+from sparsifiers.common.exchange_kinds import ExchangeKind, Feedback
+from sparsifiers.common.layout import Layout
 from sparsifiers.sidco import SIDCo, gpd_threshold
-from sparsifiers.threshold_control import strict_cut
-from tests.compiled_calls import kernel_backend
-from tests.stepped_ranks import SteppedRanks, assert_resume_is_exact, noise
+from sparsifiers.common.threshold_control import strict_cut
+from tests.helpers.compiled_calls import kernel_backend
+from tests.helpers.stepped_ranks import SteppedRanks, assert_resume_is_exact, noise
 from tests.test_threshold_methods import allocation_bound, drifting_stream, measured_selects
 
 LAYOUT = Layout.from_shapes([("a", (40, 50)), ("b", (1000,)), ("c", (3,))])  # N = 3003

@@ -1,4 +1,4 @@
-"""on_nonfinite=skip (experiments/core/skip.py): a step with a non-finite loss, gradient or aggregate
+"""on_nonfinite=skip (experiments/engine/core/skip.py): a step with a non-finite loss, gradient or aggregate
 on any rank leaves parameters, residuals, optimizer state, sparsifier state and BatchNorm
 buffers exactly as before it, on every rank; the run ends done with the step logged as skipped;
 too many skipped steps in a row fail the run."""
@@ -11,14 +11,14 @@ import math
 import pytest
 import torch
 
-from experiments import run_dir as run_files
-from experiments.core import step as step_module
-from experiments.launcher.compose import compose_job
-from experiments.core.finite import PARAMETERS, NonFiniteValue
-from experiments.core.skip import SkipGuard, SkippedStep
-from experiments.core.step import train_step
-from experiments.rank.train import build_session
-from experiments.core.world import init_world
+from experiments.runformat import run_dir as run_files
+from experiments.engine.core import step as step_module
+from experiments.engine.launcher.compose import compose_job
+from experiments.engine.core.finite import PARAMETERS, NonFiniteValue
+from experiments.engine.core.skip import SkipGuard, SkippedStep
+from experiments.engine.core.step import train_step
+from experiments.engine.rank.train import build_session
+from experiments.engine.core.world import init_world
 from tests.conftest import TINY_RUN, run_cli
 
 BAD_STEP, BAD_RANK, WORKERS = 3, 1, 4
@@ -178,7 +178,7 @@ def test_a_nan_gradient_with_skip_ends_done_with_the_step_logged_as_skipped(tmp_
     run below with processes=1.)"""
     run_dir, processes = tmp_path / "run", 2
     result = run_cli([*TINY_RUN, "workers=2", f"processes={processes}", "max_steps=8", "on_nonfinite=skip",
-                      "sparsifier._target_=tests.fault_injection.NaNGradientTopK",
+                      "sparsifier._target_=tests.helpers.fault_injection.NaNGradientTopK",
                       f"+sparsifier.nan_rank={BAD_RANK}", f"+sparsifier.nan_step={BAD_STEP}",
                       f"hydra.run.dir={run_dir}"], timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""The step benchmark (experiments/benchmarks/step.py) on a small vector: real gloo processes,
+"""The step benchmark (experiments/studies/benchmarks/step.py) on a small vector: real gloo processes,
 one rank each, and one hosting process; every phase is reported, and the torch and compiled
 kernel paths, run on the same inputs, exchange the same number of coordinates at every step."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from experiments.benchmarks.step import (
+from experiments.studies.benchmarks.step import (
     REFERENCE_BACKEND,
     Run,
     gradient_std,
@@ -18,12 +18,12 @@ from experiments.benchmarks.step import (
     run_hosted,
     start_residual,
 )
-from experiments.core.phases import PHASES
+from experiments.engine.core.phases import PHASES
 
 NUMEL = 50_000
 METHODS = ["topk", "micro"]
 BACKENDS = ["torch", "auto"]
-# The phases each method's step marks (experiments/core/step.py, exchange.py): the step marks
+# The phases each method's step marks (experiments/engine/core/step.py, exchange.py): the step marks
 # `plan` whether or not the method has a leader plan (without one it times asking for it), the
 # union exchange marks index_exchange, value_exchange and scatter; CLT-k's leader broadcast
 # carries the indices in the plan's broadcast and marks no index_exchange. A phase marked is

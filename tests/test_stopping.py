@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments import run_dir as run_files
+from experiments.runformat import run_dir as run_files
 from tests.conftest import TINY_RUN
 
 pytestmark = pytest.mark.slow
@@ -70,14 +70,14 @@ def rank_pid(run_dir: Path, rank: int) -> int:
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"experiments.rank.worker" in Path(f"/proc/{pid}/cmdline").read_bytes() and f"RANK={rank}".encode() in environ:
+        if b"experiments.engine.rank.worker" in Path(f"/proc/{pid}/cmdline").read_bytes() and f"RANK={rank}".encode() in environ:
             return pid
     raise AssertionError(f"no process of rank {rank} among {job_processes(run_dir)}")
 
 
 def agent_pid(run_dir: Path) -> int:
     agents = [pid for pid in job_processes(run_dir)
-              if b"experiments.launcher.agent" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+              if b"experiments.engine.launcher.agent" in Path(f"/proc/{pid}/cmdline").read_bytes()]
     assert len(agents) == 1, job_processes(run_dir)
     return agents[0]
 
@@ -220,7 +220,7 @@ def test_a_stopped_rank_ends_the_job_after_the_timeout_and_is_named(tmp_path):
 def test_a_parent_killed_but_not_yet_gone_counts_as_dead():
     """outlived() must not wait on getppid() alone: a SIGKILLed run.py with many threads names
     itself the parent for a while. A zombie or vanished process is dying; a live one is not."""
-    from experiments.rank.lifetime import _dying
+    from experiments.engine.rank.lifetime import _dying
 
     child = subprocess.Popen(["sleep", "30"])
     try:

@@ -16,10 +16,10 @@ import torch
 from torch import nn
 
 from datasets.base import DatasetSplits, Interactions, TokenStreams
-from experiments import metric_keys as keys
-from experiments.core.tasks.classification import ClassificationTask
-from experiments.core.tasks.language_model import LanguageModelTask
-from experiments.core.tasks.recommendation import RecommendationTask
+from experiments.runformat import metric_keys as keys
+from experiments.engine.core.tasks.classification import ClassificationTask
+from experiments.engine.core.tasks.language_model import LanguageModelTask
+from experiments.engine.core.tasks.recommendation import RecommendationTask
 
 CPU = torch.device("cpu")
 

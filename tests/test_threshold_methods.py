@@ -12,22 +12,22 @@ import numpy as np
 import pytest
 import torch
 
-from experiments.rank.build import build_sparsifier
-from experiments.launcher.compose import compose_job
-from experiments.errors import ConfigError
-from experiments.launcher.validate import validate
-from sparsifiers.exchange_kinds import ExchangeKind
+from experiments.engine.rank.build import build_sparsifier
+from experiments.engine.launcher.compose import compose_job
+from experiments.runformat.errors import ConfigError
+from experiments.engine.launcher.validate import validate
+from sparsifiers.common.exchange_kinds import ExchangeKind
 from sparsifiers.exdyna import ExDyna
 from sparsifiers.gaussiank import GaussianK
-from sparsifiers.layout import Layout
+from sparsifiers.common.layout import Layout
 from sparsifiers.micro import Micro
 from sparsifiers.randomk import RandomK
 from sparsifiers.sage import Sage, sample_seed
 from sparsifiers.threshold import HardThreshold
-from sparsifiers.threshold_control import ThresholdScan, exact_cutoff, initial_threshold
-from tests.allocation_meter import Allocations, measure
-from tests.compiled_calls import kernel_backend
-from tests.stepped_ranks import SteppedRanks, float32_nearest, inject_ties, noise, passes, ties
+from sparsifiers.common.threshold_control import ThresholdScan, exact_cutoff, initial_threshold
+from tests.helpers.allocation_meter import Allocations, measure
+from tests.helpers.compiled_calls import kernel_backend
+from tests.helpers.stepped_ranks import SteppedRanks, float32_nearest, inject_ties, noise, passes, ties
 
 SMALL = ["dataset=synthetic", "dataset.num_train=64", "dataset.num_test=16", "model=mlp", "model.hidden=16"]
 LAYOUT = Layout.from_shapes([("a", (40, 50)), ("b", (1000,)), ("c", (3,))])  # N = 3003
@@ -435,7 +435,7 @@ def test_a_leaky_select_exceeds_the_allocation_bound(leak, monkeypatch):
     """The positive control: the same measurement fails a select that makes one full-size
     temporary, whichever allocator makes it."""
     numba = pytest.importorskip("numba")
-    from sparsifiers.kernels import compiled
+    from sparsifiers.common.kernels import compiled
 
     sparsifier, accs = million_element_stream(SIX[2])
     select = sparsifier.select

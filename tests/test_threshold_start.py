@@ -1,4 +1,4 @@
-"""MiCRO's and ExDyna's `threshold_start` (sparsifiers/threshold_start.py, docs/algorithms.md
+"""MiCRO's and ExDyna's `threshold_start` (sparsifiers/common/threshold_start.py, docs/algorithms.md
 "Threshold start"): released starts at 1 / (2 sqrt(k)) as the authors' code does; calibrated at
 the mean over ranks of each rank's exact k-th largest |acc| at the first step, the same on every
 rank, then MiCRO's rule as before. Checked through the real training loop on hosted ranks
@@ -13,19 +13,19 @@ import numpy as np
 import pytest
 import torch
 
-from experiments import metric_keys as keys
-from experiments.core.skip import SkipGuard
-from experiments.errors import ConfigError
-from experiments.launcher.compose import compose_job
-from experiments.launcher.validate import validate
-from experiments.rank.build import build_sparsifier
-from experiments.rank.train import train
+from experiments.runformat import metric_keys as keys
+from experiments.engine.core.skip import SkipGuard
+from experiments.runformat.errors import ConfigError
+from experiments.engine.launcher.compose import compose_job
+from experiments.engine.launcher.validate import validate
+from experiments.engine.rank.build import build_sparsifier
+from experiments.engine.rank.train import train
 from sparsifiers.exdyna import ExDyna
-from sparsifiers.layout import Layout
+from sparsifiers.common.layout import Layout
 from sparsifiers.micro import Micro
 from tests.conftest import ListSink
-from tests.step_recorder import record_steps
-from tests.stepped_ranks import SteppedRanks, assert_resume_is_exact, noise
+from tests.helpers.step_recorder import record_steps
+from tests.helpers.stepped_ranks import SteppedRanks, assert_resume_is_exact, noise
 from tests.test_full_step import hosted_world
 from tests.test_skip_nonfinite import WORKERS, hosted_session
 from tests.test_skip_nonfinite import step as guarded_step

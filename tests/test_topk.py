@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from hypothesis import given, settings, strategies as st
 
-from sparsifiers.layout import Layout
+from sparsifiers.common.layout import Layout
 from sparsifiers.topk import TopK
 
 

@@ -1,4 +1,4 @@
-"""The training loop itself (experiments/rank/train.py), in this process: two hosted ranks, the
+"""The training loop itself (experiments/engine/rank/train.py), in this process: two hosted ranks, the
 dense exchange, three steps. Its traffic per logged step must be the dense all-reduce's, worked
 out by hand, at every step (not accumulated over steps), and the summary's total their sum."""
 from __future__ import annotations
@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from experiments import metric_keys as keys
-from experiments.core import ledger
-from experiments.core.ledger import Collective
-from experiments.core.world import init_world
-from experiments.launcher.compose import compose_job
-from experiments.rank import run_log
-from experiments.rank.train import train
+from experiments.runformat import metric_keys as keys
+from experiments.engine.core import ledger
+from experiments.engine.core.ledger import Collective
+from experiments.engine.core.world import init_world
+from experiments.engine.launcher.compose import compose_job
+from experiments.engine.rank import run_log
+from experiments.engine.rank.train import train
 from tests.conftest import ListSink
 
 
@@ -60,7 +60,7 @@ def test_position_bins_log_where_the_union_and_rank_0s_accumulator_lie(tmp_path:
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """position_bins=n: every logged train row holds n counts of U's coordinates, adding up to
     |U|, and n energies of rank 0's accumulator; the summary holds the layout the end-to-end
-    model replays DEFT's units on (experiments/endtoend/structure.py)."""
+    model replays DEFT's units on (experiments/studies/endtoend/structure.py)."""
     for variable in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
         monkeypatch.delenv(variable, raising=False)
     cfg = compose_job(["sparsifier=deft", "dataset=digits", "model=mlp", "workers=2", "max_steps=3", "epochs=1",
@@ -117,7 +117,7 @@ class _Gathering:
 def test_every_process_learns_of_the_stop_from_rank_0_at_the_steps_it_could_evaluate():
     from types import SimpleNamespace
 
-    from experiments.rank.target import TargetWatch
+    from experiments.engine.rank.target import TargetWatch
 
     cfg = compose_job(["eval_every_steps=10", "eval_target=0.8", "eval_near_every=4", "stop_at_target=true"])
     comm = _Gathering()

@@ -1,7 +1,7 @@
 """A failed run's W&B offline record is valid and holds the failure, even when the rank that
 held the W&B run was killed by SIGKILL and could write nothing (its own file keeps W&B's 7-byte
 header): run.py, which outlives it, finishes the same run id with the logged rows, exit code 1
-and summary["failure"]. The records are read with W&B's own format (tests/wandb_records.py)."""
+and summary["failure"]. The records are read with W&B's own format (tests/helpers/wandb_records.py)."""
 from __future__ import annotations
 
 import json
@@ -10,10 +10,10 @@ import signal
 
 import pytest
 
-from experiments import run_dir as run_files
-from experiments.run_dir import read_metrics
+from experiments.runformat import run_dir as run_files
+from experiments.runformat.run_dir import read_metrics
 from tests.test_stopping import kill_tree, process_tree, rank_pid, start_run, wait_until_gone
-from tests.wandb_records import records
+from tests.helpers.wandb_records import records
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ import numpy as np
 from analysis.claims.claim import Claim, Numbers, Statistic, finite
 from analysis.claims.papers import EXDYNA, LAPTOP_STATISTICS, experiment
 from analysis.claims.study import SETTLED_FROM_STEP, SETTLED_MIN_ROWS, Study, method_groups
-from experiments import metric_keys as keys
+from experiments.runformat import metric_keys as keys
 
 
 def _settled_means(study: Study, sparsifier: str) -> dict[tuple, list[tuple[str, float, int]]]:

@@ -13,8 +13,8 @@ from analysis.claims.claim import Claim, Numbers, Statistic, finite
 from analysis.claims.numbers import at, by_workers
 from analysis.claims.papers import DEFT, EXDYNA, MICRO, NAMES, SCALECOM, LAPTOP_STATISTICS, experiment
 from analysis.claims.study import Study, method_groups, per_workers, subject
-from experiments import metric_keys as keys
-from experiments.headline import Reduction
+from experiments.runformat import metric_keys as keys
+from experiments.runformat.headline import Reduction
 
 # |U| and the counts are integers, so a disjoint exchange gives exactly 1; 1e-6 only absorbs
 # the float division of a logged ratio.

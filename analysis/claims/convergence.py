@@ -15,7 +15,7 @@ from analysis.claims.claim import Claim, Numbers, Statistic, finite
 from analysis.claims.papers import DEFT, EXDYNA, MICRO, NAMES, PAPER_OF, experiment
 from analysis.claims.study import Study, method_groups, subject
 from sparsifiers.registry import chosen
-from experiments import metric_keys as keys
+from experiments.runformat import metric_keys as keys
 
 # "Within a tolerance of dense": the papers say comparable/high accuracy without a number.
 # Accuracies (fractions): 1 point, several times the seed-to-seed spread of a CIFAR ResNet-18

@@ -8,7 +8,7 @@ floors' remainders and the caps pass on to the units visited later, which can th
 more than their proportional share, so only the sequential formula can be checked unit by unit.
 It is replayed from the logged lists (`deft/unit_norms`, `deft/unit_k`, `deft/unit_common`) and
 k (summary.json's k_target). The analysis never imports the sparsifier: the replay is written
-here, and the tests check it against sparsifiers/deft_allocation.py.
+here, and the tests check it against sparsifiers/common/deft_allocation.py.
 
 Bins: `deft/max_bin_load_ratio` is the busiest bin's load over the lower bound
 L = max(largest unit cost, total cost / W), not over the optimal packing. Graham's 4/3 bound is
@@ -30,7 +30,7 @@ import pandas as pd
 from analysis.claims.claim import Claim, Numbers, Statistic, finite
 from analysis.claims.papers import DEFT, LAPTOP_STATISTICS, experiment
 from analysis.claims.study import Study, method_groups, subject
-from experiments import metric_keys as keys
+from experiments.runformat import metric_keys as keys
 
 # The paper's released code computes the shares in float32 (its 11,172 of k = 11,173 on
 # ResNet-18, docs/algorithms.md): one slot either way is rounding, not a different allocation.

@@ -14,7 +14,7 @@ import numpy as np
 from analysis.claims.claim import Claim, Numbers, Statistic, finite
 from analysis.claims.papers import EXDYNA, MICRO, NAMES, LAPTOP_STATISTICS, experiment
 from analysis.claims.study import SETTLED_FROM_STEP, SETTLED_MIN_ROWS, Study, method_groups, subject
-from experiments import metric_keys as keys
+from experiments.runformat import metric_keys as keys
 
 # MiCRO's released rule raises lambda when rho = |U|/k > 1.1 and lowers it only below 1/1.1
 # (docs/algorithms.md, micro): the controller's own band is |error| <= 0.1 (about -0.09 to

@@ -13,7 +13,7 @@ from analysis.claims.claim import Claim, Numbers, Statistic, finite
 from analysis.claims.numbers import at
 from analysis.claims.papers import DEFT, EXDYNA, MICRO, NAMES, SCALECOM, experiment
 from analysis.claims.study import Study, method_groups, per_workers, subject
-from experiments import metric_keys as keys
+from experiments.runformat import metric_keys as keys
 
 # The partition methods scan N/W elements per worker, so the ideal slope is -1. Fixed costs per
 # step (kernel launches, the threshold update, DEFT's leader plan, which select_ms_max includes

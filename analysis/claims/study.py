@@ -1,5 +1,5 @@
 """A study as the claims read it: its finished runs, the context each belongs to, and the
-per-run reductions the claims share (the report's one reduction rule, experiments/headline.py).
+per-run reductions the claims share (the report's one reduction rule, experiments/runformat/headline.py).
 
 Runs are judged together only within a *context*: same model, data, task metric, data source,
 world (hosted or distributed) and every other setting that changes what is measured (epochs,
@@ -21,8 +21,8 @@ from analysis.labels import format_knob
 from analysis.settings import as_text, differing_keys, key_title
 from analysis.stats import logged_order
 from analysis.tables import RunTables
-from experiments import metric_keys as keys
-from experiments.headline import Reduction, reduce_logged
+from experiments.runformat import metric_keys as keys
+from experiments.runformat.headline import Reduction, reduce_logged
 
 FINISHED = "done"
 # Setting keys that may differ within one context: the label of the sweep a run came from, how

@@ -25,8 +25,8 @@ from analysis.claims.claim import Claim, Numbers, Statistic, finite
 from analysis.claims.numbers import at
 from analysis.claims.papers import DEFT, EXDYNA, MICRO, NAMES, LAPTOP_STATISTICS, OKTOPK, experiment
 from analysis.claims.study import SETTLED_FROM_STEP, Study, method_groups, per_workers, subject
-from experiments import metric_keys as keys
-from experiments.headline import Reduction
+from experiments.runformat import metric_keys as keys
+from experiments.runformat.headline import Reduction
 
 # Counts: |U| / k is W-independent by construction; what may still move with W is a threshold
 # controller's error, whose band in MiCRO's rule is rho in (1/1.1, 1.1] (1.1 / 0.909 = 1.21

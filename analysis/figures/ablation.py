@@ -13,7 +13,7 @@ from analysis.figures.style import finish, new_figure
 from analysis.labels import knob_text, varying_knobs
 from analysis.tables import RunTables
 from analysis.tasks import metric_order
-from experiments.headline import task_metric
+from experiments.runformat.headline import task_metric
 
 # Keys that join a variant's label when they differ among the runs shown (density too: a
 # variant is a set of knob values, and density is one, though a sweep of it alone is no ablation).

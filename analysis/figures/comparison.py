@@ -1,5 +1,5 @@
 """The quickstart comparison: one bar per method (and worker count) for each headline number,
-the figure every sweep ends with (experiments/launcher/callbacks.py)."""
+the figure every sweep ends with (experiments/engine/launcher/callbacks.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,7 +11,7 @@ from analysis.figures.style import base_method, finish, method_color, new_figure
 from analysis.stats import STATS, run_stats
 from analysis.tables import RunTables
 from analysis.tasks import DEFAULT_METRIC, metric_order
-from experiments.headline import task_metric
+from experiments.runformat.headline import task_metric
 
 # (stat of analysis.stats.run_stats, panel title), after the panel of each task metric present
 # (final accuracy, perplexity, HR@10). The numbers are the report's (the headline registry's one

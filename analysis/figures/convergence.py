@@ -11,7 +11,7 @@ from analysis.figures.style import base_method, finish, method_color, method_wor
 from analysis.tables import RunTables
 from analysis.tasks import metric_order
 from analysis.timeline import elapsed_at_evals, per_step_ms
-from experiments.headline import task_metric
+from experiments.runformat.headline import task_metric
 
 LINESTYLES = ("-", "--", "-.", ":")
 

@@ -8,7 +8,7 @@ from matplotlib.figure import Figure
 from analysis.columns import has_data
 from analysis.figures.style import finish, new_figure, stack_lists
 from analysis.tables import RunTables
-from experiments.metric_keys import DEFT_BIN_LOADS, DEFT_UNIT_K, DEFT_UNIT_NORMS
+from experiments.runformat.metric_keys import DEFT_BIN_LOADS, DEFT_UNIT_K, DEFT_UNIT_NORMS
 
 
 def deft_units(tables: RunTables, method: str = "deft") -> Figure | None:

@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 from analysis import columns as c
 from analysis.figures.style import finish, method_color, new_figure, series_labels, stack_lists
 from analysis.tables import RunTables
-from experiments.metric_keys import PARTITION_BOUNDARIES
+from experiments.runformat.metric_keys import PARTITION_BOUNDARIES
 from sparsifiers.registry import chosen
 
 MAX_PANELS = 4

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from analysis.synthetic import SyntheticRun, write_run, write_sweep
-from experiments import run_dir as run_files
-from tests.shared_build import built_once
+from experiments.runformat import run_dir as run_files
+from tests.helpers.shared_build import built_once
 
 # matplotlib fixes its config and cache folder at import: keep it out of $HOME (make test sets it too).
 os.environ.setdefault("MPLCONFIGDIR", tempfile.mkdtemp(prefix="sparsebench-mpl-"))
@@ -37,7 +37,7 @@ def make_sweep(root: Path) -> None:
 @pytest.fixture(scope="session")
 def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real 2 x 2 sweep (dense, topk at W=2, 4; 12 steps each) made by run.py: its folder.
-    Made once for both xdist workers (tests/shared_build.py): no test changes its runs (the
+    Made once for both xdist workers (tests/helpers/shared_build.py): no test changes its runs (the
     analysis cache that loading writes beside them is written atomically)."""
     root = built_once(tmp_path_factory, "analysis-sweep", make_sweep)
     (sweep_dir,) = (root / "sweeps").iterdir()
@@ -124,10 +124,10 @@ def synthetic_tables(synthetic: Path):
 
 @pytest.fixture(scope="module")
 def synthetic_study(synthetic: Path):
-    """The same study read the plain way (tests/analysis/raw_runs.py), for the figure tests'
+    """The same study read the plain way (tests/helpers/raw_runs.py), for the figure tests'
     independent recomputation."""
-    from tests.analysis.figure_checks import METHODS
-    from tests.analysis.raw_runs import read_study
+    from tests.helpers.figure_checks import METHODS
+    from tests.helpers.raw_runs import read_study
 
     study = read_study(synthetic / "sweep")
     assert sorted(study.runs["method"].unique()) == METHODS and len(study.runs) == 36

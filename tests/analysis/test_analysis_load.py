@@ -14,8 +14,8 @@ from analysis.load import load_runs
 from analysis import metrics_io
 from analysis.metrics_io import CACHE_DIR
 from analysis.synthetic import SyntheticRun, write_run
-from experiments import metric_keys as keys
-from experiments import run_dir as run_files
+from experiments.runformat import metric_keys as keys
+from experiments.runformat import run_dir as run_files
 
 
 def _train_lines(path: Path) -> list[dict]:

@@ -17,8 +17,8 @@ from analysis.figures.threshold import partition_boundaries
 from analysis.load import load_runs
 from analysis.synthetic import SyntheticRun, metrics_text
 from analysis.tables import RunTables
-from experiments import metric_keys as keys
-from experiments import run_dir as files
+from experiments.runformat import metric_keys as keys
+from experiments.runformat import run_dir as files
 
 pytestmark = pytest.mark.slow  # a real run.py sweep (3 jobs of 4 steps, one process each: ~20 s)
 REPO = Path(__file__).resolve().parents[2]
@@ -91,7 +91,7 @@ def test_the_partition_figure_draws_what_exdyna_logged(real_runs: dict[str, Path
 
 def test_every_key_the_runner_writes_is_a_named_constant(real_runs: dict[str, Path]) -> None:
     """One key per fact: what the real runs log (rows and the metrics of summary.json) is named
-    in experiments/metric_keys.py, so analysis and tests can only ask for keys that exist."""
+    in experiments/runformat/metric_keys.py, so analysis and tests can only ask for keys that exist."""
     named = {value for name, value in vars(keys).items() if name.isupper() and isinstance(value, str)}
     for run_dir in real_runs.values():
         logged = set().union(*(record.keys() for record in files.read_metrics(run_dir / files.METRICS)))

@@ -1,5 +1,5 @@
 """The notebooks are stored without outputs and run end to end against the tiny real sweep; what
-they print and display equals what the sweep's files say (tests/analysis/notebook_checks.py)."""
+they print and display equals what the sweep's files say (tests/helpers/notebook_checks.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,8 +8,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from tests.analysis.notebook_checks import check_epoch_tables, check_status_counts, check_summary_table
-from tests.analysis.raw_runs import read_study
+from tests.helpers.notebook_checks import check_epoch_tables, check_status_counts, check_summary_table
+from tests.helpers.raw_runs import read_study
 
 ANALYSIS = Path(__file__).resolve().parents[2] / "analysis"
 NOTEBOOKS = ["scaling.ipynb", "convergence.ipynb", "threshold_control.ipynb"]

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from analysis.figures import FIGURES
-from experiments import run_dir as run_files
+from experiments.runformat import run_dir as run_files
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ import pytest
 from analysis.load import load_runs
 from analysis.stats import run_stats, summarize
 from analysis.timeline import elapsed_at_evals
-from experiments.run_dir import METRICS
+from experiments.runformat.run_dir import METRICS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -69,7 +69,7 @@ def test_elapsed_time_counts_the_unlogged_steps() -> None:
 
 def test_load_benchmark_runs() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "experiments.benchmarks.load", "--runs", "6", "--steps", "20", "--repeats", "1"],
+        [sys.executable, "-m", "experiments.studies.benchmarks.load", "--runs", "6", "--steps", "20", "--repeats", "1"],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 0, result.stderr

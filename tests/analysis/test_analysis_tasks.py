@@ -19,8 +19,8 @@ from analysis.report_tables import summary_cells
 from analysis.stats import run_stats, summarize
 from analysis.synthetic import SyntheticRun, write_run
 from analysis.tables import RunTables
-from experiments import run_dir as run_files
-from experiments.headline import task_metric
+from experiments.runformat import run_dir as run_files
+from experiments.runformat.headline import task_metric
 from tests.analysis.conftest import DGC_VARIANTS, STAND_IN_TEXT
 
 PERPLEXITY = "perplexity (lower is better)"

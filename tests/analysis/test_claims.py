@@ -1,5 +1,5 @@
 """analysis.claims: a synthetic study on which every claim holds, then, per claim, the same study
-with the one change that breaks that claim (tests/analysis/claims_study.py): it must come out
+with the one change that breaks that claim (tests/helpers/claims_study.py): it must come out
 DOES_NOT_HOLD, and every other claim must keep its verdict. Studies lacking what a claim needs
 give NOT_MEASURABLE with the reason, never an error; the command line writes claims.md and
 claims.json and exits 2 for a path without runs."""
@@ -20,9 +20,9 @@ from analysis.claims.__main__ import main as claims_main
 from analysis.claims.output import brief_table, brief_text
 from analysis.claims.deft import lpt_bound, replay_deviation
 from analysis.synthetic import SyntheticRun, write_run, write_sweep
-from experiments import metric_keys as k
-from sparsifiers.deft_allocation import allocate, bin_loads, unit_k
-from tests.analysis.claims_study import BREAKS, METHODS, on, set_train, study_tables, write_study
+from experiments.runformat import metric_keys as k
+from sparsifiers.common.deft_allocation import allocate, bin_loads, unit_k
+from tests.helpers.claims_study import BREAKS, METHODS, on, set_train, study_tables, write_study
 
 REPO = Path(__file__).resolve().parents[2]
 SCALING = ["selection.deft", "selection.micro", "selection.exdyna", "selection.topk", "selection.cltk",

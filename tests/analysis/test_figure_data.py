@@ -1,6 +1,6 @@
 """Every figure checked for what it plots: the data read back from its artists (line points,
 bar heights and positions, error bars, bands, ticks, legend) equals what the figure's docstring
-says it shows, recomputed here from the run folders' own files (tests/analysis/raw_runs.py:
+says it shows, recomputed here from the run folders' own files (tests/helpers/raw_runs.py:
 json and yaml, never analysis.load or analysis.stats). The synthetic study's values vary per
 step and seed and mix train and eval rows, so a median for a mean, a wrong column, one series'
 data under another's label, a dropped worker count or eval rows in a train curve all show."""
@@ -12,10 +12,10 @@ from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 
 from analysis.tables import RunTables
-from experiments import metric_keys as k
-from tests.analysis import axes_data as ax
-from tests.analysis.figure_checks import BLACK, METHODS, WORKERS, close, draw, panel
-from tests.analysis.raw_runs import RawStudy, after_warmup, elapsed_at, over_seeds, per_run
+from experiments.runformat import metric_keys as k
+from tests.helpers import axes_data as ax
+from tests.helpers.figure_checks import BLACK, METHODS, WORKERS, close, draw, panel
+from tests.helpers.raw_runs import RawStudy, after_warmup, elapsed_at, over_seeds, per_run
 
 
 def test_method_comparison(synthetic_tables: RunTables, synthetic_study: RawStudy) -> None:

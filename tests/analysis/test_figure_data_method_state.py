@@ -12,10 +12,10 @@ import pandas as pd
 from analysis.load import load_runs
 from analysis.synthetic import SyntheticRun, write_run
 from analysis.tables import RunTables
-from experiments import metric_keys as k
-from tests.analysis import axes_data as ax
-from tests.analysis.figure_checks import BLACK, THRESHOLD, WORKERS, close, draw, first_seed, panel
-from tests.analysis.raw_runs import RawStudy, read_study
+from experiments.runformat import metric_keys as k
+from tests.helpers import axes_data as ax
+from tests.helpers.figure_checks import BLACK, THRESHOLD, WORKERS, close, draw, first_seed, panel
+from tests.helpers.raw_runs import RawStudy, read_study
 
 
 def test_density_vs_step(synthetic_tables: RunTables, synthetic_study: RawStudy) -> None:

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from analysis.report import write_report
-from experiments import run_dir as run_files
-from experiments.store import RunStore
+from experiments.runformat import run_dir as run_files
+from experiments.runformat.store import RunStore
 
 
 def write_run(run_dir: Path, max_steps: int, seed: int, status: str = "done", skipped: bool = False,
@@ -41,7 +41,7 @@ def write_run(run_dir: Path, max_steps: int, seed: int, status: str = "done", sk
         error = 0.5 + 0.1 * seed + step  # seeds and step counts give different numbers
         writer.write({"step": step, "kind": "train", "epoch": 0, "density/error": error, "density/actual": 0.01 * (1 + error),
                       "density/target": 0.01, "buildup": 1.0 + error, "time/select_ms_max": 1.0, "train/loss": 1.0})
-    if skipped:  # on_nonfinite=skip's row for a skipped step (experiments/core/skip.py)
+    if skipped:  # on_nonfinite=skip's row for a skipped step (experiments/engine/core/skip.py)
         writer.write({"step": max_steps, "kind": "train", "epoch": 0, "train/skipped": 1.0, "train/skipped_total": 1.0})
     writer.write({"step": max_steps - 1, "kind": "eval", "epoch": 0, "eval/accuracy": 0.5 + 0.01 * seed})
     if last_eval is not None:
