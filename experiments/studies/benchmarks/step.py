@@ -205,6 +205,28 @@ def median_copy_ms(source: torch.Tensor, destination: torch.Tensor) -> float:
     return statistics.median(times)
 
 
+class TimedStep:
+    """One benchmark step of the hosted ranks, per phase (ms): every rank's next gradient rotated
+    into its residual at its own shift (the accumulate phase), then the hosted step; the step's
+    |U| is kept beside its times (`aggregated`). Both worlds run it: one rank per process (shift
+    0) and every rank in one process."""
+
+    def __init__(self, ranks, clock, gradients: list[torch.Tensor], shifts: list[int]) -> None:
+        self.ranks, self.clock, self.gradients, self.shifts = ranks, clock, gradients, shifts
+        self.aggregated: list[int] = []
+
+    def __call__(self, step: int) -> dict[str, float]:
+        self.clock.reset()
+        self.ranks.world.comm.meter.reset()  # one step's traffic and collectives, as the training loop keeps them
+        self.clock.start()
+        for residual, shift in zip(self.ranks.residuals, self.shifts):
+            rotate_into(residual, self.gradients[step % len(self.gradients)], shift + step * STEP_STRIDE,
+                        accumulate=True)
+        self.clock.mark("accumulate")
+        self.aggregated.append(self.ranks.step(step, clock=self.clock).result.aggregated)
+        return {phase: seconds * 1e3 for phase, seconds in self.clock.totals.items()}
+
+
 def phase_summary(per_step_ms: list[dict[str, float]], aggregated: list[int], k: int) -> dict:
     """Medians per phase, the median of the per-step totals (each the sum of its phases) and of
     |U| / k, with the per-step numbers."""
@@ -252,21 +274,10 @@ def measure_rank(run: Run) -> list[dict] | None:
                 ranks = HostedRanks(world, [build_method(name, run.workers, run.density, layout, rank)], out)
                 residual = ranks.residuals[0]
                 start_residual(residual, out, run.density, run.gradients, RESIDUAL_SEED + rank)
-                aggregated: list[int] = []  # |U| per step: the exchange's size, beside its time
-
-                def one_step(step: int) -> dict[str, float]:
-                    clock.reset()
-                    world.comm.meter.reset()  # one step's traffic and collectives, as the training loop keeps them
-                    clock.start()
-                    rotate_into(residual, gradients[step % len(gradients)], step * STEP_STRIDE, accumulate=True)
-                    clock.mark("accumulate")
-                    outcome = ranks.step(step, clock=clock)
-                    aggregated.append(outcome.result.aggregated)
-                    return {phase: seconds * 1e3 for phase, seconds in clock.totals.items()}
-
+                one_step = TimedStep(ranks, clock, gradients, [0])
                 for step in range(run.settle):
                     one_step(step)
-                aggregated.clear()  # |U| of the timed steps only
+                one_step.aggregated.clear()  # |U| of the timed steps only
                 # The copy is timed between the timed steps, every rank at once, as every rank
                 # sparsifies at once: it meets the same contention for cores and memory bandwidth
                 # over the same stretch of time (a copy timed once, before, swung 2x between
@@ -278,10 +289,10 @@ def measure_rank(run: Run) -> list[dict] | None:
                     dist.barrier()
                     copies.append(median_copy_ms(gradients[0], out))
                 copy_ms = statistics.median(copies)
-                summary = phase_summary(per_step, aggregated, ranks.method.k)
+                summary = phase_summary(per_step, one_step.aggregated, ranks.method.k)
                 results.append({"method": name, "backend": backend, "workers": run.workers, "copy_ms": copy_ms,
                                 **summary, **multiples(summary, copy_ms)})
-                del ranks, residual  # its state goes before the next method's is built
+                del ranks, residual, one_step  # its state goes before the next method's is built
         finished = True
         return results if rank == 0 else None
     finally:
@@ -335,29 +346,16 @@ def measure_hosted(run: Run) -> list[dict]:
                                             for rank in world.local_ranks], out)
                 for residual, shift in zip(ranks.residuals, rank_shifts):
                     rotate_into(residual, start, shift, accumulate=False)
-                aggregated: list[int] = []  # |U| per step: the exchange's size, beside its time
-
-                def one_step(step: int) -> dict[str, float]:
-                    clock.reset()
-                    world.comm.meter.reset()  # one step's traffic and collectives, as the training loop keeps them
-                    clock.start()
-                    for residual, shift in zip(ranks.residuals, rank_shifts):
-                        rotate_into(residual, gradients[step % len(gradients)], shift + step * STEP_STRIDE,
-                                    accumulate=True)
-                    clock.mark("accumulate")
-                    outcome = ranks.step(step, clock=clock)
-                    aggregated.append(outcome.result.aggregated)
-                    return {phase: seconds * 1e3 for phase, seconds in clock.totals.items()}
-
+                one_step = TimedStep(ranks, clock, gradients, rank_shifts)
                 for step in range(run.settle):
                     one_step(step)
-                aggregated.clear()  # |U| of the timed steps only
+                one_step.aggregated.clear()  # |U| of the timed steps only
                 per_step = [one_step(step) for step in range(run.settle, run.settle + run.repeats)]
                 # DEFT's leader plans before anyone selects: selection is plan + select.
                 selection_ms = statistics.median(s.get("plan", 0.0) + s.get("select", 0.0) for s in per_step)
                 results.append({"method": name, "backend": backend, "workers": run.workers,
-                                "selection_ms": selection_ms, **phase_summary(per_step, aggregated, ranks.method.k)})
-                del ranks, residual  # their state and residuals go before the next method's are built
+                                "selection_ms": selection_ms, **phase_summary(per_step, one_step.aggregated, ranks.method.k)})
+                del ranks, one_step  # their state and residuals go before the next method's are built
         return results
     finally:
         close_world()
