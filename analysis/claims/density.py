@@ -13,7 +13,7 @@ import numpy as np
 
 from analysis.claims.claim import Claim, Numbers, Statistic, finite
 from analysis.claims.papers import EXDYNA, MICRO, NAMES, LAPTOP_STATISTICS, experiment
-from analysis.claims.study import SETTLED_FROM_STEP, SETTLED_MIN_ROWS, Study, method_groups, subject
+from analysis.claims.study import SETTLED_FROM_STEP, SETTLED_MIN_ROWS, Study, method_groups, settled_rule, subject
 from experiments.runformat import metric_keys as keys
 
 # MiCRO's released rule raises lambda when rho = |U|/k > 1.1 and lowers it only below 1/1.1
@@ -21,8 +21,7 @@ from experiments.runformat import metric_keys as keys
 # +0.1). Controlled: inside it. Drifting: outside it, where MiCRO's rule would have acted.
 BAND = 0.1
 
-SETTLED_RULE = (f"the later half of a run's logged rows holding {keys.DENSITY_ERROR}, counted when it holds "
-                f">= {SETTLED_MIN_ROWS} rows from step >= {SETTLED_FROM_STEP}")
+SETTLED_RULE = settled_rule(keys.DENSITY_ERROR)
 
 STUDIES = ("density_vs_step", "compression_error", LAPTOP_STATISTICS)  # training runs long enough to settle
 

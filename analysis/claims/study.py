@@ -42,6 +42,12 @@ CONTEXT_COLUMNS = ("world", "task_metric", "data_source")
 SETTLED_MIN_ROWS = 20
 SETTLED_FROM_STEP = 200
 
+
+def settled_rule(key: str) -> str:
+    """The settled rule in words, for a claim's `needs` and `statistic`."""
+    return (f"the later half of a run's logged rows holding {key}, counted when it holds "
+            f">= {SETTLED_MIN_ROWS} rows from step >= {SETTLED_FROM_STEP}")
+
 # The runs-table columns the claims read (and every sparsifier knob, `cfg.sparsifier.*`).
 RUN_COLUMNS = ("run_id", "method", "sparsifier", "density", "workers", "context", "task_metric",
                "higher_is_better", "k_target", "numel", "status", "seed", "cfg.tag")

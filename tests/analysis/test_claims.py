@@ -22,13 +22,16 @@ from analysis.claims.deft import lpt_bound, replay_deviation
 from analysis.synthetic import SyntheticRun, write_run, write_sweep
 from experiments.runformat import metric_keys as k
 from sparsifiers.common.deft_allocation import allocate, bin_loads, unit_k
-from tests.helpers.claims_study import BREAKS, METHODS, on, set_train, study_tables, write_study
+from tests.helpers.claims_study import (ALSO_BREAKS, BREAKS, METHODS, on, set_train, shift_error, study_tables, tilt_bytes,
+                                        tilt_error, write_study)
 
 REPO = Path(__file__).resolve().parents[2]
 SCALING = ["selection.deft", "selection.micro", "selection.exdyna", "selection.topk", "selection.cltk",
            "buildup.topk", "traffic.count.deft", "traffic.count.micro", "traffic.count.exdyna",
-           "traffic.bytes.deft", "traffic.bytes.micro", "traffic.bytes.exdyna", "traffic.bound.oktopk"]
-SETTLED = ["density.micro", "density.exdyna", "density.threshold", "density.sage", "balance.exdyna", "traffic.bound.oktopk"]
+           "traffic.bytes.deft", "traffic.bytes.micro", "traffic.bytes.exdyna", "traffic.bound.oktopk",
+           *(f"traffic.{kind}.settled.{m}" for kind in ("count", "bytes") for m in ("deft", "micro", "exdyna"))]
+SETTLED = ["density.micro", "density.exdyna", "density.threshold", "density.sage", "balance.exdyna", "traffic.bound.oktopk",
+           *(f"traffic.{kind}.settled.{m}" for kind in ("count", "bytes") for m in ("deft", "micro", "exdyna"))]
 AGAINST_DENSE = ["convergence.dense.deft", "convergence.dense.micro", "convergence.dense.exdyna", "dgc.dense"]
 SOONER = ["convergence.sooner.deft", "convergence.sooner.micro", "convergence.sooner.exdyna"]
 
@@ -81,7 +84,7 @@ def test_the_break_of_a_claim_fails_that_claim_and_no_other(claim_id, all_hold):
     assert not all(after[claim_id].held.values())
     changed = {other: (before[other].outcome, after[other].outcome) for other in BY_ID
                if other != claim_id and after[other].outcome is not before[other].outcome}
-    assert changed == {}
+    assert changed == {other: (Outcome.HOLDS, Outcome.DOES_NOT_HOLD) for other in ALSO_BREAKS.get(claim_id, ())}
 
 
 def test_one_worker_count_leaves_the_scaling_claims_unmeasurable(tmp_path):
@@ -100,6 +103,55 @@ def test_short_runs_have_no_settled_steps(tmp_path):
     assert "no settled steps" in verdicts["density.micro"].reason
     assert "holds 6 rows from step 72" in verdicts["density.micro"].reason
     assert {c for c, o in outcomes(verdicts).items() if o is not Outcome.HOLDS} == set(SETTLED)
+
+
+def _earlier_half(rows):
+    train = [row for row in rows if row[k.ROW_KIND] == k.KIND_TRAIN]
+    return train[: len(train) // 2]
+
+
+@pytest.mark.parametrize("method", ["micro", "exdyna"])
+def test_a_start_up_transient_fails_the_present_traffic_claims_and_not_the_settled_ones(method, all_hold):
+    """MiCRO's and ExDyna's first steps selecting 10 times k at W = 4 (a threshold climbing): the
+    mean over every step grows with W, the settled half (the same numbers as before) does not."""
+    root, before = all_hold
+    transient = on(method, shift_error(9.0, _earlier_half), only_workers=4)
+    after = {v.claim.id: v for v in judge_tables(study_tables(root, transient))[0]}
+    assert after[f"traffic.count.{method}"].outcome is Outcome.DOES_NOT_HOLD
+    settled = after[f"traffic.count.settled.{method}"]
+    assert settled.outcome is Outcome.HOLDS
+    assert settled.measured == before[f"traffic.count.settled.{method}"].measured
+
+
+@pytest.mark.parametrize("kind, tilt", [("count", tilt_error(0.5)), ("bytes", tilt_bytes(0.6))])
+def test_settled_traffic_growing_with_w_fails_the_settled_claim_and_not_the_present_one(kind, tilt, all_hold):
+    """DEFT's later half 1.5 k (1.6 times the bytes) at W = 4, its earlier half lowered as much:
+    the mean over every step is as before, so only the settled variant sees the growth."""
+    root, before = all_hold
+    after = {v.claim.id: v for v in judge_tables(study_tables(root, on("deft", tilt, only_workers=4)))[0]}
+    deft = "deft | mlp/synthetic | d=0.01"
+    present = after[f"traffic.{kind}.deft"]
+    assert present.outcome is Outcome.HOLDS
+    assert present.measured[deft] == pytest.approx(before[f"traffic.{kind}.deft"].measured[deft])
+    settled = after[f"traffic.{kind}.settled.deft"]
+    assert settled.outcome is Outcome.DOES_NOT_HOLD and settled.measured[deft]["ratio"] > 1.45
+
+
+def test_a_worker_count_without_settled_steps_is_left_out_and_named(tmp_path):
+    """W = 8's runs log density and traffic on their first 20 rows only: their later half (10
+    rows from step 120) is not settled, so the settled claims judge W = 2 and 4 and name W = 8."""
+    def stop_logging(workers, rows):
+        for row in [row for row in rows if row[k.ROW_KIND] == k.KIND_TRAIN][20:]:
+            for key in (k.DENSITY_ERROR, k.DENSITY_ACTUAL, k.SENT_MEAN):
+                row.pop(key)
+    breaks = lambda method, workers, rows: stop_logging(workers, rows) if workers == 8 else None
+    verdicts = judged(write_study(tmp_path, breaks, workers=(2, 4, 8), methods=("deft", "micro")))
+    for claim_id in ("traffic.count.settled.micro", "traffic.bytes.settled.deft"):
+        verdict = verdicts[claim_id]
+        assert verdict.outcome is Outcome.HOLDS, verdict
+        assert "W=[8] left out: no settled steps" in verdict.reason
+        assert not any("W=8" in name for numbers in verdict.measured.values() for name in numbers)
+    assert "W=8" in " ".join(verdicts["traffic.count.micro"].measured["micro | mlp/synthetic | d=0.01"])
 
 
 def test_without_dense_runs_nothing_is_compared_with_dense(tmp_path):
@@ -262,7 +314,7 @@ def test_the_command_line_writes_claims_md_and_json(all_hold, tmp_path):
     root, _ = all_hold
     result = run_cli(str(root), "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
-    assert "31 HOLDS, 0 DOES_NOT_HOLD, 0 NOT_MEASURABLE" in result.stdout
+    assert f"{len(CLAIMS)} HOLDS, 0 DOES_NOT_HOLD, 0 NOT_MEASURABLE" in result.stdout
     lines = (tmp_path / "out" / "claims.md").read_text().splitlines()
     summary = next(i for i, line in enumerate(lines) if line.startswith("| claim |"))
     assert lines[summary] == "| claim | verdict | measured |"
