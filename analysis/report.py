@@ -30,6 +30,7 @@ from analysis.figures import FIGURES
 from analysis.load import load_runs
 from analysis.report_tables import SHOWN, device_notes, problem_runs, stand_in_notes, summary_cells
 from analysis.settings import key_title, varying_in
+from analysis.divergence import diverged_reasons
 from analysis.stats import STATS, nonfinite_reasons, run_stats, summarize
 from analysis.tables import RunTables
 
@@ -67,6 +68,12 @@ def save_figures(tables: RunTables, out: Path) -> list[tuple[str, str, Path | No
     return saved
 
 
+def _joined(*reasons: pd.Series) -> pd.Series:
+    """Per run_id, its reasons joined by "; " ("" for none)."""
+    frame = pd.concat(reasons, axis=1).fillna("")
+    return frame.apply(lambda row: "; ".join(part for part in row if part), axis=1).astype(object)
+
+
 def write_report(paths: list[Path], out: Path, include_unfinished: bool = False, cache: bool = True) -> str:
     """Writes report.md, the figures and the CSVs into `out`; returns the summary as text.
     Raises FileNotFoundError when a path is missing or holds no run."""
@@ -75,9 +82,9 @@ def write_report(paths: list[Path], out: Path, include_unfinished: bool = False,
         raise FileNotFoundError(f"no run directories below {', '.join(map(str, paths))}")
     out.mkdir(parents=True, exist_ok=True)
     stats = run_stats(tables)
-    nonfinite = nonfinite_reasons(tables.runs, stats)
-    # Failed and non-finite runs are never averaged in; unfinished ones only on request, in rows
-    # of their own (summarize keeps statuses apart).
+    nonfinite = _joined(diverged_reasons(tables), nonfinite_reasons(tables.runs, stats))
+    # Failed, diverged and non-finite runs are never averaged in (a diverged run's accuracy is no
+    # result); unfinished ones only on request, in rows of their own (summarize keeps statuses apart).
     statuses = ["done", "running", "missing"] if include_unfinished else ["done"]
     ok = tables.runs["status"].isin(statuses).to_numpy() & (nonfinite.to_numpy() == "")
     used = tables.select(run_id=list(tables.runs.loc[ok, "run_id"]))
@@ -113,7 +120,7 @@ def write_report(paths: list[Path], out: Path, include_unfinished: bool = False,
         "",
         *([stand_in, ""] if stand_in else []),
         *[line for note in devices for line in (note, "")],
-        "## Failed, unfinished and non-finite runs",
+        "## Failed, unfinished, diverged and non-finite runs",
         "",
         "Not averaged into the summary (unfinished runs are, with --include-unfinished, in rows of their own).",
         "",
@@ -133,7 +140,7 @@ def write_report(paths: list[Path], out: Path, include_unfinished: bool = False,
     for note in devices:
         text += "\n" + note
     if len(problems):
-        text += "\n\nFailed, unfinished or non-finite runs (see report.md):\n" + problems.to_string(index=False)
+        text += "\n\nFailed, unfinished, diverged or non-finite runs (see report.md):\n" + problems.to_string(index=False)
     return text
 
 

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from analysis.tasks import describe_task
+from experiments.runformat import metric_keys as keys
 from experiments.runformat import run_dir as files
+from experiments.runformat.divergence import describe as describe_divergence
 from experiments.runformat.runtime import processes_of, recorded_world
 
 # What of env.json can change a run's numbers while its config stays the same: the machine's
@@ -93,6 +95,9 @@ def describe_run(
         "started": status.get("started"),
         "ended": status.get("ended"),
         **describe_task(summary),
+        # summary.json's divergence in words ("" for a run that did not diverge); None when the run
+        # recorded none (older runs, unfinished ones): analysis.divergence applies the rule then.
+        "diverged": describe_divergence(summary[keys.DIVERGED]) if keys.DIVERGED in summary else None,
     }
     row.update({f"cfg.{key}": value for key, value in flatten(config).items()})
     row.update(provenance(env))

@@ -1,6 +1,8 @@
 """Judging: a claim's statistic on a study, then its criterion on each measured subject.
 
-The rule that turns subjects into one verdict: NOT_MEASURABLE when no subject could be measured
+A run that diverged (analysis.divergence) is never measured: the claims that read its method
+name it in the verdict's reason ("diverged, left out: ..."), so a claim whose runs all diverged is
+NOT_MEASURABLE, never judged on their numbers. The rule that turns subjects into one verdict: NOT_MEASURABLE when no subject could be measured
 (the reason says what the study lacks); otherwise DOES_NOT_HOLD when any measured subject fails
 the criterion, HOLDS when every one passes. Subjects that could not be measured beside measured
 ones are named in the verdict's reason, never silently dropped. Subjects a statistic reports
@@ -21,9 +23,11 @@ from analysis.tables import RunTables
 def judge(claim: Claim, study: Study) -> Verdict:
     """One claim on one study (on the runs of its own experiments, when the study has them)."""
     study, scope = study.scoped(claim.studies)
+    study.start_reading()
     statistic = claim.measure(study)
     held = {name: bool(claim.holds(numbers)) for name, numbers in statistic.subjects.items()}
-    gaps = "; ".join(statistic.gaps)
+    diverged = study.diverged_read()  # left out of the statistic: their numbers are no result
+    gaps = "; ".join([*statistic.gaps, *([f"diverged, left out: {'; '.join(diverged)}"] if diverged else [])])
     if not held:
         return Verdict(claim, Outcome.NOT_MEASURABLE, {}, {}, gaps or "nothing in the study to measure", scope)
     outcome = Outcome.HOLDS if all(held.values()) else Outcome.DOES_NOT_HOLD

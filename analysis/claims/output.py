@@ -96,7 +96,8 @@ def measured_page(record: dict) -> str:
     verdicts = ", ".join(f"{seen.get(outcome.value, 0)} {outcome.value}" for outcome in Outcome)
     return "\n".join([
         f"{verdicts}; {record['runs_judged']} finished runs judged"
-        + (f" ({record['runs_left_out']} not finished, left out)" if record["runs_left_out"] else "") + ".",
+        + (f" ({record['runs_left_out']} not finished, left out)" if record["runs_left_out"] else "")
+        + (f"; {record['runs_diverged']} diverged, left out" if record.get("runs_diverged") else "") + ".",
         "Each row's subjects are a method, its context and density (and W); `measured` counts those that meet "
         "the criterion and names the first that do not. Each claim's statistic and criterion: "
         "[claims.md](../claims.md); what each measured at this scale: [reproduce.md](../reproduce.md#what-it-measured).",
@@ -123,7 +124,9 @@ def markdown_text(verdicts: list[Verdict], study: Study, paths: list[str]) -> st
         "# Claims",
         "",
         f"Study: {', '.join(f'`{p}`' for p in paths)}: {len(study.runs)} finished runs judged"
-        + (f" ({study.left_out} not finished, left out)" if study.left_out else "") + ".",
+        + (f" ({study.left_out} not finished, left out)" if study.left_out else "")
+        + (f"; {len(study.diverged)} diverged, left out (named in the verdicts of the claims that read them)"
+           if len(study.diverged) else "") + ".",
         "",
         f"Verdicts: {counts(verdicts)}. Each claim, its statistic and why its criterion: {DOCS}.",
         "",
@@ -148,6 +151,7 @@ def json_record(verdicts: list[Verdict], study: Study, paths: list[str]) -> dict
         "paths": paths,
         "runs_judged": len(study.runs),
         "runs_left_out": study.left_out,
+        "runs_diverged": len(study.diverged),
         "claims": claim_records(verdicts),
     }
 

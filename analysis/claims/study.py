@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.claims.claim import finite
+from analysis.divergence import diverged_reasons
 from analysis.labels import format_knob
 from analysis.settings import as_text, differing_keys, key_title
 from analysis.stats import logged_order
@@ -47,6 +48,8 @@ def settled_rule(key: str) -> str:
     """The settled rule in words, for a claim's `needs` and `statistic`."""
     return (f"the later half of a run's logged rows holding {key}, counted when it holds "
             f">= {SETTLED_MIN_ROWS} rows from step >= {SETTLED_FROM_STEP}")
+
+DIVERGED_COLUMNS = ("run_id", "sparsifier", "method", "workers", "seed", "cfg.tag", "why")
 
 # The runs-table columns the claims read (and every sparsifier knob, `cfg.sparsifier.*`).
 RUN_COLUMNS = ("run_id", "method", "sparsifier", "density", "workers", "context", "task_metric",
@@ -90,6 +93,10 @@ class Study:
     steps: pd.DataFrame
     epochs: pd.DataFrame
     left_out: int = 0
+    # Finished runs that diverged (analysis.divergence): never judged, named by the claims that
+    # would have read them. Columns: run_id, sparsifier, method, workers, seed, cfg.tag, why.
+    diverged: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=DIVERGED_COLUMNS))
+    _read: set[str] = field(default_factory=set, repr=False)  # sparsifiers runs_of was asked for
     _order: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     _settings: pd.DataFrame | None = field(default=None, repr=False)
     _cache: dict[tuple, pd.Series | pd.DataFrame] = field(default_factory=dict, repr=False)
@@ -100,6 +107,10 @@ class Study:
         numbers are partial)."""
         runs = tables.runs
         done = runs[runs["status"] == FINISHED].reset_index(drop=True) if "status" in runs.columns else runs.iloc[0:0]
+        why = done["run_id"].map(diverged_reasons(tables)).fillna("") if len(done) else pd.Series(dtype=object)
+        diverged = done[why != ""].assign(why=why[why != ""])
+        diverged = diverged.reindex(columns=DIVERGED_COLUMNS).reset_index(drop=True)
+        done = done[why == ""].reset_index(drop=True) if len(done) else done
         settings = done  # every setting column, for the contexts of a claim's own runs (scoped)
         done = done.assign(context=context_labels(done))
         # Only the columns claims read: every filter below copies the rows it keeps.
@@ -114,7 +125,7 @@ class Study:
         if order:  # a study may hold no evaluation at all (the selection study trains nothing)
             epochs = epochs.sort_values(order, kind="stable")
         study = cls(runs=done, steps=steps.reset_index(drop=True), epochs=epochs.reset_index(drop=True),
-                    left_out=len(runs) - len(done))
+                    left_out=len(runs) - len(done) - len(diverged), diverged=diverged)
         study._order = logged_order(study.steps)
         study._settings = settings
         return study
@@ -141,17 +152,20 @@ class Study:
                     own = self._settings[self._settings["run_id"].isin(ids)]
                     chosen = chosen.assign(context=chosen["run_id"].map(dict(zip(own["run_id"], context_labels(own)))))
                 tags = ", ".join(sorted(set(map(str, chosen["cfg.tag"]))))
+                tagged = self.diverged["cfg.tag"].map(lambda tag: str(tag).rsplit("/", 1)[-1]).isin(experiments)
                 sub = Study(runs=chosen.reset_index(drop=True),
                             steps=self.steps[self.steps["run_id"].isin(ids)].reset_index(drop=True),
                             epochs=self.epochs[self.epochs["run_id"].isin(ids)].reset_index(drop=True),
-                            left_out=self.left_out)
+                            left_out=self.left_out, diverged=self.diverged[tagged].reset_index(drop=True))
                 sub._order = logged_order(sub.steps)
                 cached = (sub, f"judged on the {len(chosen)} runs tagged {tags}")
             self._cache[("scoped", experiments)] = cached
         return cached
 
     def runs_of(self, *sparsifiers: str) -> pd.DataFrame:
-        """The finished runs of these sparsifiers (every method label of each)."""
+        """The finished runs of these sparsifiers (every method label of each), diverged ones
+        left out; the sparsifiers are noted (diverged_read)."""
+        self._read.update(sparsifiers)
         if self.runs.empty:
             return self.runs
         cached = self._cache.get(("runs_of", sparsifiers))
@@ -159,6 +173,17 @@ class Study:
             cached = self.runs[self.runs["sparsifier"].isin(sparsifiers)]
             self._cache[("runs_of", sparsifiers)] = cached
         return cached
+
+    def start_reading(self) -> None:
+        """Forget which sparsifiers were read: a claim's measure starts (analysis.claims.judge)."""
+        self._read = set()
+
+    def diverged_read(self) -> list[str]:
+        """The diverged runs of the sparsifiers read since start_reading, one line each
+        ("micro W=4 seed 0: diverged at step 5: ..."): left out of what the claim measured."""
+        rows = self.diverged[self.diverged["sparsifier"].isin(self._read)]
+        return [f"{row.method} W={format_knob(row.workers)} seed {format_knob(row.seed)}: {row.why}"
+                for row in rows.itertuples(index=False)]
 
     def has(self, key: str) -> bool:
         """True when some train row logs `key`."""

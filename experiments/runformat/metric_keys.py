@@ -20,6 +20,7 @@ SKIPPED = "train/skipped"  # 1.0 on a step the non-finite guard skipped (experim
 SKIPPED_TOTAL = "train/skipped_total"
 SKIPPED_RANK = "train/skipped_rank"
 SKIPPED_STEPS = "train/skipped_steps"  # summary.json only
+DIVERGED = "diverged"  # summary.json only: {"at_step", "why"} or null (experiments/runformat/divergence.py)
 
 # -- eval/* (each task logs its own; analysis.tasks knows which is the headline) --------------
 ACCURACY = "eval/accuracy"

@@ -98,7 +98,7 @@ def test_summary_numbers_match_the_metrics_files(report: tuple[Path, str], sweep
 
 def test_failed_and_killed_runs_are_listed(report: tuple[Path, str]) -> None:
     out, stdout = report
-    listed = {row["run"]: row for row in markdown_rows((out / "report.md").read_text(), "Failed, unfinished and non-finite runs")}
+    listed = {row["run"]: row for row in markdown_rows((out / "report.md").read_text(), "Failed, unfinished, diverged and non-finite runs")}
     assert listed["failed_topk"]["status"] == "failed" and "injected" in listed["failed_topk"]["note"]
     assert listed["killed_dense"]["status"] == "running" and "cut mid-write" in listed["killed_dense"]["note"]
     assert listed["killed_dense"]["train rows"] == "5"

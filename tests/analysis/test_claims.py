@@ -154,6 +154,24 @@ def test_a_worker_count_without_settled_steps_is_left_out_and_named(tmp_path):
     assert "W=8" in " ".join(verdicts["traffic.count.micro"].measured["micro | mlp/synthetic | d=0.01"])
 
 
+def test_runs_that_diverged_are_left_out_and_named_never_judged(all_hold):
+    """Every MiCRO run's loss ten times its first value from its sixth row on: diverged
+    (experiments/runformat/divergence.py). Its claims are NOT_MEASURABLE with the runs named, never
+    judged on their numbers; claims that do not read MiCRO's runs keep their verdicts."""
+    root, before = all_hold
+    blow_up = on("micro", lambda workers, rows: [row.update({k.LOSS: 20.0}) for row in
+                                                 [r for r in rows if r[k.ROW_KIND] == k.KIND_TRAIN][5:]])
+    verdicts, study = judge_tables(study_tables(root, blow_up))
+    after = {verdict.claim.id: verdict for verdict in verdicts}
+    assert len(study.diverged) == 2 and set(study.diverged["sparsifier"]) == {"micro"}
+    for claim_id in [c for c in BY_ID if "micro" in c.split(".")]:
+        assert after[claim_id].outcome is Outcome.NOT_MEASURABLE, claim_id
+        assert "diverged, left out: micro W=2 seed 0: diverged at step 60: training loss" in after[claim_id].reason
+    unread = [c for c in BY_ID if "micro" not in c.split(".") and c != "balance.exdyna"]  # ExDyna's balance compares with MiCRO
+    assert {c: after[c].outcome for c in unread} == {c: before[c].outcome for c in unread}
+    assert all("diverged" not in after[c].reason for c in unread)
+
+
 def test_without_dense_runs_nothing_is_compared_with_dense(tmp_path):
     verdicts = judged(write_study(tmp_path, methods=tuple(m for m in METHODS if m != "dense")))
     for claim_id in AGAINST_DENSE:

@@ -104,7 +104,7 @@ def test_failed_nonfinite_and_unfinished_runs_are_flagged_and_never_averaged(mix
     assert len(alone) == 1 and alone["runs"].item() == 1 and alone["cfg.max_steps"].item() == 3
     assert set(summary["status"]) == {"done", "running"}
     report = (out / "report.md").read_text()
-    problems = report.split("## Failed, unfinished and non-finite runs")[1].split("\n## ")[0]
+    problems = report.split("## Failed, unfinished, diverged and non-finite runs")[1].split("\n## ")[0]
     rows = {line.split("|")[1].strip(): line for line in problems.splitlines() if line.startswith("| ") and "---" not in line}
     assert {"failed", "nonfinite", "unfinished"} <= rows.keys()
     assert "1 step(s) skipped (on_nonfinite=skip)" in rows["nonfinite"]
@@ -216,7 +216,7 @@ def test_a_non_finite_last_evaluation_is_flagged_not_replaced_by_an_earlier_one(
     assert summary["runs"].tolist() == [2] and summary["metric"].item() == pytest.approx(0.505)
     runs = pd.read_csv(out / "runs.csv").set_index("name")
     assert pd.isna(runs.loc["nan_eval", "metric"]) and runs.loc["s1", "metric"] == pytest.approx(0.51)
-    problems = (out / "report.md").read_text().split("## Failed, unfinished and non-finite runs")[1].split("\n## ")[0]
+    problems = (out / "report.md").read_text().split("## Failed, unfinished, diverged and non-finite runs")[1].split("\n## ")[0]
     (row,) = [line for line in problems.splitlines() if line.startswith("| nan_eval ")]
     assert "last evaluation non-finite (eval/accuracy)" in row
 

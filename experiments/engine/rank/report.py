@@ -77,5 +77,8 @@ def format_summary(summary: dict[str, Any], run_dir: str) -> str:
         if index == 0 and metric in summary and specs[0].format(summary[metric]) == "-":  # null: not finite
             line += "  (last evaluation non-finite: the report flags this run)"
         lines.append(line)
+    if summary.get(keys.DIVERGED):  # its numbers are no result: the report leaves it out of its averages
+        found = summary[keys.DIVERGED]
+        lines.append(f"  DIVERGED at step {found['at_step']}: {found['why']}")
     lines.append(f"  results: {run_dir}")
     return "\n".join(lines)

@@ -88,6 +88,7 @@ class RunLog:
         evaluation["epoch"] = epoch
         evaluation[keys.ELAPSED] = self.elapsed()
         self.accumulator.add_eval(evaluation)
+        self.accumulator.add_accuracy(last_step, evaluation)
         self.sink.log({"kind": "eval", **evaluation}, last_step)
         watch.saw(evaluation, last_step + 1)
 
@@ -121,6 +122,7 @@ class RunLog:
             task={**describe_task(session.task), "eval_limit": cfg.eval_limit},
             dataset=session.data.describe(),
         )
+        summary[keys.DIVERGED] = self.accumulator.divergence(getattr(session.data, "num_classes", None))
         if guard is not None:
             summary[keys.SKIPPED_STEPS] = guard.total
         if stopped is not None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from experiments.runformat import metric_keys as keys
+from experiments.runformat.divergence import diverged
 from experiments.runformat.headline import HEADLINES, reduce_logged
 
 # The headline keys summary.json reduces, as logged (settled and |error| share density/error).
@@ -29,6 +30,9 @@ class SummaryAccumulator:
     late: list[bool] = field(default_factory=list)  # per logged row: step >= warmup_steps
     evals: dict[str, float] = field(default_factory=dict)  # eval/* of the latest evaluation
     last: dict[str, float] = field(default_factory=dict)  # latest logged values (the epoch table)
+    # (step, value) of every logged loss and evaluated accuracy: the divergence rule reads the series
+    losses: list[tuple[int, float]] = field(default_factory=list)
+    accuracies: list[tuple[int, float]] = field(default_factory=list)
 
     def add_step(self, metrics: dict[str, float], sent_per_rank: np.ndarray) -> None:
         """Every step: only the bytes sent add up (traffic/sent_bytes_total_max is not a headline
@@ -42,6 +46,7 @@ class SummaryAccumulator:
         self.late.append(step >= self.warmup_steps)
         for key in SUMMARY_SOURCES:
             self.logged.setdefault(key, []).append(_as_logged(metrics.get(key)))
+        self.losses.append((step, _as_logged(metrics.get(keys.LOSS))))
 
     def add_eval(self, metrics: dict[str, float]) -> None:
         """An eval row as it is logged (evaluations come in step order: the last one counts)."""
@@ -50,6 +55,15 @@ class SummaryAccumulator:
         # writes it as null): an earlier epoch's value must never stand in for the last one.
         self.evals = {key: float("nan") for key in self.evals}
         self.evals.update({key: _as_logged(value) for key, value in metrics.items() if key.startswith(keys.EVAL_PREFIX)})
+
+    def add_accuracy(self, step: int, metrics: dict[str, float]) -> None:
+        """An evaluation's accuracy, with its step (a task without one logs none)."""
+        if keys.ACCURACY in metrics:
+            self.accuracies.append((step, _as_logged(metrics[keys.ACCURACY])))
+
+    def divergence(self, classes: int | None) -> dict | None:
+        """summary.json's `diverged` (experiments/runformat/divergence.py)."""
+        return diverged(self.losses, self.accuracies, classes)
 
     def summary(self) -> dict[str, float]:
         """The reduced numbers: headlines with a value, the sent-bytes total, and every eval/*
