@@ -68,6 +68,9 @@ def _brief(outcome: str, reason: str | None, held: dict[str, bool], measured: di
     reported = [name for name in measured if name not in held]  # measured beside, never judged
     if reported:
         text += "; reported, not judged: " + shown(reported)
+    diverged = (reason or "").count("diverged at step")  # the runs judge() left out, each named in the reason
+    if diverged:
+        text += f"; {diverged} diverged run(s) left out"
     return text
 
 

@@ -154,22 +154,38 @@ def test_a_worker_count_without_settled_steps_is_left_out_and_named(tmp_path):
     assert "W=8" in " ".join(verdicts["traffic.count.micro"].measured["micro | mlp/synthetic | d=0.01"])
 
 
+def _blow_up(workers, rows):
+    """The loss ten times its first value (2.0) from the sixth train row (step 60) on."""
+    for row in [row for row in rows if row[k.ROW_KIND] == k.KIND_TRAIN][5:]:
+        row[k.LOSS] = 20.0
+
+
 def test_runs_that_diverged_are_left_out_and_named_never_judged(all_hold):
     """Every MiCRO run's loss ten times its first value from its sixth row on: diverged
     (experiments/runformat/divergence.py). Its claims are NOT_MEASURABLE with the runs named, never
     judged on their numbers; claims that do not read MiCRO's runs keep their verdicts."""
     root, before = all_hold
-    blow_up = on("micro", lambda workers, rows: [row.update({k.LOSS: 20.0}) for row in
-                                                 [r for r in rows if r[k.ROW_KIND] == k.KIND_TRAIN][5:]])
-    verdicts, study = judge_tables(study_tables(root, blow_up))
+    verdicts, study = judge_tables(study_tables(root, on("micro", _blow_up)))
     after = {verdict.claim.id: verdict for verdict in verdicts}
     assert len(study.diverged) == 2 and set(study.diverged["sparsifier"]) == {"micro"}
     for claim_id in [c for c in BY_ID if "micro" in c.split(".")]:
         assert after[claim_id].outcome is Outcome.NOT_MEASURABLE, claim_id
         assert "diverged, left out: micro W=2 seed 0: diverged at step 60: training loss" in after[claim_id].reason
-    unread = [c for c in BY_ID if "micro" not in c.split(".") and c != "balance.exdyna"]  # ExDyna's balance compares with MiCRO
+    assert after["balance.exdyna"].outcome is Outcome.NOT_MEASURABLE  # ExDyna's balance is against MiCRO's
+    assert "diverged, left out: micro W=2" in after["balance.exdyna"].reason
+    unread = [c for c in BY_ID if "micro" not in c.split(".") and c != "balance.exdyna"]
     assert {c: after[c].outcome for c in unread} == {c: before[c].outcome for c in unread}
     assert all("diverged" not in after[c].reason for c in unread)
+
+
+def test_a_claim_judged_beside_a_diverged_run_says_so_in_its_summary_row(all_hold):
+    """MiCRO's W = 4 run diverged: its density claim is judged at W = 2 only, and says why."""
+    root, _ = all_hold
+    verdicts, _ = judge_tables(study_tables(root, on("micro", _blow_up, only_workers=4)))
+    density = {verdict.claim.id: verdict for verdict in verdicts}["density.micro"]
+    assert density.outcome is Outcome.HOLDS and list(density.held) == ["micro | mlp/synthetic | d=0.01 | W=2"]
+    assert brief_text(density) == "1 of 1 hold; 1 diverged run(s) left out"
+    assert "diverged, left out: micro W=4 seed 0: diverged at step 60" in density.reason
 
 
 def test_without_dense_runs_nothing_is_compared_with_dense(tmp_path):
