@@ -4,7 +4,6 @@ the claims read them."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 
