@@ -126,6 +126,10 @@ def run_sweep(sweep: Sweep, out: Path, number: int, total: int, cancelled: threa
     for job, name in todo:
         stopped = folder / name
         if stopped.exists():  # stopped part-way (or failed): run again from the start
+            recorded = ((try_read_json(stopped / ENV) or {}).get("job") or {}).get("overrides")
+            if recorded is not None and recorded != task_overrides(job):
+                raise SystemExit(f"{sweep.name}: {stopped} holds a run of another command line "
+                                 f"({' '.join(recorded)}): resume needs the --out of the same study")
             print(f"    [{number}/{total}] {name}: unfinished, removed and run again", flush=True)
             shutil.rmtree(stopped)
         args = [arg for arg in job if not arg.startswith("hydra.sweep.subdir=")]
