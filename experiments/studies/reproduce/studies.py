@@ -63,15 +63,21 @@ QUICK_SWEEPS = (
 # `make reproduce LONG=1` (--long): the same studies, long enough that their budget no longer
 # decides a verdict (issue 39; docs/reproduce.md, "The long study"). Same tags, so the same claims
 # judge them; only the length (and the convergence schedule, scaled with it) changes.
-#  - statistics: 3,000 steps at every W (5x the laptop's 600): MiCRO's and ExDyna's thresholds
+#  - statistics: 3,000 steps at every W (5x the laptop's 600; Ok-Topk's runs keep 600, _long_sweeps): MiCRO's and ExDyna's thresholds
 #    climb from the released start for a few hundred steps, so the later half (steps 1,500-2,999,
 #    150 logged rows) is far past the transient; Top-k's build-up out to W = 64 as before.
 #  - convergence: 30 epochs (14,040 steps at W = 4), lr / 10 at epoch 22.5, i.e. at 75% of
 #    training as the papers' CNN schedule decays (150 of 200 epochs). `step`, not `warmup_step`:
 #    warmup_step's factor F = batch 32 / reference 128 x W = 4 is 1 at W = 4, a warm-up from lr to
 #    lr, so the shape is the same and `step` says so. DGC keeps its own (sparsity) warm-up.
-# Budget (measured per-step costs on this 2-core machine, under load: LONG_BUDGET below and
-# docs/reproduce.md): about 1 h 50 min.
+# Budget (docs/reproduce.md, "The long study", has the per-step table): runs x steps x s/step
+# measured here under load (load average 3-10 on 2 cores), W = 4, 8 interpolated, 6 s a run:
+#   statistics 24 x 3,000: 39.4 min; calibrated 8 x 3,000: 12.4; threshold, SAGE 2 x 3,000: 6.2;
+#   Top-k W = 32, 64: 2 x 3,000: 17.0; Ok-Topk W = 32, 64: 2 x 600: 4.8; its paper variant 4 x 600: 4.0;
+#   convergence 6 x 14,040: 30.1 (1.5 s an epoch's evaluation); DGC 1 x 14,040: 12.5.
+#   49 runs, 131 min under that load. The 30-minute study by the same arithmetic: 36 min, against
+#   the 17.4 min its runs took when last published: x0.48. So about 70 min on an idle 2-core
+#   machine with the selection study (5.5 min), about 2 h 20 min under that load.
 LONG_STATISTICS_STEPS = 3000
 LONG_EPOCHS = 30
 LONG_MILESTONE = 22.5  # 75% of 30 epochs
@@ -97,9 +103,9 @@ def lengthen(sweep: Sweep, extra: tuple[str, ...] = ()) -> Sweep:
 def _long_sweeps() -> tuple[Sweep, ...]:
     """SWEEPS made long, but for Ok-Topk's runs at W = 32, 64 and its paper variant, which keep the
     laptop's 600 steps: its claim (the traffic bound) has no threshold transient to wait out and
-    held at 600 steps, and at W = 64 its steps are the study's dearest (0.30 s each, measured):
-    3,000 steps of its three W = 64 runs alone would cost about 45 min. Top-k's wide build-up is
-    long like the rest of the build-up grid."""
+    held at 600 steps, and at W = 64 its steps are the study's dearest (0.30 s each, measured under
+    load): its 6 runs at 3,000 steps would add about 35 min under load (17 min idle). Top-k's wide
+    build-up is long like the rest of the build-up grid."""
     sweeps = []
     for sweep in SWEEPS:
         if sweep.name == "wide build-up":
