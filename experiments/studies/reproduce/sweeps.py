@@ -64,22 +64,29 @@ def minutes(seconds: float) -> str:
     return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
 
 
-def planned_jobs(sweep: Sweep, folder: Path) -> list[tuple[list[str], str]]:
+def sweep_jobs(sweep: Sweep, folder: Path) -> list[list[str]]:
     """Every job of `python run.py -m <sweep.args> hydra.sweep.dir=<folder>` in the order Hydra's basic
     sweeper runs it (its experiment's hydra.sweeper.params first, then the command line, a key set
-    twice keeping its first place): each job's overrides (hydra.* ones included) and the name of the
-    run directory it gets (hydra.sweep.subdir for its job number). Composes every job (0.3-1 s each)."""
+    twice keeping its first place): each job's overrides, hydra.* ones included. Composes once."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from experiments.engine.launcher.compose import compose_job, job_overrides
-    from experiments.engine.launcher.environment_checks import job_run_dir
 
     args = [*sweep.args, f"hydra.sweep.dir={folder}"]
     first = compose_job(job_overrides([*args, "-m"])[0])
     params = [f"{key}={value}" for key, value in (first.hydra.sweeper.get("params") or {}).items()]
     (batches,) = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides([*params, *args]), None)
-    return [(job, job_run_dir(compose_job(job), True, num).name) for num, job in enumerate(batches)]
+    return batches
+
+
+def planned_jobs(sweep: Sweep, folder: Path) -> list[tuple[list[str], str]]:
+    """sweep_jobs, each with the name of the run directory Hydra gives it (hydra.sweep.subdir for
+    its job number). Composes every job (0.3-1 s each)."""
+    from experiments.engine.launcher.compose import compose_job
+    from experiments.engine.launcher.environment_checks import job_run_dir
+
+    return [(job, job_run_dir(compose_job(job), True, num).name) for num, job in enumerate(sweep_jobs(sweep, folder))]
 
 
 def task_overrides(job: list[str]) -> list[str]:
@@ -91,31 +98,46 @@ def is_done(run_dir: Path) -> bool:
     return (try_read_json(run_dir / STATUS) or {}).get("status") == "done"
 
 
-def unfinished_jobs(sweep: Sweep, folder: Path) -> tuple[int, list[tuple[list[str], str]]]:
-    """How many of the sweep's jobs `folder` already holds finished, and the others (overrides, run
-    directory name). A finished job's run directory: the planned name (or any other in the folder)
-    whose env.json records the job's overrides and whose status.json says done."""
+def recorded_runs(folder: Path) -> dict[tuple[str, ...], list[Path]]:
+    """The run directories in `folder` by the overrides their env.json records."""
     recorded: dict[tuple[str, ...], list[Path]] = {}
     for env in sorted(folder.glob(f"*/{ENV}")):
         overrides = ((try_read_json(env) or {}).get("job") or {}).get("overrides")
         if overrides is not None:
             recorded.setdefault(tuple(overrides), []).append(env.parent)
+    return recorded
+
+
+def unfinished_jobs(sweep: Sweep, folder: Path) -> tuple[int, list[tuple[list[str], str]]]:
+    """How many of the sweep's jobs `folder` already holds finished, and the others (overrides, run
+    directory name). A finished job's run directory: the planned name (or any other in the folder)
+    whose env.json records the job's overrides and whose status.json says done."""
+    recorded = recorded_runs(folder)
     jobs = planned_jobs(sweep, folder)
     todo = [(job, name) for job, name in jobs
             if not any(is_done(run) for run in recorded.get(tuple(task_overrides(job)), []))]
     return len(jobs) - len(todo), todo
 
 
+def started(sweep: Sweep, folder: Path) -> bool:
+    """Whether `folder` holds a run (finished or not) of one of the sweep's jobs: a sweep never
+    started there runs whole, in one process, even in a folder other sweeps share."""
+    if not any(folder.glob(f"*/{STATUS}")):
+        return False
+    recorded = recorded_runs(folder)
+    return any(tuple(task_overrides(job)) in recorded for job in sweep_jobs(sweep, folder))
+
+
 def run_sweep(sweep: Sweep, out: Path, number: int, total: int, cancelled: threading.Event | None = None) -> None:
     """One `python run.py -m` into `<out>/<sweep.folder>`, a progress line per finished run; in a
-    folder that already holds runs, only the sweep's unfinished jobs, one `run.py -m` each (module
-    docstring: resume). `cancelled` (set before stop_all by a driver running several): a sweep
+    folder that already holds some of the sweep's runs, only its unfinished jobs, one `run.py -m`
+    each (module docstring: resume). `cancelled` (set before stop_all by a driver running several): a sweep
     whose process starts after stop_all looked stops it itself."""
     folder = out / sweep.folder
     folder.mkdir(parents=True, exist_ok=True)
     print(f"[{number}/{total}] {sweep.name} ({sweep.serves}): python run.py -m {' '.join(sweep.args)}", flush=True)
     progress = _Progress(number, total)
-    if not any(folder.glob(f"*/{STATUS}")):
+    if not started(sweep, folder):
         _launch(sweep, [*sweep.args, f"hydra.sweep.dir={folder}"], folder, progress, cancelled)
         return
     done, todo = unfinished_jobs(sweep, folder)
