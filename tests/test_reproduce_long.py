@@ -202,3 +202,35 @@ def test_the_side_by_side_page_is_published_and_checked_from_the_published_claim
     assert "### `density.micro`: DOES_NOT_HOLD in 30 min, HOLDS long" in text
     assert "long (`make reproduce LONG=1`): 81 runs judged, at `aaaaaaaaaaaa`, 109 min 03 s" in text
     assert measured.check(tmp_path) == []
+
+
+def test_long_publish_writes_claims_long_then_the_comparison(tmp_path):
+    """`make reproduce LONG=1 ARGS=--publish`: claims_long.md/.json (the 30-minute claims.md left
+    alone), then claims_compare.md once the 30-minute page is there too."""
+    from experiments.studies.reproduce.__main__ import publish_claims, publish_comparison
+    out = tmp_path / "out"
+    out.mkdir()
+    record = out / "claims.json"
+    record.write_text(json.dumps(LONG))
+    page = publish_claims(record, out, 6543.0, pages=tmp_path / "pages", long=True)
+    assert page.name == "claims_long.md" and not (tmp_path / "pages" / "claims.md").exists()
+    assert "`make reproduce LONG=1`" in page.read_text()
+    assert publish_comparison(tmp_path / "pages") is None
+    record.write_text(json.dumps(SHORT))
+    publish_claims(record, out, 1373.0, pages=tmp_path / "pages")
+    assert publish_comparison(tmp_path / "pages") == tmp_path / "pages" / "claims_compare.md"
+    assert measured.check(tmp_path / "pages") == []
+
+
+def test_a_finished_selection_study_is_reused_an_unfinished_one_is_not(tmp_path):
+    from experiments.studies.reproduce import selection
+    from experiments.studies.reproduce.__main__ import selection_done
+    study = selection.QUICK
+    names = [f"{m}_w{w}_{k}" for m in selection.METHODS for w in study["workers"] for k in selection.KERNEL_PATHS]
+    assert not selection_done(tmp_path, study)
+    for name in names:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / STATUS).write_text(json.dumps({"status": "done"}))
+    assert selection_done(tmp_path, study)
+    (tmp_path / names[-1] / STATUS).write_text(json.dumps({"status": "running"}))
+    assert not selection_done(tmp_path, study)
