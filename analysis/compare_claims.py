@@ -93,7 +93,7 @@ def page(data: dict[str, Any]) -> str:
         studies.append(f"- {label}: {data['runs'][key].get('judged')} runs judged, at `{commit}`{took}")
     lines = [
         f"{len(rows)} claims; {len(differing)} with a different verdict in the two studies. The 30-minute study "
-        "runs 600 statistics steps and 5 epochs of convergence, the long one 3,000 steps and 30 epochs "
+        "runs 600 statistics steps and 5 epochs of convergence, the long one 3,000 steps (Ok-Topk's runs 600) and 30 epochs "
         "([reproduce.md](../reproduce.md#the-long-study-make-reproduce-long1)).",
         "",
         *studies,
