@@ -37,9 +37,12 @@ test: $(STAMP) data
 
 # The papers' claims judged at laptop scale: the laptop studies, then claims.md with a verdict per
 # claim (docs/reproduce.md). About half an hour on 2 cores (the last wall time: docs/measured/claims.md);
-# ARGS="--out DIR" chooses where.
+# ARGS="--out DIR" chooses where. LONG=1: the long study (3,000 statistics steps, 30 epochs of
+# convergence; about 2 hours, docs/reproduce.md "The long study") into outputs/reproduce/long/; stopped
+# and started again, it reuses the runs that finished. LONG=1 ARGS=--publish writes
+# docs/measured/claims_long.md and claims_compare.md (the 30-minute verdicts beside the long ones).
 reproduce: $(STAMP) data
-	$(PY) -m experiments.studies.reproduce $(ARGS)
+	$(PY) -m experiments.studies.reproduce $(if $(LONG),--long) $(ARGS)
 
 # Does sparsification pay? Every sparsifier's modelled time to a target accuracy against the
 # strongest dense baselines, on three networks at W = 4 to 1,024 (docs/endtoend.md). About half an

@@ -1,12 +1,20 @@
 """Running a study's sweeps: one `python run.py -m ...` after another (or a few at a time, each
 from its own thread: make endtoend --jobs), a progress line per finished run, prefixed with the
 sweep's number, every run's own output in the sweep folder's run.log (make reproduce and make
-endtoend both drive their studies through here)."""
+endtoend both drive their studies through here).
+
+Resume: a sweep whose folder already holds runs (a study stopped, then started again with the same
+`--out`) runs only its unfinished jobs. Its jobs are listed in the order Hydra's basic sweeper runs
+them (planned_jobs); a job whose run directory's env.json records the same overrides and whose
+status.json says done is reused; a job stopped part-way has its run directory removed and runs again,
+alone, under the directory name it had in the whole sweep (hydra.sweep.subdir set to that name), so
+a resumed folder looks as if the sweep had run once."""
 from __future__ import annotations
 
 import datetime
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +23,7 @@ import time
 from pathlib import Path
 
 from experiments.runformat.caches import keep_caches_out_of_home
+from experiments.runformat.run_dir import ENV, STATUS, try_read_json
 from experiments.engine.launcher.environment import REPO_ROOT
 from experiments.studies.reproduce.studies import Sweep
 
@@ -55,15 +64,113 @@ def minutes(seconds: float) -> str:
     return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
 
 
+def sweep_jobs(sweep: Sweep, folder: Path) -> list[list[str]]:
+    """Every job of `python run.py -m <sweep.args> hydra.sweep.dir=<folder>` in the order Hydra's basic
+    sweeper runs it (its experiment's hydra.sweeper.params first, then the command line, a key set
+    twice keeping its first place): each job's overrides, hydra.* ones included. Composes once."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from experiments.engine.launcher.compose import compose_job, job_overrides
+
+    args = [*sweep.args, f"hydra.sweep.dir={folder}"]
+    first = compose_job(job_overrides([*args, "-m"])[0])
+    params = [f"{key}={value}" for key, value in (first.hydra.sweeper.get("params") or {}).items()]
+    (batches,) = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides([*params, *args]), None)
+    return batches
+
+
+def planned_jobs(sweep: Sweep, folder: Path) -> list[tuple[list[str], str]]:
+    """sweep_jobs, each with the name of the run directory Hydra gives it (hydra.sweep.subdir for
+    its job number). Composes every job (0.3-1 s each)."""
+    from experiments.engine.launcher.compose import compose_job
+    from experiments.engine.launcher.environment_checks import job_run_dir
+
+    return [(job, job_run_dir(compose_job(job), True, num).name) for num, job in enumerate(sweep_jobs(sweep, folder))]
+
+
+def task_overrides(job: list[str]) -> list[str]:
+    """A job's overrides as its env.json records them (job.overrides): hydra.* left out."""
+    return [override for override in job if not override.lstrip("+~").startswith("hydra.")]
+
+
+def is_done(run_dir: Path) -> bool:
+    return (try_read_json(run_dir / STATUS) or {}).get("status") == "done"
+
+
+def recorded_runs(folder: Path) -> dict[tuple[str, ...], list[Path]]:
+    """The run directories in `folder` by the overrides their env.json records."""
+    recorded: dict[tuple[str, ...], list[Path]] = {}
+    for env in sorted(folder.glob(f"*/{ENV}")):
+        overrides = ((try_read_json(env) or {}).get("job") or {}).get("overrides")
+        if overrides is not None:
+            recorded.setdefault(tuple(overrides), []).append(env.parent)
+    return recorded
+
+
+def unfinished_jobs(sweep: Sweep, folder: Path) -> tuple[int, list[tuple[list[str], str]]]:
+    """How many of the sweep's jobs `folder` already holds finished, and the others (overrides, run
+    directory name). A finished job's run directory: the planned name (or any other in the folder)
+    whose env.json records the job's overrides and whose status.json says done."""
+    recorded = recorded_runs(folder)
+    jobs = planned_jobs(sweep, folder)
+    todo = [(job, name) for job, name in jobs
+            if not any(is_done(run) for run in recorded.get(tuple(task_overrides(job)), []))]
+    return len(jobs) - len(todo), todo
+
+
+def started(sweep: Sweep, folder: Path) -> bool:
+    """Whether `folder` holds a run (finished or not) of one of the sweep's jobs: a sweep never
+    started there runs whole, in one process, even in a folder other sweeps share."""
+    if not any(folder.glob(f"*/{STATUS}")):
+        return False
+    recorded = recorded_runs(folder)
+    return any(tuple(task_overrides(job)) in recorded for job in sweep_jobs(sweep, folder))
+
+
 def run_sweep(sweep: Sweep, out: Path, number: int, total: int, cancelled: threading.Event | None = None) -> None:
-    """One `python run.py -m` into `<out>/<sweep.folder>`, a progress line per finished run.
-    `cancelled` (set before stop_all by a driver running several): a sweep whose process starts
-    after stop_all looked stops it itself."""
+    """One `python run.py -m` into `<out>/<sweep.folder>`, a progress line per finished run; in a
+    folder that already holds some of the sweep's runs, only its unfinished jobs, one `run.py -m`
+    each (module docstring: resume). `cancelled` (set before stop_all by a driver running several): a sweep
+    whose process starts after stop_all looked stops it itself."""
     folder = out / sweep.folder
     folder.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, str(REPO_ROOT / "run.py"), "-m", *sweep.args, f"hydra.sweep.dir={folder}"]
     print(f"[{number}/{total}] {sweep.name} ({sweep.serves}): python run.py -m {' '.join(sweep.args)}", flush=True)
-    started, jobs, done = time.monotonic(), "?", 0
+    progress = _Progress(number, total)
+    if not started(sweep, folder):
+        _launch(sweep, [*sweep.args, f"hydra.sweep.dir={folder}"], folder, progress, cancelled)
+        return
+    done, todo = unfinished_jobs(sweep, folder)
+    print(f"    [{number}/{total}] resuming: {done} of {done + len(todo)} runs already done (reused), "
+          f"{len(todo)} to run", flush=True)
+    progress.jobs = str(done + len(todo))
+    progress.done = done
+    for job, name in todo:
+        stopped = folder / name
+        if stopped.exists():  # stopped part-way (or failed): run again from the start
+            recorded = ((try_read_json(stopped / ENV) or {}).get("job") or {}).get("overrides")
+            if recorded is not None and recorded != task_overrides(job):
+                raise SystemExit(f"{sweep.name}: {stopped} holds a run of another command line "
+                                 f"({' '.join(recorded)}): resume needs the --out of the same study")
+            print(f"    [{number}/{total}] {name}: unfinished, removed and run again", flush=True)
+            shutil.rmtree(stopped)
+        args = [arg for arg in job if not arg.startswith("hydra.sweep.subdir=")]
+        _launch(sweep, [*args, f"hydra.sweep.subdir={name}"], folder, progress, cancelled, count_jobs=False)
+
+
+class _Progress:
+    """The runs a sweep has finished, for its progress lines."""
+
+    def __init__(self, number: int, total: int) -> None:
+        self.number, self.total, self.jobs, self.done = number, total, "?", 0
+        self.started = time.monotonic()
+
+
+def _launch(sweep: Sweep, args: list[str], folder: Path, progress: _Progress, cancelled: threading.Event | None,
+            count_jobs: bool = True) -> None:
+    """`python run.py -m ARGS`, its output into folder/run.log, a progress line per finished run."""
+    command = [sys.executable, str(REPO_ROOT / "run.py"), "-m", *args]
+    number, total = progress.number, progress.total
     with open(folder / "run.log", "a") as log:
         process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert process.stdout is not None
@@ -76,12 +183,12 @@ def run_sweep(sweep: Sweep, out: Path, number: int, total: int, cancelled: threa
                 log.write(line)
                 log.flush()
                 launching, summary = LAUNCHING.search(line), SUMMARY.match(line.strip())
-                if launching:
-                    jobs = launching.group(1)
+                if launching and count_jobs:
+                    progress.jobs = launching.group(1)
                 elif summary:
-                    done += 1
-                    print(f"    [{number}/{total}] run {done}/{jobs} done: {summary.group(1)} "
-                          f"({minutes(time.monotonic() - started)})", flush=True)
+                    progress.done += 1
+                    print(f"    [{number}/{total}] run {progress.done}/{progress.jobs} done: {summary.group(1)} "
+                          f"({minutes(time.monotonic() - progress.started)})", flush=True)
         finally:
             if process.poll() is None:  # stopped ourselves (Ctrl-C, SIGTERM): run.py stops its job and the sweep
                 process.send_signal(signal.SIGTERM)
