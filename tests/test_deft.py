@@ -143,7 +143,7 @@ def test_matches_reference(world_size: int, norms: str, common_units: str) -> No
 
 
 def test_small_units_get_a_density_far_above_the_target() -> None:
-    """Why DEFT can diverge where Top-k does not (docs/sparsifiers.md, "When DEFT diverges"):
+    """What sets DEFT apart from Top-k on ResNet-18 (docs/sparsifiers.md, "When DEFT diverges"):
     k_l follows the unit's norm, not its size, so at equal per-element magnitude a unit's density
     k_l / size goes as 1 / sqrt(size). A 64-element tensor (a BatchNorm layer) beside a
     100,000-element one cut into 8 units gets 16 times the target density; ResNet-18's conv1,
