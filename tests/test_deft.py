@@ -142,6 +142,24 @@ def test_matches_reference(world_size: int, norms: str, common_units: str) -> No
         assert got.aggregated == len(union) and got.counts == [len(mine) for mine in chosen]
 
 
+def test_small_units_get_a_density_far_above_the_target() -> None:
+    """What sets DEFT apart from Top-k on ResNet-18 (docs/sparsifiers.md, "When DEFT diverges"):
+    k_l follows the unit's norm, not its size, so at equal per-element magnitude a unit's density
+    k_l / size goes as 1 / sqrt(size). A 64-element tensor (a BatchNorm layer) beside a
+    100,000-element one cut into 8 units gets 16 times the target density; ResNet-18's conv1,
+    BatchNorm and fc units are sent at 10-100 % while its k is 0.1 % of N."""
+    sizes, world_size, density = [64, 100_000], 8, 0.001
+    deft = make_deft(layout_of(sizes), world_size, 0, density)
+    acc = torch.ones(sum(sizes))  # the same magnitude everywhere
+    plan = deft.make_plan(acc, 0)
+    deft.select(acc, 0, plan)
+    ks = deft.metrics()["deft/unit_k"]
+    unit_sizes = [end - start for start, end in deft.units]
+    assert unit_sizes == [64] + [12_500] * 8
+    assert ks[0] / unit_sizes[0] >= 15 * density  # 1 of 64
+    assert all(k / size <= 1.2 * density for k, size in zip(ks[1:], unit_sizes[1:]))  # 12 of 12,500
+
+
 def test_units_follow_reference() -> None:
     for world_size in range(1, 17):
         assert DEFT(layout_of(SIZES), world_size, 0, 0.02).units == ref_units(SIZES, world_size)
