@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,10 @@ TITLE = "The papers' claims: the 30-minute study beside the long one"
 COMMAND = "python -m analysis.compare_claims docs/measured/claims.json docs/measured/claims_long.json --publish"
 RENDER = "analysis.compare_claims:page"
 SHORT_LABEL, LONG_LABEL = "30 min (`make reproduce`)", "long (`make reproduce LONG=1`)"
+# The long study runs the 30-minute study's grids for longer, so its subjects name their run length
+# (`mlp/fashion_mnist epochs=200 max_steps=3000`) where the 30-minute study's, at the experiment's
+# own length, name none. Without the length, one subject's two measurements share a row.
+RUN_LENGTH = re.compile(r" (?:epochs|max_steps)=\d+")
 
 
 def claims_of(record: dict[str, Any]) -> dict[str, Any]:
@@ -42,6 +48,21 @@ def _subjects(claim: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
             for name, numbers in (claim.get("measured") or {}).items()}
 
 
+def _by_subject(subjects: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The subjects keyed by their names without the run length; where that would merge two of one
+    study's subjects (Ok-Topk's 600- and 3,000-step runs in the long study), by their full names."""
+    bare = {name: RUN_LENGTH.sub("", name) for name in subjects}
+    seen = Counter(bare.values())
+    return {(bare[name] if seen[bare[name]] == 1 else name): numbers for name, numbers in subjects.items()}
+
+
+def paired(short: dict[str, dict[str, Any]], long: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per subject: its numbers in each study (None where that study did not measure it)."""
+    one, other = _by_subject(short), _by_subject(long)
+    return [{"subject": name, "short": one.get(name), "long": other.get(name)}
+            for name in [*one, *(n for n in other if n not in one)]]
+
+
 def compare(short: dict[str, Any], long: dict[str, Any]) -> dict[str, Any]:
     """The page's data: one row per claim (in the short record's order, then any only the long one
     has), each with both verdicts; a row whose verdicts differ carries both studies' subjects."""
@@ -55,7 +76,7 @@ def compare(short: dict[str, Any], long: dict[str, Any]) -> dict[str, Any]:
         if row["short"] != row["long"]:
             row["short_reason"] = (one or {}).get("reason") or ""
             row["long_reason"] = (other or {}).get("reason") or ""
-            row["short_measured"], row["long_measured"] = _subjects(one), _subjects(other)
+            row["subjects"] = paired(_subjects(one), _subjects(other))
         rows.append(row)
     runs = {label: {"judged": claims_of(record).get("runs_judged"), "provenance": record.get("provenance")}
             for label, record in (("short", short), ("long", long))}
@@ -90,11 +111,13 @@ def page(data: dict[str, Any]) -> str:
         wall = source.get("wall_seconds")
         took = f", {wall // 60} min {wall % 60:02d} s" if wall is not None else ""
         commit = (source.get("commit") or "an unknown commit")[:12]
-        studies.append(f"- {label}: {data['runs'][key].get('judged')} runs judged, at `{commit}`{took}")
+        machine = f", on a {source['machine']}" if source.get("machine") else ""
+        studies.append(f"- {label}: {data['runs'][key].get('judged')} runs judged, at `{commit}`{took}{machine}")
     lines = [
         f"{len(rows)} claims; {len(differing)} with a different verdict in the two studies. The 30-minute study "
-        "runs 600 statistics steps and 5 epochs of convergence, the long one 3,000 steps (Ok-Topk's runs 600) and 30 epochs "
-        "([reproduce.md](../reproduce.md#the-long-study-make-reproduce-long1)).",
+        "runs 600 statistics steps and 5 epochs of convergence, the long one 3,000 steps (Ok-Topk's wide and paper-variant runs 600) and 30 epochs "
+        "([reproduce.md](../reproduce.md#the-long-study-make-reproduce-long1)). A subject's name below leaves out "
+        "its run length (`epochs`, `max_steps`), which is what the two studies set differently.",
         "",
         *studies,
         "",
@@ -112,11 +135,10 @@ def page(data: dict[str, Any]) -> str:
         for label, key in (("30 min", "short_reason"), ("long", "long_reason")):
             if row[key]:
                 lines += [f"{label}: {row[key]}", ""]
-        names = [*row["short_measured"], *(n for n in row["long_measured"] if n not in row["short_measured"])]
-        if names:
+        if row["subjects"]:
             lines += ["| subject | 30 min | long |", "|---|---|---|"]
-            lines += [f"| {_cell(name)} | {_numbers(row['short_measured'].get(name))} | {_numbers(row['long_measured'].get(name))} |"
-                      for name in names]
+            lines += [f"| {_cell(one['subject'])} | {_numbers(one['short'])} | {_numbers(one['long'])} |"
+                      for one in row["subjects"]]
             lines.append("")
     return "\n".join(lines)
 

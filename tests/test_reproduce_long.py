@@ -155,6 +155,8 @@ def _record(claims: list[dict], runs: int) -> dict:
 
 
 SUBJECT = "micro(threshold_start=released) | mlp/fashion_mnist | d=0.01 | W=16"
+# The long study's subjects name their run length; the 30-minute study's, at the experiment's own, do not.
+LONG_SUBJECT = "micro(threshold_start=released) | mlp/fashion_mnist epochs=200 max_steps=3000 | d=0.01 | W=16"
 SHORT = _record([
     _claim("buildup.topk", "HOLDS", {"topk | W=2..64": {"slope": 0.9}}, {"topk | W=2..64": True}),
     _claim("density.micro", "DOES_NOT_HOLD", {SUBJECT: {"settled": 0.2139, "from step": 300.0}}, {SUBJECT: False}),
@@ -162,7 +164,7 @@ SHORT = _record([
 ], runs=89)
 LONG = _record([
     _claim("buildup.topk", "HOLDS", {"topk | W=2..64": {"slope": 0.91}}, {"topk | W=2..64": True}),
-    _claim("density.micro", "HOLDS", {SUBJECT: {"settled": 0.0412, "from step": 1500.0}}, {SUBJECT: True}),
+    _claim("density.micro", "HOLDS", {LONG_SUBJECT: {"settled": 0.0412, "from step": 1500.0}}, {LONG_SUBJECT: True}),
     _claim("convergence.dense.micro", "DOES_NOT_HOLD", {"micro | W=4": {"gap": 0.0157}}, {"micro | W=4": False}),
 ], runs=81)
 
@@ -172,7 +174,7 @@ def test_the_side_by_side_names_each_claim_whose_verdict_differs_with_both_numbe
     assert [(row["id"], row["short"], row["long"]) for row in data["rows"]] == [
         ("buildup.topk", "HOLDS", "HOLDS"), ("density.micro", "DOES_NOT_HOLD", "HOLDS"),
         ("convergence.dense.micro", "NOT_MEASURABLE", "DOES_NOT_HOLD")]
-    assert "short_measured" not in data["rows"][0]  # the same verdict: no numbers repeated
+    assert "subjects" not in data["rows"][0]  # the same verdict: no numbers repeated
     text = compare_claims.page(data)
     assert "3 claims; 2 with a different verdict" in text
     assert "| `buildup.topk` | HOLDS | HOLDS |  |" in text
@@ -182,8 +184,26 @@ def test_the_side_by_side_names_each_claim_whose_verdict_differs_with_both_numbe
     row = next(line for line in text.splitlines() if line.startswith("| micro(threshold_start=released)"))
     assert "settled=0.2139, from step=300 **fails**" in row and "settled=0.0412, from step=1500 |" in row
     assert row.count(" | ") == 2  # the subject's own | are escaped: three cells
+    assert "epochs=200" not in text  # one subject, both lengths, one row
     assert "30 min: no finished MiCRO runs" in text and "(not measured)" in text
     assert "slope" not in text  # numbers only where the verdicts differ
+
+
+def test_subjects_pair_without_their_run_length_unless_that_merges_two_of_one_study():
+    bare = "oktopk(variant=released) | mlp/fashion_mnist | d=0.01"
+    short = {bare: {"numbers": {"worst": 13.5}, "held": None}}
+    long = {"oktopk(variant=released) | mlp/fashion_mnist epochs=100 max_steps=600 | d=0.01": {"numbers": {"worst": 13.5}, "held": None},
+            "oktopk(variant=released) | mlp/fashion_mnist epochs=200 max_steps=3000 | d=0.01": {"numbers": {"worst": 5.3}, "held": None},
+            "oktopk(variant=paper) | mlp/fashion_mnist epochs=100 max_steps=600 | d=0.01": {"numbers": {"worst": 0.77}, "held": True}}
+    rows = compare_claims.paired(short, long)
+    assert [(row["subject"], row["short"] is not None, row["long"] is not None) for row in rows] == [
+        (bare, True, False),
+        ("oktopk(variant=released) | mlp/fashion_mnist epochs=100 max_steps=600 | d=0.01", False, True),
+        ("oktopk(variant=released) | mlp/fashion_mnist epochs=200 max_steps=3000 | d=0.01", False, True),
+        ("oktopk(variant=paper) | mlp/fashion_mnist | d=0.01", False, True)]
+    # Only the run length goes: other overrides (the selection study's kernels) still tell subjects apart.
+    assert compare_claims.RUN_LENGTH.sub("", "x | resnet18/fashion_mnist max_steps=18 warmup_steps=10 kernels=auto") == \
+        "x | resnet18/fashion_mnist warmup_steps=10 kernels=auto"
 
 
 def test_the_side_by_side_page_is_published_and_checked_from_the_published_claims(tmp_path):
