@@ -36,9 +36,9 @@ test: $(STAMP) data
 	WANDB_MODE=disabled $(PY) -m pytest $(XDIST) $(DURATIONS) $(ARGS)
 
 # The papers' claims judged at laptop scale: the laptop studies, then claims.md with a verdict per
-# claim (docs/reproduce.md). About half an hour on 2 cores (the last wall time: docs/measured/claims.md);
+# claim (docs/reproduce.md). About 15 min on 2 idle cores (the last wall time: docs/measured/claims.md);
 # ARGS="--out DIR" chooses where. LONG=1: the long study (3,000 statistics steps, 30 epochs of
-# convergence; about 2 hours, docs/reproduce.md "The long study") into outputs/reproduce/long/; stopped
+# convergence; about 45 min on 2 idle cores, docs/measured/claims_long.md) into outputs/reproduce/long/; stopped
 # and started again, it reuses the runs that finished. LONG=1 ARGS=--publish writes
 # docs/measured/claims_long.md and claims_compare.md (the 30-minute verdicts beside the long ones).
 reproduce: $(STAMP) data

@@ -4,6 +4,7 @@ side-by-side page of the two studies' verdicts is generated from their claims re
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -254,3 +255,28 @@ def test_a_finished_selection_study_is_reused_an_unfinished_one_is_not(tmp_path)
     assert selection_done(tmp_path, study)
     (tmp_path / names[-1] / STATUS).write_text(json.dumps({"status": "running"}))
     assert not selection_done(tmp_path, study)
+
+
+def test_reproduce_md_names_exactly_the_claims_the_published_studies_disagree_on():
+    """docs/reproduce.md's side-by-side prose is typed, so it is held to the published records:
+    each study's verdict counts, and the claims it says change verdict (the ids in its bullets'
+    bold lead-ins), against docs/measured/claims_compare.json."""
+    pages = REPO / "docs" / "measured"
+    compared = json.loads((pages / "claims_compare.json").read_text())["data"]
+    differing = {row["id"] for row in compared["rows"] if row["short"] != row["long"]}
+    text = (REPO / "docs" / "reproduce.md").read_text()
+    side_by_side = text.split("### The two regimes side by side", 1)[1].split("\n**Publishing.**", 1)[0]
+    changed = side_by_side.split("Seven claims fail in both regimes", 1)[0]
+    named = set()
+    for lead in re.findall(r"^- \*\*(.*?)\*\*", changed, re.M | re.S):
+        named |= set(re.findall(r"`([a-z_.]+)`", lead))
+    assert named == differing, f"reproduce.md names {sorted(named)}, the published studies differ on {sorted(differing)}"
+    counts = []
+    for name in ("claims", "claims_long"):
+        verdicts = [claim["verdict"] for claim in json.loads((pages / f"{name}.json").read_text())["data"]["claims"]]
+        counts.append((verdicts.count("HOLDS"), verdicts.count("DOES_NOT_HOLD")))
+    (short_holds, short_fails), (long_holds, long_fails) = counts
+    assert (f"{short_holds} HOLDS and {short_fails} DOES_NOT_HOLD in 30 minutes, {long_holds} HOLDS and "
+            f"{long_fails} DOES_NOT_HOLD long") in " ".join(side_by_side.split())
+    both = short_fails - len([row for row in compared["rows"] if row["short"] == "DOES_NOT_HOLD" != row["long"]])
+    assert f"{['Zero', 'One', 'Two', 'Three', 'Four', 'Five', 'Six', 'Seven', 'Eight', 'Nine'][both]} claims fail in both" in side_by_side

@@ -18,8 +18,8 @@ verdicts as docs/measured/claims.md, with the commit and machine the runs were m
 (analysis/measured.py): the page the README links. A sweep that fails stops
 here with its log's last lines and exit code 1; the claims are judged on what finished.
 
-`--long` (`make reproduce LONG=1`) is the long study (studies.py: LONG_SWEEPS, about 2 hours on 2
-cores): 3,000 statistics steps at every W and 30 epochs of convergence, into outputs/reproduce/long/
+`--long` (`make reproduce LONG=1`) is the long study (studies.py: LONG_SWEEPS, 42 min on an idle 2-core
+machine): 3,000 statistics steps at every W and 30 epochs of convergence, into outputs/reproduce/long/
 unless --out says otherwise, published as docs/measured/claims_long.md, then
 docs/measured/claims_compare.md (the 30-minute verdicts beside the long ones, analysis/compare_claims.py).
 
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make reproduce", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None, help="output directory (default outputs/reproduce/<time>)")
     parser.add_argument("--long", action="store_true",
-                        help="the long study (about 2 hours; default --out outputs/reproduce/long, resumed when started again)")
+                        help="the long study (about 45 min on 2 idle cores; default --out outputs/reproduce/long, resumed when started again)")
     parser.add_argument("--quick", action="store_true", help="the test suite's cut-down run")
     parser.add_argument("--skip-runs", action="store_true", help="judge what --out already holds")
     parser.add_argument("--publish", action="store_true", help="write the verdicts to docs/measured/claims.md (--long: claims_long.md and claims_compare.md)")

@@ -70,14 +70,11 @@ QUICK_SWEEPS = (
 #    training as the papers' CNN schedule decays (150 of 200 epochs). `step`, not `warmup_step`:
 #    warmup_step's factor F = batch 32 / reference 128 x W = 4 is 1 at W = 4, a warm-up from lr to
 #    lr, so the shape is the same and `step` says so. DGC keeps its own (sparsity) warm-up.
-# Budget (docs/reproduce.md, "The long study", has the per-step table): runs x steps x s/step
-# measured here under load (load average 3-10 on 2 cores), W = 4, 8 interpolated, 6 s a run:
-#   statistics 24 x 3,000: 39.4 min; calibrated 8 x 3,000: 12.4; threshold, SAGE 2 x 3,000: 6.2;
-#   Top-k W = 32, 64: 2 x 3,000: 17.0; Ok-Topk W = 32, 64: 2 x 600: 4.8; its paper variant 4 x 600: 4.0;
-#   convergence 6 x 14,040: 30.1 (1.5 s an epoch's evaluation); DGC 1 x 14,040: 12.5.
-#   49 runs, 131 min under that load. The 30-minute study by the same arithmetic: 36 min, against
-#   the 17.4 min its runs took when last published: x0.48. So about 70 min on an idle 2-core
-#   machine with the selection study (5.5 min), about 2 h 20 min under that load.
+# Budget, as measured on an idle 2-core AMD EPYC (docs/reproduce.md, "The long study", has each
+# sweep's time): 42 min in all, of which statistics 24 x 3,000 steps 12.0 min, calibrated starts
+# 8 x 3,000 3.8, threshold and SAGE 2 x 3,000 2.3, Top-k at W = 32, 64 7.0, Ok-Topk's 6 runs of
+# 600 steps 3.6, convergence 6 x 14,040 7.5, DGC 2.0, the selection study 3.0. The 2-hour limit
+# leaves room for a machine twice as slow or twice as busy.
 LONG_STATISTICS_STEPS = 3000
 LONG_EPOCHS = 30
 LONG_MILESTONE = 22.5  # 75% of 30 epochs
