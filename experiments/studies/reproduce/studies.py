@@ -65,7 +65,7 @@ QUICK_SWEEPS = (
 # judge them; only the length (and the convergence schedule, scaled with it) changes.
 #  - statistics: 3,000 steps at every W (5x the laptop's 600; Ok-Topk's runs keep 600, _long_sweeps): MiCRO's and ExDyna's thresholds
 #    climb from the released start for a few hundred steps, so the later half (steps 1,500-2,999,
-#    150 logged rows) is far past the transient; Top-k's build-up out to W = 64 as before.
+#    151 logged rows) is far past the transient; Top-k's build-up out to W = 64 as before.
 #  - convergence: 30 epochs (14,040 steps at W = 4), lr / 10 at epoch 22.5, i.e. at 75% of
 #    training as the papers' CNN schedule decays (150 of 200 epochs). `step`, not `warmup_step`:
 #    warmup_step's factor F = batch 32 / reference 128 x W = 4 is 1 at W = 4, a warm-up from lr to
