@@ -184,7 +184,7 @@ def bytes_claim(sparsifier: str) -> Claim:
 
 # The settled variants read each run's settled rows only (analysis.claims.study, as the density
 # claims do). Why: MiCRO's and ExDyna's thresholds start far below their settled value and climb
-# by at most 0.5% a step, so their first 200-300 steps select 10 to 17 times k; a mean over every
+# by at most 0.5% a step, so over their first 200-370 steps they select up to 15-23 times k; a mean over every
 # logged step then measures how long that transient is against the run, which a laptop study's
 # few hundred steps inflate and the papers' runs (about 30 times longer) dilute. The settled
 # variant measures the traffic the method keeps once its threshold has settled: the steady state

@@ -70,11 +70,8 @@ QUICK_SWEEPS = (
 #    training as the papers' CNN schedule decays (150 of 200 epochs). `step`, not `warmup_step`:
 #    warmup_step's factor F = batch 32 / reference 128 x W = 4 is 1 at W = 4, a warm-up from lr to
 #    lr, so the shape is the same and `step` says so. DGC keeps its own (sparsity) warm-up.
-# Budget, as measured on an idle 2-core AMD EPYC (docs/reproduce.md, "The long study", has each
-# sweep's time): 42 min in all, of which statistics 24 x 3,000 steps 12.0 min, calibrated starts
-# 8 x 3,000 3.8, threshold and SAGE 2 x 3,000 2.3, Top-k at W = 32, 64 7.0, Ok-Topk's 6 runs of
-# 600 steps 3.6, convergence 6 x 14,040 7.5, DGC 2.0, the selection study 3.0. The 2-hour limit
-# leaves room for a machine twice as slow or twice as busy.
+# Budget: at most 2 hours on 2 cores; it took 42 min on an idle 2-core machine (each sweep's time:
+# docs/reproduce.md, "The long study").
 LONG_STATISTICS_STEPS = 3000
 LONG_EPOCHS = 30
 LONG_MILESTONE = 22.5  # 75% of 30 epochs
