@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -114,6 +115,34 @@ METHODS: tuple[Method, ...] = (
     Method("gtopk", "sparsifiers.gtopk.GTopK", "gTop-k"),
     Method("oktopk", "sparsifiers.oktopk.OkTopK", "Ok-Topk"),
 )
+
+# Methods whose files live outside this repository's sparsifiers/ (a test's fixtures, a user's
+# method kept in a package of their own): SPARSEBENCH_METHODS names modules, comma-separated, each
+# holding METHODS, a tuple of Method entries, appended after the registry's own. An environment
+# variable because every process must see them alike: run.py's, its validation's and each rank's
+# (torchrun starts fresh interpreters, which inherit the environment and nothing else). Their
+# YAML is found through `hydra.searchpath` (docs/adding_a_sparsifier.md).
+EXTRA_METHODS = "SPARSEBENCH_METHODS"
+
+
+def _extra_methods(modules: str) -> tuple[Method, ...]:
+    """The entries of the modules `modules` names; a name clash or a module without METHODS fails."""
+    entries: list[Method] = []
+    for module in filter(None, (part.strip() for part in modules.split(","))):
+        try:
+            found = importlib.import_module(module).METHODS
+        except (ImportError, AttributeError) as error:
+            raise ConfigError(f"{EXTRA_METHODS}={modules}: {module} must be an importable module holding METHODS, "
+                              f"a tuple of sparsifiers.registry.Method entries ({error})") from None
+        entries.extend(found)
+    known = [entry.name for entry in (*METHODS, *entries)]
+    clashes = sorted({name for name in known if known.count(name) > 1})
+    if clashes:
+        raise ConfigError(f"{EXTRA_METHODS}={modules} names methods twice: {', '.join(clashes)}: rename them")
+    return tuple(entries)
+
+
+METHODS = (*METHODS, *_extra_methods(os.environ.get(EXTRA_METHODS, "")))
 _BY_NAME = {entry.name: entry for entry in METHODS}
 
 

@@ -25,6 +25,7 @@ from experiments.engine.core.metrics import RANK_STATS, MetricContext, exchange_
 from experiments.engine.core.traffic import dense_allreduce_bytes
 from sparsifiers.common.layout import Layout
 from tests.conftest import REPO
+from tests.helpers.partitioned_topk import example_blocks
 from tests.helpers.stepped_ranks import SteppedRanks, noise
 
 DOCS = sorted([REPO / "README.md", REPO / "CONTRIBUTING.md", *(REPO / "docs").rglob("*.md")])
@@ -220,15 +221,6 @@ def test_every_metric_the_step_logs_is_defined_in_the_metrics_doc():
         keys |= set(exchange_metrics(step.result, world.comm.meter, context)) | set(method.metrics())
     missing = sorted(keys - documented)
     assert not missing, f"docs/metrics.md does not define: {missing}"
-
-
-def example_blocks() -> dict[str, list[str]]:
-    """The fenced blocks of docs/adding_a_sparsifier.md, by language."""
-    text = (REPO / "docs" / "adding_a_sparsifier.md").read_text()
-    blocks: dict[str, list[str]] = {}
-    for language, body in re.findall(r"^```(\w*)\n(.*?)^```", text, re.S | re.M):
-        blocks.setdefault(language, []).append(body)
-    return blocks
 
 
 def test_the_worked_example_runs_through_the_production_step():
