@@ -16,7 +16,7 @@ from analysis.claims.study import SETTLED_FROM_STEP, SETTLED_MIN_ROWS, Study, me
 from experiments.runformat import metric_keys as keys
 
 
-def _settled_means(study: Study, sparsifier: str) -> dict[tuple, list[tuple[str, float, int]]]:
+def settled_means(study: Study, sparsifier: str) -> dict[tuple, list[tuple[str, float, int]]]:
     """(context, density, W) -> (method, mean settled imbalance over seeds, runs), for W >= 2."""
     runs = study.runs_of(sparsifier)
     if runs.empty:
@@ -33,7 +33,7 @@ def _settled_means(study: Study, sparsifier: str) -> dict[tuple, list[tuple[str,
 
 def imbalance_pairs(study: Study) -> Statistic:
     """Per (ExDyna label, MiCRO label, context, density, W): both settled imbalances."""
-    exdyna, micro = _settled_means(study, "exdyna"), _settled_means(study, "micro")
+    exdyna, micro = settled_means(study, "exdyna"), settled_means(study, "micro")
     if not exdyna or not micro:
         missing = [name for name, found in (("ExDyna", exdyna), ("MiCRO", micro)) if not found]
         return Statistic(gaps=(f"no settled {keys.LOAD_IMBALANCE} of {' or '.join(missing)} at W >= 2 "

@@ -68,7 +68,7 @@ def _too_few_workers(label: str, name: str, key: str, group: pd.DataFrame, per_w
             f"at W={sorted(int(w) for w in per_w.index)} (W={seen}): run longer")
 
 
-def _unsettled_workers(label: str, key: str, group: pd.DataFrame, per_w: pd.Series) -> list[str]:
+def unsettled_workers(label: str, key: str, group: pd.DataFrame, per_w: pd.Series) -> list[str]:
     """The gap naming the worker counts left out of a settled subject (no settled run there)."""
     left_out = sorted(set(int(w) for w in group["workers"].unique()) - set(int(w) for w in per_w.index))
     return [f"{label}: W={left_out} left out: no settled steps ({settled_rule(key)})"] if left_out else []
@@ -89,12 +89,12 @@ def count_vs_workers(study: Study, sparsifier: str, settled: bool = False) -> St
         if len(per_w) < 2:
             gaps.append(_too_few_workers(label, name, keys.DENSITY_ERROR, group, per_w, settled))
             continue
-        gaps += _unsettled_workers(label, keys.DENSITY_ERROR, group, per_w) if settled else []
+        gaps += unsettled_workers(label, keys.DENSITY_ERROR, group, per_w) if settled else []
         subjects[label] = {"ratio": _spread(list(per_w)), **{at("|U|/k", w): float(v) for w, v in per_w.items()}}
     return Statistic(subjects, tuple(gaps))
 
 
-def _k_of(group: pd.DataFrame) -> float:
+def k_of(group: pd.DataFrame) -> float:
     """k of a group's runs (one model, one density): summary.json's k_target, else
     floor(density * numel), else NaN."""
     if "k_target" in group.columns:
@@ -125,9 +125,9 @@ def bytes_vs_workers(study: Study, sparsifier: str, settled: bool = False) -> St
         if len(per_w) < 2:
             gaps.append(_too_few_workers(label, name, keys.SENT_MEAN, group, per_w, settled, beyond=" >= 2"))
             continue
-        gaps += _unsettled_workers(label, keys.SENT_MEAN, group, per_w) if settled else []
+        gaps += unsettled_workers(label, keys.SENT_MEAN, group, per_w) if settled else []
         normalised = per_w * per_w.index / (per_w.index - 1)
-        k = _k_of(group)
+        k = k_of(group)
         unit = "bytes/k" if finite(k) and k > 0 else "bytes"
         shown = normalised / k if unit == "bytes/k" else normalised
         subjects[label] = {"ratio": _spread(list(normalised)), **{at(f"{unit}*W/(W-1)", w): float(v) for w, v in shown.items()}}
@@ -273,7 +273,7 @@ def oktopk_traffic_vs_bound(study: Study) -> Statistic:
     subjects, gaps, released = {}, [], {}
     for (method, context, density), group in method_groups(runs):
         label = subject(method, context, density)
-        k, schedule, variant = _k_of(group), oktopk_schedule(group), oktopk_variant(group)
+        k, schedule, variant = k_of(group), oktopk_schedule(group), oktopk_variant(group)
         if not finite(k) or k <= 0 or schedule is None or variant is None:
             gaps.append(f"{label}: k, the schedule (warmup_steps, threshold_every) or the variant is unknown or differs between runs")
             continue
