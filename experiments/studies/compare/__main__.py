@@ -1,0 +1,112 @@
+"""`make compare METHOD=<name>[,<name>...]` (= `python -m experiments.studies.compare --method ...`):
+the standard battery for each named method, then every method's generic verdicts and scorecard.
+
+    python -m experiments.studies.compare --method NAME[,NAME...] [--out DIR] [--quick] [--skip-runs] [KEY=VALUE ...]
+
+1. refuses an unknown method name, or a bad override, before any run starts (exit 2);
+2. runs the battery (experiments/studies/compare/battery.py) for each named method and for the
+   references the verdicts compare with (dense: accuracy; MiCRO: balance): every part a folder of
+   `--out` already holds done is reused, so a second call runs only a new method's runs;
+3. judges the generic verdicts (analysis/claims/generic.py) of every method the folder holds and
+   writes, per method, `<out>/records/<name>.json` and the scorecard `<out>/scorecards/<name>.md`
+   (every measure with its rank among all those methods, each verdict; analysis/scorecard.py).
+
+The default `--out` is one fixed folder, outputs/compare/, so that the runs of every call pile up
+there and each scorecard ranks the method among all of them. `KEY=VALUE` overrides go to every run
+(recorded in its config: runs with other overrides are other runs); a method whose files live
+outside sparsifiers/ is named through SPARSEBENCH_METHODS and found with
+`hydra.searchpath=[file://DIR]` (docs/compare.md). `--quick` is the test suite's battery (the
+bundled digits, W = 2 and 4, 420 statistics steps, one convergence seed of a few steps, the
+quick selection replay).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from analysis import scorecard
+from analysis.claims.study import Study
+from analysis.load import load_runs
+from experiments.engine.launcher.environment import REPO_ROOT
+from experiments.runformat.errors import ConfigError
+from experiments.studies.compare.battery import LAPTOP, QUICK, Scale, refusal, run_method, statistics_sweep
+from experiments.studies.reproduce.sweeps import minutes, say_if_busy, start_study
+from sparsifiers import registry
+
+COMPARE_OUT = REPO_ROOT / "outputs" / "compare"
+REFERENCES = registry.chosen("dense", "micro")  # accuracy's and balance's references (analysis/claims/generic.py)
+REFUSED = "not_applicable.json"  # what each method refused, kept across calls
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="make compare", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--method", required=True, help="registered method names, comma-separated (sparsifiers/registry.py)")
+    parser.add_argument("--out", type=Path, default=None, help="the study's folder (default outputs/compare/, reused by every call)")
+    parser.add_argument("--quick", action="store_true", help="the test suite's cut-down battery")
+    parser.add_argument("--skip-runs", action="store_true", help="judge and write what --out already holds")
+    parser.add_argument("overrides", nargs="*", help="config overrides for every run (KEY=VALUE)")
+    return parser.parse_args(argv)
+
+
+def checked_methods(text: str, overrides: tuple[str, ...], scale: Scale) -> list[str]:
+    """The named methods, each registered and composable with `overrides`; a ConfigError names the
+    first that is not."""
+    methods = [name.strip() for name in text.split(",") if name.strip()]
+    if not methods:
+        raise ConfigError("--method names no method: give one or more registered names, e.g. --method topk,deft")
+    for name in methods:
+        registry.method(name)  # names the known methods when it is not one
+        why = refusal(list(statistics_sweep(name, scale.statistics_workers[:1], scale, overrides).args))
+        if why is not None:
+            raise ConfigError(f"--method {name}: {why}")
+    return methods
+
+
+def write_cards(out: Path, refused: dict[str, dict[str, str]]) -> dict[str, Path]:
+    """Every method the folder holds, judged; its record and scorecard written. Returns the pages."""
+    study = Study.of(load_runs([out], cache=False))
+    present = sorted(name for name in set(study.runs["sparsifier"]) if registry.is_method(str(name)))
+    found = scorecard.records(scorecard.field(study, present), refused)
+    pages = {}
+    for folder in ("records", "scorecards"):
+        (out / folder).mkdir(parents=True, exist_ok=True)
+    for method, record in found.items():
+        (out / "records" / f"{method}.json").write_text(json.dumps(record, indent=2, allow_nan=False) + "\n")
+        pages[method] = out / "scorecards" / f"{method}.md"
+        pages[method].write_text(scorecard.page(record))
+    return pages
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse(argv)
+    overrides, scale = tuple(options.overrides), QUICK if options.quick else LAPTOP
+    try:
+        methods = checked_methods(options.method, overrides, scale)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    out = start_study(options.out or COMPARE_OUT, "compare")
+    started = time.monotonic()
+    refused = json.loads((out / REFUSED).read_text()) if (out / REFUSED).is_file() else {}
+    if not options.skip_runs:
+        say_if_busy("the selection-time measure times it")
+        battery = [*methods, *(name for name in REFERENCES if name not in methods)]
+        for number, method in enumerate(battery, 1):
+            print(f"[{number}/{len(battery)}] {method}", flush=True)
+            refused[method] = run_method(method, out, scale, overrides, number, len(battery))
+            (out / REFUSED).write_text(json.dumps(refused, indent=2) + "\n")
+    elif not out.is_dir():
+        print(f"error: --skip-runs: {out} does not exist", file=sys.stderr)
+        return 2
+    pages = write_cards(out, refused)
+    for method in methods:
+        print(f"scorecard: {pages[method]}" if method in pages else f"{method}: no finished runs in {out}")
+    print(f"make compare: {minutes(time.monotonic() - started)}, results in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
