@@ -10,7 +10,7 @@ export MPLCONFIGDIR ?= $(CURDIR)/.venv/cache/matplotlib
 export JUPYTER_CONFIG_DIR ?= $(CURDIR)/.venv/cache/jupyter
 export JUPYTER_DATA_DIR ?= $(CURDIR)/.venv/cache/jupyter
 
-.PHONY: run test test-fast reproduce endtoend mutants data bench gpu-check example calibrate lock clean
+.PHONY: run test test-fast reproduce endtoend compare mutants data bench gpu-check example calibrate lock clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,13 @@ reproduce: $(STAMP) data
 # models a finished study again on other hardware in seconds.
 endtoend: $(STAMP) data
 	$(PY) -m experiments.studies.endtoend $(ARGS)
+
+# Your sparsifier against the field: the standard battery (statistics, convergence, selection
+# replay) for METHOD=<name>[,<name>...] and the references, then each method's generic verdicts and
+# scorecard, ranked among every method outputs/compare/ holds (docs/compare.md). Runs are cached
+# there by configuration: a second call runs only a new method's. ARGS="--out DIR" chooses where.
+compare: $(STAMP) data
+	$(PY) -m experiments.studies.compare --method "$(METHOD)" $(ARGS)
 
 test-fast: $(STAMP)
 	WANDB_MODE=disabled $(PY) -m pytest -m "not slow" $(ARGS)
