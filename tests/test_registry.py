@@ -3,6 +3,7 @@ what a class declares is not restated, and no list of method names grows back ou
 from __future__ import annotations
 
 import ast
+import os
 import inspect
 import re
 import subprocess
@@ -137,3 +138,25 @@ def test_no_list_of_method_names_outside_the_registry():
                 continue
             offenders += [f"{path.relative_to(ROOT)}:{line}: {', '.join(names)}" for line, names in name_lists(path.read_text())]
     assert offenders == [], "lists of method names outside sparsifiers/registry.py:\n" + "\n".join(offenders)
+
+
+def test_methods_kept_outside_sparsifiers_are_registered_in_every_process_through_the_environment(tmp_path):
+    """SPARSEBENCH_METHODS adds a module's METHODS after the registry's own, in a fresh interpreter
+    (as run.py's and each rank's are); the worked example and the cheater are registered only so."""
+    from tests.helpers import fixture_methods
+
+    assert not registry.is_method("partitioned_topk") and not registry.is_method("top2k")
+    env = {**os.environ, registry.EXTRA_METHODS: fixture_methods.__name__}
+    shown = subprocess.run([sys.executable, "-c", "from sparsifiers import registry; m = registry.method('partitioned_topk'); "
+                            "print(registry.names()[-2:], m.split, m.cls.__module__)"],
+                           cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout
+    assert shown.strip() == "('partitioned_topk', 'top2k') True tests.helpers.partitioned_topk"
+    with pytest.raises(ConfigError, match="names methods twice: partitioned_topk, top2k: rename them"):
+        registry._extra_methods(f"{fixture_methods.__name__},{fixture_methods.__name__}")
+    with pytest.raises(ConfigError, match="SPARSEBENCH_METHODS=no_such_module: no_such_module must be an importable module"):
+        registry._extra_methods("no_such_module")
+    with fixture_methods.registered(tmp_path) as search:  # and in this process, for a `with`
+        assert registry.method("top2k").title == "top-2k (cheats)" and search == f"hydra.searchpath=[file://{tmp_path}]"
+        assert yaml.safe_load((tmp_path / "sparsifier" / "partitioned_topk.yaml").read_text())["_target_"] == \
+            "tests.helpers.partitioned_topk.PartitionedTopK"
+    assert not registry.is_method("top2k")
