@@ -59,9 +59,11 @@ def ranks(values: dict[str, float]) -> dict[str, int | None]:
     return {method: (ranked.index(value) + 1 if finite(value) else None) for method, value in values.items()}
 
 
-def records(verdicts: dict[str, list[Verdict]], not_applicable: dict[str, dict[str, str]] | None = None) -> dict[str, dict]:
+def records(verdicts: dict[str, list[Verdict]], not_applicable: dict[str, dict[str, str]] | None = None,
+            source: dict | None = None) -> dict[str, dict]:
     """Each method's JSON record: per measure its value, rank among the methods present, the
-    verdict with its reason and numbers; the parts not built and the parts refused."""
+    verdict with its reason and numbers; the parts not built and the parts refused; `source`:
+    where the runs were measured (analysis.measured.provenance: commit, machine, runs)."""
     values = {prop: {method: measure(found[i], prop) for method, found in verdicts.items()} for i, prop in enumerate(PROPERTIES)}
     placed = {prop: ranks(values[prop]) for prop in PROPERTIES}
     result = {}
@@ -75,8 +77,18 @@ def records(verdicts: dict[str, list[Verdict]], not_applicable: dict[str, dict[s
                               "claim": claim_records([found[i]])[0]}
         result[method] = {"method": method, "title": NAMES[method], "measures": measures,
                           "not_built": {part: {"verdict": Outcome.NOT_MEASURABLE.value, "reason": why} for part, why in NOT_BUILT.items()},
-                          "not_applicable": (not_applicable or {}).get(method, {}), "field": sorted(verdicts)}
+                          "not_applicable": (not_applicable or {}).get(method, {}), "field": sorted(verdicts),
+                          "source": source or {}}
     return result
+
+
+def _measured_on(source: dict) -> str:
+    """Where the runs were measured, in a line (or that it is not known)."""
+    if not source.get("runs"):
+        return "Measured on: not recorded."
+    other = f", {source['runs_at_other_commits']} of them at another commit" if source.get("runs_at_other_commits") else ""
+    return (f"Measured on {source.get('machine')} at commit {str(source.get('commit'))[:12]}"
+            f"{' (dirty tree)' if source.get('dirty') else ''}: {source['runs']} runs{other}.")
 
 
 def page(record: dict) -> str:
@@ -88,7 +100,7 @@ def page(record: dict) -> str:
                      "rank": rank, "verdict": one["verdict"], "criterion": one["claim"]["criterion"]})
     lines = [f"# Scorecard: {record['title']} (`{record['method']}`)", "",
              f"Among {len(record['field'])} methods: {', '.join(f'`{m}`' for m in record['field'])}. "
-             "Every measure is lower-is-better; rank 1 is the best.", "",
+             "Every measure is lower-is-better; rank 1 is the best.", "", _measured_on(record["source"]), "",
              markdown.table(pd.DataFrame(rows)), "", "## Verdicts", ""]
     for prop, one in record["measures"].items():
         claim = one["claim"]

@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from analysis import scorecard
+from analysis import measured, scorecard
 from analysis.claims.study import Study
 from analysis.load import load_runs
 from experiments.engine.launcher.environment import REPO_ROOT
@@ -69,7 +69,7 @@ def write_cards(out: Path, refused: dict[str, dict[str, str]]) -> dict[str, Path
     """Every method the folder holds, judged; its record and scorecard written. Returns the pages."""
     study = Study.of(load_runs([out], cache=False))
     present = sorted(name for name in set(study.runs["sparsifier"]) if registry.is_method(str(name)))
-    found = scorecard.records(scorecard.field(study, present), refused)
+    found = scorecard.records(scorecard.field(study, present), refused, measured.provenance([out], None))
     pages = {}
     for folder in ("records", "scorecards"):
         (out / folder).mkdir(parents=True, exist_ok=True)
