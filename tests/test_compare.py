@@ -12,7 +12,9 @@ import sys
 
 import pytest
 
+from analysis import scorecard
 from experiments.studies.compare.__main__ import main
+from experiments.studies.compare.battery import QUICK, Scale, applicable_workers
 from sparsifiers import registry
 from tests.conftest import REPO
 from tests.helpers import fixture_methods
@@ -101,3 +103,17 @@ def test_an_unknown_method_is_refused_before_anything_runs(tmp_path, capsys):
     error = capsys.readouterr().err
     assert error.startswith("error: --method topk: ") and "density" in error
     assert not (tmp_path / "out").exists()
+
+
+def test_a_worker_count_the_method_refuses_is_left_out_and_said(tmp_path):
+    """The worked example refuses k < W (its constructor's ConfigError): at density 0.0001 of the
+    digits MLP (k = 8) W = 16 is not applicable, with run.py's own message, and W = 2 runs."""
+    with fixture_methods.registered(tmp_path) as search:
+        scale = Scale(statistics_workers=(2, 16), statistics_args=QUICK.statistics_args)
+        accepted, refused = applicable_workers("partitioned_topk", scale, ("sparsifier.density=0.0001", search))
+    assert accepted == [2]
+    assert list(refused) == ["statistics at W=16"]
+    assert "gives k = 8 < workers = 16: raise sparsifier.density" in refused["statistics at W=16"]
+    record = {"method": "partitioned_topk", "title": "partitioned top-k", "field": ["partitioned_topk"], "source": {},
+              "measures": {}, "not_built": {}, "not_applicable": refused}
+    assert f"- **statistics at W=16**: not applicable, because {refused['statistics at W=16']}" in scorecard.page(record)
