@@ -33,7 +33,6 @@ from sparsifiers import registry
 
 SEEDS = (0, 1, 2)  # convergence: the generic accuracy verdict averages them (issue 47 asks for >= 3)
 STATISTICS_WORKERS = (2, 4, 8, 16)  # conf/experiment/laptop/statistics.yaml's grid, given explicitly so a W can be left out
-DENSE = registry.chosen("dense")[0]  # the convergence baseline
 SELECTION_FOLDER = "selection"
 
 
