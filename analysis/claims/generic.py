@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-
 from analysis.claims import balance, convergence, density, selection, traffic
 from analysis.claims.claim import Claim, Numbers, Statistic, finite
 from analysis.claims.numbers import at
