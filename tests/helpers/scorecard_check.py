@@ -13,6 +13,7 @@ import pandas as pd
 import yaml
 
 from experiments.runformat import metric_keys as k
+from experiments.runformat import run_dir as files
 from tests.helpers.raw_runs import after_warmup, read_study
 
 
@@ -22,8 +23,8 @@ def runs_tagged(root: Path, tag: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     study = read_study(root)
     extra = {}
     for run in study.runs["run"]:
-        config = yaml.safe_load((Path(run) / "config.yaml").read_text())
-        summary = json.loads((Path(run) / "summary.json").read_text())
+        config = yaml.safe_load((Path(run) / files.CONFIG).read_text())
+        summary = json.loads((Path(run) / files.SUMMARY).read_text())
         extra[run] = {"tag": config["tag"], "k": summary.get("k_target"), "kernels": config["kernels"]}
     runs = study.runs.assign(**{name: study.runs["run"].map(lambda run, n=name: extra[run][n]) for name in ("tag", "k", "kernels")})
     runs = runs[(runs["tag"] == tag) & (runs["status"] == "done")]
@@ -65,7 +66,7 @@ def selection_slope(root: Path, method: str) -> float:
 def accuracy_gap(root: Path, method: str) -> float:
     """Dense's final accuracy (mean over seeds) less the method's, at the convergence sweep's W."""
     study = read_study(root)
-    tags = {run: yaml.safe_load((Path(run) / "config.yaml").read_text())["tag"] for run in study.runs["run"]}
+    tags = {run: yaml.safe_load((Path(run) / files.CONFIG).read_text())["tag"] for run in study.runs["run"]}
     evals = study.evals[study.evals["run"].map(tags) == "laptop/convergence"].sort_values([k.ROW_STEP, k.ROW_EPOCH], kind="stable")
     final = evals.groupby("run").tail(1).groupby("method")[k.ACCURACY].mean()
     return float(final["dense"] - final[method])
