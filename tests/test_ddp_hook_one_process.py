@@ -40,9 +40,12 @@ def ddp(dtype: torch.dtype = torch.float32) -> DistributedDataParallel:
     return DistributedDataParallel(torch.nn.Linear(8, 4).to(dtype))
 
 
-def test_an_unknown_reduction_is_refused():
-    with pytest.raises(ConfigError, match="reduction=tree is not one of ring, rank_order"):
-        register_sparsifier(ddp(), "topk", density=0.5, reduction="tree")
+@pytest.mark.parametrize("setting, override", [({"reduction": "tree"}, "reduction=tree"), ({"kernels": "fast"}, "kernels=fast")])
+def test_an_unknown_reduction_or_kernels_is_refused_as_run_py_refuses_it(setting, override, tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        register_sparsifier(ddp(), "topk", density=0.5, **setting)
+    assert str(caught.value) == run_py_refusal(override, tmp_path)
+    assert str(caught.value).startswith(f"{override.split('=')[0]} must be ")
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
