@@ -90,10 +90,11 @@ def resolve(sparsifier: str | type[Sparsifier], knobs: Mapping[str, Any] | None 
     else:
         raise ConfigError(f"sparsifier must be a method name or a Sparsifier subclass, got {type(sparsifier).__name__} "
                           "(a config node with a _target_ goes to register_sparsifier, from sparsebench's clone)")
-    merged = {**_defaults(cls), **preset, **(knobs or {})}
-    # run.py's check of the whole node (names, types, ranges), with its messages.
-    check_knobs("sparsifier", name, cls, merged, RUNTIME_ARGUMENTS)
-    return Method(name, cls, merged)
+    given = {**preset, **(knobs or {})}
+    # run.py's check (names, types, ranges), with its messages, of what is set over the class's
+    # own defaults (a user's class may default a float knob to None: not input to refuse).
+    check_knobs("sparsifier", name, cls, given, RUNTIME_ARGUMENTS)
+    return Method(name, cls, {**_defaults(cls), **given})
 
 
 def preset_of(name: str) -> dict[str, Any]:
