@@ -34,8 +34,17 @@ import torch.distributed as dist
 from experiments.engine.core.collective_costs import shift_pairs, tree_round_pairs
 from experiments.engine.core.network import NetworkModel
 from experiments.engine.core.traffic import TrafficMeter
+from experiments.runformat.errors import require
 
 REDUCTIONS = ("ring", "rank_order")
+
+
+def check_reduction(reduction: str) -> None:
+    """The one check of a `reduction` value (run.py's validation, the DDP hook, RankCollectives):
+    raises ConfigError naming the key."""
+    require(reduction in REDUCTIONS,
+            f"reduction must be ring or rank_order, got {reduction}: ring is the default, "
+            "rank_order sums every value reduction in rank order (bitwise equal hosted or distributed)")
 
 
 class RankCollectives:
@@ -50,8 +59,7 @@ class RankCollectives:
         network: NetworkModel | None = None,
         reduction: str = "ring",
     ) -> None:
-        if reduction not in REDUCTIONS:
-            raise ValueError(f"reduction must be one of {', '.join(REDUCTIONS)}, got {reduction}")
+        check_reduction(reduction)
         self.reduction = reduction
         self.world_size = world_size
         self.local_ranks = local_ranks
