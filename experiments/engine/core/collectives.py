@@ -116,7 +116,10 @@ class RankCollectives:
             if self.processes > 1:
                 dist.broadcast(header, src=self.process_of(root))
             shape = (int(header.item()),)
-        payload = tensor.to(dtype) if is_root_here else torch.empty(shape, dtype=dtype, device=device)
+        # The root's tensor may be built on the CPU (DEFT's and Accordion's plans): NCCL carries
+        # only tensors on the group's device, so the payload goes there before it is sent.
+        payload = (tensor.to(device=device, dtype=dtype) if is_root_here
+                   else torch.empty(shape, dtype=dtype, device=device))
         self.meter.broadcast(shape[0], _row_bytes(shape, dtype), root)
         if self.processes > 1:
             dist.broadcast(payload, src=self.process_of(root))
