@@ -106,6 +106,20 @@ class RankCollectives:
         rows = [row for block in per_process for row in block.unbind(0)]  # rank order 0..W-1
         return sum_in_rank_order(out if out is not None else torch.empty_like(parts[0]), rows)
 
+    def sum_gathered_over_ranks(self, accs: list[torch.Tensor], indices: torch.Tensor) -> torch.Tensor:
+        """`sum_over_ranks` of every hosted rank's acc[indices], into one new tensor. Where the
+        process may sum its ranks itself (ring, or every rank hosted here) it adds each rank's
+        gather into one buffer in rank order through one scratch buffer, the same additions as
+        gathering all L first (which held L copies of |indices|: gigabytes at W = 64-256)."""
+        if self.reduction == "rank_order" and self.processes > 1:
+            gathered = [acc.index_select(0, indices) for acc in accs]  # each rank's own, for the gather
+            return self.sum_over_ranks(gathered, gathered[0])
+        total = accs[0].index_select(0, indices)
+        scratch = torch.empty_like(total) if len(accs) > 1 else None
+        for acc in accs[1:]:
+            total.add_(torch.index_select(acc, 0, indices, out=scratch))
+        return self.sum_over_ranks([total], total)
+
     def broadcast(self, tensor: torch.Tensor | None, root: int, dtype: torch.dtype, device: torch.device,
                   shape: tuple[int, ...] | None = None) -> torch.Tensor:
         """A tensor from rank `root` to all ranks; `tensor` is read only where `root` is hosted.
@@ -124,7 +138,10 @@ class RankCollectives:
             if self.processes > 1:
                 dist.broadcast(header, src=self.process_of(root))
             shape = (int(header.item()),)
-        payload = tensor.to(dtype) if is_root_here else torch.empty(shape, dtype=dtype, device=device)
+        # The root's tensor may be built on the CPU (DEFT's and Accordion's plans): NCCL carries
+        # only tensors on the group's device, so the payload goes there before it is sent.
+        payload = (tensor.to(device=device, dtype=dtype) if is_root_here
+                   else torch.empty(shape, dtype=dtype, device=device))
         self.meter.broadcast(shape[0], _row_bytes(shape, dtype), root)
         if self.processes > 1:
             dist.broadcast(payload, src=self.process_of(root))
