@@ -19,7 +19,6 @@ from experiments.studies.endtoend.model import Method, Study
 from experiments.studies.endtoend.selection import log_interpolate
 from experiments.studies.endtoend.selection_model import SelectCost, SelectionModel, fit
 from experiments.studies.endtoend.studies import QUICKSTART
-from experiments.studies.endtoend.uncertainty import Steps
 from experiments.engine.core.network import NetworkModel
 
 
@@ -47,7 +46,7 @@ def _study(profile: ComputeProfile, numel: int, **kwargs) -> Study:
     stats = fit_statistics([2, 4], [100.0, 190.0], [50.0, 50.0], [40.0, 40.0], numel=numel, split=False)
     template = types.SimpleNamespace(template=(Collective("all_reduce", 100, 4),), exchange="dense",
                                      template_union=100, template_k_max=100)
-    methods = {name: Method(name, None, template, stats, Steps.single(100), False) for name in ("deft", "topk")}
+    methods = {name: Method(name, None, template, stats, False) for name in ("deft", "topk")}
     return Study("resnet18", "eval/accuracy", 0.5, _work(numel=numel), 150.0, profile, methods, **kwargs)
 
 
