@@ -284,6 +284,23 @@ def test_quick_endtoend_writes_the_break_even_the_figures_and_every_cell(tmp_pat
                             "--skip-runs"], cwd=REPO, capture_output=True, text=True, timeout=300)
     shape = [line.split(" | ")[0] for line in text.splitlines()]
     assert again.returncode == 0 and [line.split(" | ")[0] for line in (out / "endtoend.md").read_text().splitlines()] == shape
+    _publish_writes_the_page_and_its_figures(out, tmp_path / "pages")
+
+
+def _publish_writes_the_page_and_its_figures(out, pages):
+    """--publish's page (into `pages` here, docs/measured by default): the header, the JSON's
+    tables, every figure it shows beside it, and analysis.measured --check finds it sound."""
+    from analysis import measured
+    from experiments.studies.endtoend.__main__ import publish
+
+    serial = json.loads((out / "endtoend.json").read_text())
+    page = publish(out, ["--quick"], serial, 61.0, pages)
+    text = page.read_text()
+    assert text.startswith("# Does sparsification pay? As make endtoend measured it") and "1 min 01 s" in text
+    assert report.measured_page(serial).splitlines()[0] in text
+    for png in serial["quickstart"]["figures"].values():
+        assert f"]({png})" in text and (pages / png).is_file()
+    assert measured.check(pages) == []
 
 
 def _check_the_extrapolation_on(out):
@@ -311,6 +328,14 @@ def test_every_sweep_writes_its_own_folder_and_no_run_evaluates_along_the_way():
         assert len(folders) == len(set(folders))
     sweeps = [sweep for study in STUDIES.values() for sweep in study.sweeps()]
     assert all(any(a.endswith("_statistics") for a in s.args if a.startswith("experiment=")) for s in sweeps)
+
+
+def test_a_missing_steps_from_folder_is_refused_before_anything_runs(tmp_path):
+    from experiments.studies.endtoend.__main__ import main
+
+    with pytest.raises(SystemExit, match=r"--steps-from .*nowhere: no such folder"):
+        main(["--steps-from", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
 
 
 def test_sweeps_run_two_at_a_time_and_the_first_failure_stops_the_others(monkeypatch, tmp_path):

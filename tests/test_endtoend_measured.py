@@ -157,3 +157,11 @@ def test_measure_compute_writes_a_profile_the_model_then_uses(tmp_path):
     ms, source = profile.step_ms(measure(QUICKSTART, quick=True)[0], measured_ms=999.0)
     assert ms == yaml.safe_load(path.read_text())["measured_ms"]["quickstart"]["ms"]
     assert source.startswith("measured on CPU")
+
+
+def test_the_page_states_each_selection_source_once_with_its_methods():
+    """The old page repeated one selection-model sentence per method: now each source once."""
+    from experiments.studies.endtoend.__main__ import selection_sources
+
+    study = _study(ComputeProfile.load("h200"), 11_172_810, select_override={"deft": 3.0, "topk": 1.0})
+    assert selection_sources(study, 16) == "deft, topk: given on the command line (--select-ms)"

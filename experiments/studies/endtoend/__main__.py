@@ -93,7 +93,7 @@ def model_study(spec: StudySpec, folder: Path, networks: list[NetworkModel], pro
     sources = [
         f"compute {compute:.3g} ms per step: {compute_source}; measured here {study.measured_compute_ms:.3g} ms "
         f"({work.flops / 1e9:.3g} GFLOP, {work.kernels} aten ops per forward+backward at batch {work.batch})",
-        f"selection on {profile.gpu}: " + "; ".join(f"{m} {study.select_ms(m, max(hosted), 0.0)[1]}" for m in methods),
+        f"selection on {profile.gpu}: " + selection_sources(study, max(hosted)),
         f"exchange: each method's logged ledger at its largest hosted W (short statistics runs here at W = "
         f"{', '.join(map(str, hosted))}), |U| and k_max set to their fit at W (the split methods': replayed from "
         "where their coordinates lay), priced by the cluster preset (docs/network.md); * marks an extrapolated W",
@@ -102,6 +102,14 @@ def model_study(spec: StudySpec, folder: Path, networks: list[NetworkModel], pro
     ]
     return study, {"title": spec.title, "sources": sources, "grid": breakeven.grid(study, networks, workers),
                    "networks": [n.name for n in networks], "work": work.describe(), "profile": profile.name}
+
+
+def selection_sources(study: Study, workers: int) -> str:
+    """Each source of the methods' selection times once, with the methods it applies to."""
+    by_source: dict[str, list[str]] = {}
+    for method in study.methods:
+        by_source.setdefault(study.select_ms(method, workers, 0.0)[1], []).append(method)
+    return "; ".join(f"{', '.join(methods)}: {source}" for source, methods in by_source.items())
 
 
 def selection_costs(spec: StudySpec, quick: bool, study: Study) -> dict:
@@ -184,16 +192,18 @@ def answer(names: list[str], out: Path, options: argparse.Namespace, networks: l
     return studies, "# Does sparsification pay?\n\n" + "\n".join(sections)
 
 
-def publish(out: Path, argv: list[str] | None, studies: dict[str, dict], wall: float | None) -> Path:
+def publish(out: Path, argv: list[str] | None, studies: dict[str, dict], wall: float | None,
+            pages: Path = measured.PAGES) -> Path:
     """docs/measured/endtoend.md from endtoend.json, its figures copied beside it."""
+    pages.mkdir(parents=True, exist_ok=True)
     for study in studies.values():
         for png in study["figures"].values():
-            shutil.copyfile(out / png, measured.PAGES / png)
+            shutil.copyfile(out / png, pages / png)
     return measured.publish(
         "endtoend", "Does sparsification pay? As make endtoend measured it",
         "make endtoend" + (f" ARGS=\"{' '.join(argv)}\"" if argv else ""),
         "experiments.studies.endtoend.report:measured_page", json.loads((out / "endtoend.json").read_text()),
-        measured.provenance([out], wall))
+        measured.provenance([out], wall), pages)
 
 
 def main(argv: list[str] | None = None) -> int:
