@@ -32,7 +32,7 @@ def _method(name: str, elements: int) -> Method:
 def _study() -> Study:
     work = StepWork("cnn", 32, flops=1e9, kernels=100, forward_s=0.01, backward_s=0.02, ready_s=(0.0,), sizes=(10**6,))
     methods = {"dense": _method("dense", DENSE_N), "deft": _method("deft", DEFT_N)}
-    return Study("toy", "eval/accuracy", 0.0, work, 30.0, ComputeProfile.load("v100"), methods,
+    return Study("toy", work, 30.0, ComputeProfile.load("v100"), methods,
                  compute_override=COMPUTE_MS, select_override={"dense": 0.0, "deft": DEFT_SELECT_MS})
 
 

@@ -47,7 +47,7 @@ def _study(profile: ComputeProfile, numel: int, **kwargs) -> Study:
     template = types.SimpleNamespace(template=(Collective("all_reduce", 100, 4),), exchange="dense",
                                      template_union=100, template_k_max=100)
     methods = {name: Method(name, None, template, stats, False) for name in ("deft", "topk")}
-    return Study("resnet18", "eval/accuracy", 0.5, _work(numel=numel), 150.0, profile, methods, **kwargs)
+    return Study("resnet18", _work(numel=numel), 150.0, profile, methods, **kwargs)
 
 
 @pytest.mark.parametrize("compute_ms", [8.0, 10.0])

@@ -74,7 +74,7 @@ def measure(spec: StudySpec, quick: bool):
 
 def model_study(spec: StudySpec, folder: Path, networks: list[NetworkModel], profile: ComputeProfile,
                 workers: list[int], quick: bool, compute_ms: dict[str, float] | None = None,
-                select_ms: dict[str, float] | None = None) -> tuple[Study, dict]:
+                select_ms: dict[str, float] | None = None) -> dict:
     """Every sparsifier of one study at every W on every cluster: the break-even grid and its
     sources. `compute_ms` (study or model name -> ms) and `select_ms` (method -> ms) are the user's."""
     methods = methods_of(spec, folder)
@@ -84,7 +84,7 @@ def model_study(spec: StudySpec, folder: Path, networks: list[NetworkModel], pro
     measured = sorted(m.first.compute_ms for m in methods.values())
     compute_ms, select_ms = compute_ms or {}, select_ms or {}
     override = compute_ms.get(spec.name, compute_ms.get(work.model))
-    study = Study(spec.name, spec.metric, 0.0, work, measured[len(measured) // 2], profile, methods,
+    study = Study(spec.name, work, measured[len(measured) // 2], profile, methods,
                   override, {m: ms for m, ms in select_ms.items() if m in methods}, density=density,
                   stands_for=spec.stands_for)
     study.select_costs = selection_costs(spec, quick, study)
@@ -100,7 +100,7 @@ def model_study(spec: StudySpec, folder: Path, networks: list[NetworkModel], pro
         "range: the lowest and highest speedup with one input at each end of its range: alpha x0.5 and x2, "
         "beta efficiency 0.7 and 1, compute -30% and +30%, selection -50% and +50% (docs/endtoend.md)",
     ]
-    return study, {"title": spec.title, "sources": sources, "grid": breakeven.grid(study, networks, workers),
+    return {"title": spec.title, "sources": sources, "grid": breakeven.grid(study, networks, workers),
                    "networks": [n.name for n in networks], "work": work.describe(), "profile": profile.name}
 
 
@@ -182,7 +182,7 @@ def answer(names: list[str], out: Path, options: argparse.Namespace, networks: l
     studies, sections = {}, []
     for name in names:
         spec = STUDIES[name]
-        _, study = model_study(spec, out / spec.name, networks, profile, workers, options.quick, compute_ms, select_ms)
+        study = model_study(spec, out / spec.name, networks, profile, workers, options.quick, compute_ms, select_ms)
         study["figures"] = {net: report.figure(study["grid"], net, spec.title, out / f"endtoend_{name}_{net}.png").name
                             for net in study["networks"]}
         study["ratios"] = [verdicts.ratio_json(r) for r in ratios]

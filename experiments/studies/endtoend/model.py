@@ -90,8 +90,6 @@ class Study:
     """Everything one study's model needs, and the sources of its modelled numbers."""
 
     name: str
-    metric: str
-    target: float
     work: StepWork
     measured_compute_ms: float  # one rank's forward+backward here (median over the study's runs)
     profile: ComputeProfile
