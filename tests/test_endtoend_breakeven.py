@@ -124,3 +124,24 @@ def test_without_a_known_ratio_the_break_even_is_the_answer():
     grid = breakeven.grid(_study(), [NETWORK], [W])
     page = report.study_markdown({"title": "toy", "sources": [], "ratios": [], "verdicts": []}, grid)
     assert "No steps ratio known: the break-even is the answer" in page
+
+
+def test_a_union_exchange_cell_priced_by_hand_collective_by_collective():
+    """DEFT's shape of step at a hosted W = 4: its unit norms all-reduced, its plan broadcast, the
+    padded index all-gather of k_max and the value all-reduce of |U| (the hosted runs' 50 and 190),
+    each priced by hand on the flat ring at efficiency 0.8, against dense's one all-reduce."""
+    stats = fit_statistics([2, 4], [100.0, 190.0], [50.0, 50.0], [40.0, 40.0], numel=10**6, split=False)
+    ledger = (Collective("all_reduce", 64, 4), Collective("broadcast", 10, 4, root=0),
+              Collective("all_gather", 50, 4), Collective("all_reduce", 190, 4))
+    template = types.SimpleNamespace(template=ledger, exchange="union_allreduce", template_union=190, template_k_max=50)
+    study = _study()
+    study.methods["deft"] = Method("deft", None, template, stats, False)
+    workers, alpha, beta = 4, 10e-6, 10e9 * 0.8 / 8  # s, bytes/s
+    by_hand_s = (2 * (workers - 1) * (alpha + 64 * 4 / (workers * beta))  # ring all-reduce of the norms
+                 + 2 * (alpha + 10 * 4 / beta)  # binomial-tree broadcast of the plan: ceil(log2 4) rounds
+                 + (workers - 1) * (alpha + 50 * 4 / beta)  # ring all-gather of k_max indices a rank
+                 + 2 * (workers - 1) * (alpha + 190 * 4 / (workers * beta)))  # ring all-reduce of |U| values
+    dense_ms = COMPUTE_MS + 2 * (workers - 1) * (alpha + DENSE_N * 4 / (workers * beta)) * 1e3
+    (cell,) = breakeven.cells(study, NETWORK, workers)
+    assert cell.step_ms == pytest.approx(COMPUTE_MS + DEFT_SELECT_MS + by_hand_s * 1e3, rel=1e-12) and cell.hosted
+    assert cell.speedup == pytest.approx(dense_ms / (COMPUTE_MS + DEFT_SELECT_MS + by_hand_s * 1e3), rel=1e-12)

@@ -209,7 +209,7 @@ def publish(out: Path, argv: list[str] | None, studies: dict[str, dict], wall: f
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make endtoend", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None, help="output directory (default outputs/endtoend/<time>)")
-    parser.add_argument("--studies", default="resnet18", help=f"comma list of {', '.join(STUDIES)}")
+    parser.add_argument("--studies", default=None, help=f"comma list of {', '.join(STUDIES)} (default resnet18; quickstart with --quick)")
     parser.add_argument("--networks", default=",".join(NETWORKS), help="cluster presets (conf/network/) or YAML paths")
     parser.add_argument("--compute-profile", default="h200", help="h200 (default: the GPU measured) | v100 | a100 | h100 | measured (this machine) (conf/compute_profile/) or a YAML path")
     parser.add_argument("--compute-ms", action="append", default=[], help="<study or model>=<ms>: compute per step on the modelled GPU")
@@ -222,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=min(MAX_JOBS, os.cpu_count() or 1),
                         help=f"sweeps run at once (default: one per core, at most {MAX_JOBS})")
     options = parser.parse_args(argv)
-    names = [name for name in options.studies.split(",") if name]
+    studies = options.studies or ("quickstart" if options.quick else "resnet18")  # --quick: the cut-down study
+    names = [name for name in studies.split(",") if name]
     unknown = [name for name in names if name not in STUDIES]
     if unknown:
         raise SystemExit(f"--studies: unknown {', '.join(unknown)}; choose from {', '.join(STUDIES)}")
