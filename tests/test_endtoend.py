@@ -365,14 +365,14 @@ def test_sweeps_run_two_at_a_time_and_the_first_failure_stops_the_others(monkeyp
     assert sorted(started) == [1, 2] and stopped.is_set()
 
 
-ENDTOEND_JOBS = {"resnet18/statistics": 8, "resnet18/base": 6, "resnet18/statistics_micro": 5,
-                 "resnet18/statistics_exdyna": 5}
+ENDTOEND_JOBS = {"resnet18/statistics_topk": 5, "resnet18/statistics_deft": 5, "resnet18/statistics_micro": 5,
+                 "resnet18/statistics_exdyna": 5, "resnet18/base": 4}
 
 
 @pytest.mark.parametrize("folder", ENDTOEND_JOBS)
 def test_every_sweep_of_make_endtoend_composes_and_validates(folder, tmp_path):
-    """Each command line passes run.py's pre-flight with the jobs the study means: every method at
-    W = 2, the sparsifiers' statistics at W = 4 to 32 (MiCRO's and ExDyna's at 2 to 32), one seed."""
+    """Each command line passes run.py's pre-flight with the jobs the study means: each sparsifier
+    at W = 2 to 32 (MiCRO and ExDyna from a calibrated start), the dense baselines at W = 2, one seed."""
     from experiments.studies.endtoend.studies import STUDIES
     from experiments.engine.launcher.compose import preflight
 

@@ -163,13 +163,11 @@ def parse_pairs(option: str, values: list[str]) -> dict[str, float]:
 
 
 def all_sweeps(names: list[str], quick: bool) -> list[Sweep]:
-    """The convergence sweep (the other factor, convergence.py) and every study's sweeps, longest first:
-    taken two at a time, the two cores finish within a short sweep of each other."""
+    """The convergence sweep (the other factor, convergence.py), then every study's sweeps (each
+    study's longest first, studies.py): taken two at a time, the cores finish close together."""
     from experiments.studies.endtoend.convergence import convergence_sweeps  # the steps ratio's (issue 46, item 3)
 
-    per_study = [STUDIES[name].sweeps(quick) for name in names]
-    return [*convergence_sweeps(quick), *(s for sweeps in per_study for s in sweeps[:1]),
-            *(s for sweeps in per_study for s in sweeps[1:])]
+    return [*convergence_sweeps(quick), *(sweep for name in names for sweep in STUDIES[name].sweeps(quick))]
 
 
 def answer(names: list[str], out: Path, options: argparse.Namespace, networks: list[NetworkModel],
