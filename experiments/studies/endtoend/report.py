@@ -16,6 +16,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only: no display here
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FormatStrFormatter  # noqa: E402
 
 from experiments.studies.endtoend.breakeven import Cell  # noqa: E402
 
@@ -98,6 +99,10 @@ def figure(grid: Grid, network: str, title: str, path: Path) -> Path:
     axis.axhline(1.0, color="black", linewidth=0.9, linestyle="--", label="1.0: pays per step")
     axis.set_xscale("log", base=2)
     axis.set_yscale("log")
+    workers = sorted(grid[network])
+    axis.set_xticks(workers, [str(w) for w in workers])  # 4 ... 1024, not powers of two
+    for set_formatter in (axis.yaxis.set_major_formatter, axis.yaxis.set_minor_formatter):
+        set_formatter(FormatStrFormatter("%.2g"))  # 0.6, not 6 x 10^-1
     axis.set_xlabel("workers W")
     axis.set_ylabel("per-step speedup over best dense = break-even")
     axis.set_title(f"{title}\n{network}", fontsize=9)
