@@ -8,7 +8,7 @@ EXPERIMENT = "experiment=endtoend/convergence"
 FOLDER = "convergence"
 WORKLOAD = "MLP on Fashion-MNIST (the laptop workload), W = 4 hosted ranks"
 # The test suite's: the bundled digits (no download), a few steps, two methods, three seeds.
-QUICK = ("dataset=digits", "max_steps=24", "eval_every_steps=4", "sparsifier=dense,topk", "seed=0,1,2")
+QUICK = ("dataset=digits", "epochs=4", "max_steps=40", "eval_every_steps=4", "sparsifier=dense,topk", "seed=0,1,2")
 
 
 def convergence_sweeps(quick: bool) -> tuple[Sweep, ...]:

@@ -79,12 +79,13 @@ def _is_dense(name: str) -> bool:
 
 
 def _curves(tables) -> dict[str, list[tuple[int, float]]]:
-    """Per run_id: (steps done, accuracy) of every evaluation, in step order."""
+    """Per run_id: (steps done, accuracy) of every evaluation, in step order (the logged step
+    counts from 0, as runs.py reads it)."""
     epochs = tables.epochs
     if ACCURACY not in epochs.columns:
         return {}
     rows = epochs.dropna(subset=[ACCURACY]).sort_values("step")
-    return {run_id: list(zip(group["step"].astype(int), group[ACCURACY].astype(float)))
+    return {run_id: list(zip(group["step"].astype(int) + 1, group[ACCURACY].astype(float)))
             for run_id, group in rows.groupby("run_id")}
 
 
