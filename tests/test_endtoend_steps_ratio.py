@@ -111,3 +111,15 @@ def test_reported_ratios_invent_nothing():
     """No doc of the project cites a paper's method and dense accuracy after the same epochs."""
     assert reported_ratios() == {}
     assert all(isinstance(r, StepsRatio) and r.source.startswith("reported: ") for r in reported_ratios().values())
+
+
+def test_the_convergence_sweep_runs_every_method_of_the_study_in_two_halves():
+    experiment = yaml.safe_load((ROOT / "conf/experiment/endtoend/convergence.yaml").read_text())
+    swept = set(experiment["hydra"]["sweeper"]["params"]["sparsifier"].split(","))
+    studied = set(yaml.safe_load((ROOT / "conf/experiment/endtoend/quickstart.yaml").read_text())
+                  ["hydra"]["sweeper"]["params"]["sparsifier"].split(",")) | {"micro", "exdyna"}
+    assert studied <= swept and len(experiment["hydra"]["sweeper"]["params"]["seed"].split(",")) >= 3
+    halves = convergence_sweeps(quick=False)
+    methods = [arg.split("=", 1)[1].split(",") for sweep in halves for arg in sweep.args if arg.startswith("sparsifier=")]
+    assert len(halves) == 2 and sorted(sum(methods, [])) == sorted(swept)
+    assert len({sweep.args[-1] for sweep in halves}) == 2 and {sweep.folder for sweep in halves} == {"convergence"}
