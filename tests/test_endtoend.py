@@ -226,32 +226,13 @@ def test_gpus_without_bf16_model_fp16_as_their_16_bit_baseline():
 
 
 # -- the whole study, cut down -------------------------------------------------------------------
-STAND_IN = """
-import dataclasses, sys, types
-ratio = types.ModuleType("experiments.studies.endtoend.steps_ratio")
-ratio.StepsRatio = dataclasses.make_dataclass("StepsRatio", ["method", "workload", "mean", "low", "high", "seeds",
-                                                             "reached", "source", ("note", str, "")], frozen=True)
-ratio.reported_ratios = lambda: {"deft": ratio.StepsRatio("deft", "resnet18_cifar10", 1.2, 1.1, 1.3, 3, 3,
-                                                          "reported: stand-in")}
-ratio.steps_ratios_from_runs = lambda runs, tolerance=0.005: {}
-verdict = types.ModuleType("experiments.studies.endtoend.verdict")
-verdict.BreakEven = lambda value, low, high: (value, low, high)
-verdict.pays_verdict = lambda r, b: ("pays", "") if r.high < b[1] else ("does not pay", "") if r.low > b[2] else ("depends", "")
-convergence = types.ModuleType("experiments.studies.endtoend.convergence")
-convergence.convergence_sweeps = lambda quick: ()
-sys.modules.update({m.__name__: m for m in (ratio, verdict, convergence)})
-from experiments.studies.endtoend.__main__ import main
-sys.exit(main(sys.argv[1:]))
-"""  # the steps ratio's modules stood in (the other half of issue 46 writes them)
-
-
 @pytest.mark.slow
 def test_quick_endtoend_writes_the_break_even_the_figures_and_every_cell(tmp_path):
     """The quickstart study on the bundled digits (a few short runs), modelled on the three H200
     clusters at W = 4 to 1,024: a break-even table and a figure per cluster, a verdict row per
     known steps ratio, and a JSON cell with its eight moves for every sparsifier, cluster and W."""
     out = tmp_path / "endtoend"
-    result = subprocess.run([sys.executable, "-c", STAND_IN, "--quick", "--out", str(out)],  # --quick: quickstart
+    result = subprocess.run([sys.executable, "-m", "experiments.studies.endtoend", "--quick", "--out", str(out)],  # --quick: quickstart
                             cwd=REPO, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     text = (out / "endtoend.md").read_text()
@@ -262,7 +243,11 @@ def test_quick_endtoend_writes_the_break_even_the_figures_and_every_cell(tmp_pat
         assert f"### {network}: break-even" in text and (out / f"endtoend_quickstart_{network}.png").is_file()
     page = report.measured_page(serial)  # --publish's page: the same text from the JSON alone
     assert page == text.split("\n", 2)[2] and sum(line.startswith("| ") for line in page.splitlines()) > 3 * 9
-    assert any(line.startswith("| deft | 1.20 (1.10-1.30), 3 seeds | reported: stand-in") for line in page.splitlines())
+    # the quick convergence sweep (dense and DEFT on digits, three seeds) gives DEFT's steps ratio
+    (row,) = [line for line in page.splitlines() if line.startswith("| deft | ") and "laptop convergence sweep" in line]
+    (ratio,) = serial["quickstart"]["ratios"]
+    assert 1 <= ratio["seeds"] <= 3 and f"{ratio['seeds']} seed" in row and "(mlp on digits)" in row
+    assert "- laptop convergence sweep: target " in page
     cells = study["cells"]
     assert {c["method"] for c in cells} == {"deft"} and len(cells) == 3 * 9
     assert {c["workers"] for c in cells} == {2**i for i in range(2, 11)}
@@ -280,7 +265,7 @@ def test_quick_endtoend_writes_the_break_even_the_figures_and_every_cell(tmp_pat
     _check_the_extrapolation_on(out)
     assert deft.statistics.at(1024)["plan"] == deft.statistics.replays[0].structure.at(1024)["plan"] > 1024
     # --skip-runs models the same runs again, in seconds, to the same tables (the compute is timed again here)
-    again = subprocess.run([sys.executable, "-c", STAND_IN, "--quick", "--studies", "quickstart", "--out", str(out),
+    again = subprocess.run([sys.executable, "-m", "experiments.studies.endtoend", "--quick", "--studies", "quickstart", "--out", str(out),
                             "--skip-runs"], cwd=REPO, capture_output=True, text=True, timeout=300)
     shape = [line.split(" | ")[0] for line in text.splitlines()]
     assert again.returncode == 0 and [line.split(" | ")[0] for line in (out / "endtoend.md").read_text().splitlines()] == shape

@@ -14,6 +14,8 @@ from experiments.studies.endtoend.compute import ComputeProfile, StepWork
 from experiments.studies.endtoend.extrapolate import fit_statistics
 from experiments.studies.endtoend.model import Method, Study
 from experiments.studies.endtoend.robustness import PERTURBATIONS
+from experiments.studies.endtoend.steps_ratio import StepsRatio
+from experiments.studies.endtoend.verdict import describe_ratio
 
 # one GPU per node: the flat alpha-beta ring exactly; efficiency 0.8 so that both efficiency moves move it
 NETWORK = NetworkModel("flat", latency_us=10.0, bandwidth_gbit=10.0, efficiency=0.8)
@@ -91,33 +93,26 @@ def test_the_best_dense_baseline_is_the_shortest_dense_step():
     assert cell.baseline == "dense_bf16" and cell.speedup == pytest.approx(dense / cell.step_ms, rel=1e-12)
 
 
-class _Ratio(types.SimpleNamespace):
-    """A stand-in for steps_ratio.StepsRatio (the other half of issue 46 writes the real one)."""
-
-
-def _stand_in_verdict(monkeypatch):
-    """verdict.py's interface, stood in: BreakEven and pays_verdict ("pays" below the low end)."""
-    module = types.ModuleType("experiments.studies.endtoend.verdict")
-    module.BreakEven = lambda value, low, high: types.SimpleNamespace(value=value, low=low, high=high)
-    module.pays_verdict = lambda ratio, be: (("pays", f"{ratio.high} < {be.low:.4f}") if ratio.high < be.low
-                                             else ("does not pay", "") if ratio.low > be.high else ("depends", ""))
-    monkeypatch.setitem(sys.modules, module.__name__, module)
-
-
-def test_the_page_shows_the_hand_priced_speedup_break_even_and_verdict(monkeypatch):
-    _stand_in_verdict(monkeypatch)
+@pytest.mark.parametrize("interval, word", [((1.05, 1.15), "pays"), ((0.95, 1.35), "depends"), ((1.6, 1.8), "does not pay")])
+def test_the_page_shows_the_hand_priced_speedup_break_even_and_verdict(interval, word):
+    """The hand-priced cell's range (its lowest and highest move, by hand) against a ratio below it,
+    across it and above it: the verdict rule's three words, on the page."""
     grid = breakeven.grid(_study(), [NETWORK], [W])
-    (cell,) = grid["flat"][W]
-    ratio = _Ratio(method="deft", workload="toy", mean=1.1, low=1.05, high=1.15, seeds=3, reached=3,
-                   source="laptop convergence sweep", note="")
+    low, high = min(HAND.values()), max(HAND.values())
+    assert 1.15 < low < 1.35 < high < 1.6  # the three ratios lie below, across and above the range
+    ratio = StepsRatio("deft", "toy", sum(interval) / 2, *interval, seeds=3, reached=3,
+                       source="laptop convergence sweep", note="target 0.8 (dense's final 0.805 less 0.005)")
     found = verdicts.verdicts(grid, [ratio])
+    text = f"{describe_ratio(ratio)} against break-even {_speedup():.2f}x ({low:.2f}-{high:.2f})"
     assert found == [{"method": "deft", "network": "flat", "workers": W, "source": ratio.source, "workload": "toy",
-                      "word": "pays", "text": f"1.15 < {cell.low:.4f}"}]
-    study = {"title": "toy", "sources": ["compute: given"], "ratios": [vars(ratio)], "verdicts": found}
+                      "word": word, "text": text}]
+    study = {"title": "toy", "sources": ["compute: given"], "ratios": [verdicts.ratio_json(ratio)], "verdicts": found}
     page = report.study_markdown(study, grid)
     hand = _speedup()
     assert f"| {W} | dense {COMPUTE_MS + _ring_ms(DENSE_N):.3g} ms | {hand:.2f}x ({min(HAND.values()):.2f}-{max(HAND.values()):.2f})* |" in page
-    assert f"| deft | 1.10 (1.05-1.15), 3 seeds | laptop convergence sweep (toy) | pays |" in page
+    mean = sum(interval) / 2
+    assert f"| deft | {mean:.2f} ({interval[0]:.2f}-{interval[1]:.2f}), 3 seeds | laptop convergence sweep (toy) | {word} |" in page
+    assert "- laptop convergence sweep: target 0.8 (dense's final 0.805 less 0.005)" in page
 
 
 def test_without_a_known_ratio_the_break_even_is_the_answer():

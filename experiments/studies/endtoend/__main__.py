@@ -5,7 +5,7 @@ steps ratio is known (docs/endtoend.md).
 
     python -m experiments.studies.endtoend [--out DIR] [--studies resnet18]
         [--networks dgx_h200_400g_ib,h200x8_200gbe_roce,h200x8_100gbe_roce] [--compute-profile h200]
-        [--workers 4,8,...,1024] [--steps-from DIR] [--quick] [--skip-runs] [--publish]
+        [--workers 4,8,...,1024] [--steps-from DIR] [--tolerance 0.5] [--quick] [--skip-runs] [--publish]
         [--compute-ms resnet18=8] [--select-ms deft=3] [--jobs 2]
 
 1. runs each study's short statistics sweeps and the laptop convergence sweep (convergence.py:
@@ -43,8 +43,10 @@ from experiments.engine.core.network import NetworkModel
 from experiments.studies.endtoend import breakeven, report, verdicts
 from experiments.studies.endtoend.assemble import methods_of
 from experiments.studies.endtoend.compute import ComputeProfile, measure_step
+from experiments.studies.endtoend.convergence import convergence_sweeps
 from experiments.studies.endtoend.model import Study
 from experiments.studies.endtoend.selection import count_for_study
+from experiments.studies.endtoend.steps_ratio import DEFAULT_TOLERANCE
 from experiments.studies.endtoend.studies import STUDIES, StudySpec
 from experiments.engine.launcher.compose import compose_job
 from experiments.studies.reproduce.studies import Sweep
@@ -59,7 +61,6 @@ TIMED = "the measured compute and selection times carry it (the statistics do no
 # and the memory (a ResNet-18 run at W = 32 holds 32 ranks' 45 MB buffers) for no gain on the
 # 2-core machine make endtoend is timed on.
 MAX_JOBS = 2
-CONVERGENCE = "convergence"  # <out>/convergence: the laptop convergence sweep's runs (convergence.py)
 
 
 def measure(spec: StudySpec, quick: bool):
@@ -165,18 +166,15 @@ def parse_pairs(option: str, values: list[str]) -> dict[str, float]:
 def all_sweeps(names: list[str], quick: bool) -> list[Sweep]:
     """The convergence sweep (the other factor, convergence.py), then every study's sweeps (each
     study's longest first, studies.py): taken two at a time, the cores finish close together."""
-    from experiments.studies.endtoend.convergence import convergence_sweeps  # the steps ratio's (issue 46, item 3)
-
-    return [*convergence_sweeps(quick), *(sweep for name in names for sweep in STUDIES[name].sweeps(quick))]
+    return [*convergence_sweeps([STUDIES[name] for name in names], quick), *(sweep for name in names for sweep in STUDIES[name].sweeps(quick))]
 
 
 def answer(names: list[str], out: Path, options: argparse.Namespace, networks: list[NetworkModel],
-           profile: ComputeProfile) -> tuple[dict[str, dict], str]:
-    """Every study's grid, figures, ratios and verdicts, and the page's text."""
+           profile: ComputeProfile, given: list) -> tuple[dict[str, dict], str]:
+    """Every study's grid, figures, ratios (the laptop sweep's and the `given`) and verdicts, and the page's text."""
     workers = sorted(int(w) for w in options.workers.split(",") if w)
     compute_ms, select_ms = parse_pairs("--compute-ms", options.compute_ms), parse_pairs("--select-ms", options.select_ms)
-    convergence = out / CONVERGENCE if (out / CONVERGENCE).is_dir() else None
-    ratios = verdicts.steps_ratios(convergence, options.steps_from)
+    ratios = verdicts.laptop_ratios(out, options.tolerance / 100) + given
     studies, sections = {}, []
     for name in names:
         spec = STUDIES[name]
@@ -214,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--select-ms", action="append", default=[], help="<method>=<ms>: selection per rank on the modelled GPU, every W")
     parser.add_argument("--workers", default=",".join(map(str, WORKERS)), help="modelled worker counts")
     parser.add_argument("--steps-from", type=Path, default=None, help="a folder of runs (a dense baseline and sparsifiers of one workload): their steps ratios")
+    parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE * 100,
+                        help="the target: the best dense baseline's final accuracy less this many points (default 0.5)")
     parser.add_argument("--quick", action="store_true", help="the test suite's cut-down run")
     parser.add_argument("--skip-runs", action="store_true", help="model what --out already holds")
     parser.add_argument("--publish", action="store_true", help="write the page to docs/measured/endtoend.md")
@@ -227,10 +227,13 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--studies: unknown {', '.join(unknown)}; choose from {', '.join(STUDIES)}")
     if options.steps_from is not None and not options.steps_from.is_dir():
         raise SystemExit(f"--steps-from {options.steps_from}: no such folder (a folder of runs, e.g. make reproduce LONG=1's)")
+    if options.tolerance < 0:
+        raise SystemExit(f"--tolerance {options.tolerance}: expected points at or above 0 (the target is dense's final less it)")
     if options.jobs < 1:
         raise SystemExit(f"--jobs {options.jobs}: expected at least 1 (sweeps run at once)")
     networks = [NetworkModel.preset(name) for name in options.networks.split(",") if name]  # ConfigError names a bad one
     profile = ComputeProfile.load(options.compute_profile)
+    given = verdicts.given_ratios(options.steps_from, options.tolerance / 100)  # refused before any run
     out = start_study(options.out, "endtoend")
     started = time.monotonic()
     if not options.skip_runs:
@@ -243,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         run_sweeps([replace(sweep, args=(*sweep.args, threads)) for sweep in sweeps], out, options.jobs)
     elif not out.is_dir():
         raise SystemExit(f"--skip-runs: {out} does not exist")
-    studies, text = answer(names, out, options, networks, profile)
+    studies, text = answer(names, out, options, networks, profile, given)
     (out / "endtoend.md").write_text(text)
     report.write_json(out / "endtoend.json", studies)
     print(text)

@@ -62,11 +62,20 @@ def verdict_table(grid: Grid, verdicts: list[dict[str, Any]], ratios: list[dict[
 
 
 def ratio_text(ratio: dict[str, Any]) -> str:
+    """"1.10 (1.05-1.15), 3 seeds"; a seed short of the target: "at least 1.32, 1 of 3 seeds reached"."""
+    seeds = f"{ratio['seeds']} seed{'s' if ratio['seeds'] != 1 else ''}"
     if ratio["mean"] is None:
-        return f"not reached ({ratio['reached']} of {ratio['seeds']} seeds)"
+        bound = "" if ratio["low"] is None else f"at least {ratio['low']:.2f}, "
+        return f"{bound}{ratio['reached']} of {seeds} reached the target"
     high = "open" if ratio["high"] is None else f"{ratio['high']:.2f}"
     spread = "" if ratio["low"] is None else f" ({ratio['low']:.2f}-{high})"
-    return f"{ratio['mean']:.2f}{spread}, {ratio['seeds']} seed{'s' if ratio['seeds'] != 1 else ''}"
+    return f"{ratio['mean']:.2f}{spread}, {seeds}"
+
+
+def targets(ratios: list[dict[str, Any]]) -> list[str]:
+    """Each source's target once (the ratios of one source share it)."""
+    notes = {ratio["source"]: ratio["note"] for ratio in ratios if ratio.get("note")}
+    return [f"- {source}: {note}" for source, note in sorted(notes.items())]
 
 
 def study_markdown(study: dict[str, Any], grid: Grid, figures: dict[str, str] | None = None) -> str:
@@ -81,6 +90,7 @@ def study_markdown(study: dict[str, Any], grid: Grid, figures: dict[str, str] | 
               + ", ".join(str(w) for w in HEADLINE_WORKERS) + ")", ""]
     if study["ratios"]:
         lines += verdict_table(grid, study["verdicts"], study["ratios"])
+        lines += ["", "Targets:", *targets(study["ratios"])] if targets(study["ratios"]) else []
     else:
         lines.append("No steps ratio known: the break-even is the answer (a method pays where its steps "
                      "ratio lies below it).")

@@ -30,6 +30,7 @@ from analysis.load import load_runs
 from sparsifiers import registry
 
 CONFIDENCE = 0.95
+DEFAULT_TOLERANCE = 0.005  # the target: the best dense baseline's final accuracy less 0.5 points
 ACCURACY = "eval/accuracy"
 # Runs of one folder must agree on these (the runs-table column, what to call it).
 SAME = (("model", "models"), ("dataset", "datasets"), ("env.device", "devices"))
@@ -127,7 +128,7 @@ def _seed_steps(runs: pd.DataFrame, curves: dict, target: float, diverged: pd.Se
     return out
 
 
-def steps_ratios_from_runs(run_dirs: Iterable[Path], tolerance: float = 0.005,
+def steps_ratios_from_runs(run_dirs: Iterable[Path], tolerance: float = DEFAULT_TOLERANCE,
                            source: str | None = None) -> dict[str, StepsRatio]:
     """Each sparsifier's StepsRatio (module docstring) from the runs at or below `run_dirs`.
 

@@ -14,43 +14,64 @@ from typing import Any
 
 from experiments.studies.endtoend.assemble import finished_runs
 from experiments.studies.endtoend.breakeven import Cell
+from experiments.studies.endtoend.convergence import FOLDER
+from experiments.studies.endtoend.steps_ratio import DEFAULT_TOLERANCE, StepsRatio, reported_ratios, steps_ratios_from_runs
+from experiments.studies.endtoend.verdict import BreakEven, pays_verdict
+
+LAPTOP_SWEEP = "laptop convergence sweep"
 
 
-def steps_ratios(convergence: Path | None, steps_from: Path | None) -> list[Any]:
-    """Every known StepsRatio: from the convergence sweep's runs under `convergence`, from the
-    runs under `steps_from`, and the papers' reported ones. A folder's ratios are refused with the
-    reason (mixed workloads, densities or devices) by steps_ratios_from_runs."""
-    from experiments.studies.endtoend import steps_ratio  # the steps ratio's module (item 3 of issue 46)
+def runs_folder(folder: Path) -> Path:
+    """The folder whose runs are read: `folder` itself, or its convergence sweep's folder where it
+    holds one (the output of make reproduce LONG=1 or of make endtoend: their other sweeps are
+    statistics runs of other lengths and worker counts)."""
+    return folder / FOLDER if (folder / FOLDER).is_dir() else folder
 
+
+def ratios_in(folder: Path, source: str, tolerance: float) -> list[StepsRatio]:
+    """The steps ratios of the finished runs under `folder` (steps_ratios_from_runs refuses a
+    folder that mixes workloads, densities or devices, with the reason)."""
+    runs = finished_runs(folder)
+    if not runs:
+        raise SystemExit(f"{folder}: no finished run to read steps ratios from")
+    try:
+        return list(steps_ratios_from_runs(runs, tolerance, source).values())
+    except ValueError as refusal:
+        raise SystemExit(f"steps ratio refused: {refusal}") from None
+
+
+def given_ratios(steps_from: Path | None, tolerance: float = DEFAULT_TOLERANCE) -> list[StepsRatio]:
+    """The steps ratios known before any run: those of the runs under `--steps-from` (read, or
+    refused, before the sweeps start) and the papers' reported ones."""
     ratios = []
-    for folder in (convergence, steps_from):
-        if folder is not None:
-            runs = finished_runs(folder)
-            if not runs:
-                raise SystemExit(f"{folder}: no finished run to read steps ratios from")
-            ratios += list(steps_ratio.steps_ratios_from_runs(runs).values())
-    return ratios + list(steps_ratio.reported_ratios().values())
+    if steps_from is not None:
+        folder = runs_folder(steps_from)
+        ratios = ratios_in(folder, f"runs in {'/'.join(folder.resolve().parts[-2:])}", tolerance)
+    return ratios + list(reported_ratios().values())
 
 
-def verdict_of(cell: Cell, ratio: Any) -> dict[str, Any]:
+def laptop_ratios(out: Path, tolerance: float = DEFAULT_TOLERANCE) -> list[StepsRatio]:
+    """The laptop convergence sweep's steps ratios, where `out` holds its runs."""
+    return ratios_in(out / FOLDER, LAPTOP_SWEEP, tolerance) if (out / FOLDER).is_dir() else []
+
+
+def verdict_of(cell: Cell, ratio: StepsRatio) -> dict[str, Any]:
     """The verdict of one cell against one steps ratio (verdict.pays_verdict), as the JSON holds it."""
-    from experiments.studies.endtoend.verdict import BreakEven, pays_verdict
-
     word, text = pays_verdict(ratio, BreakEven(cell.speedup, cell.low, cell.high))
     return {"method": cell.method, "network": cell.network, "workers": cell.workers,
             "source": ratio.source, "workload": ratio.workload, "word": word, "text": text}
 
 
-def verdicts(grid: dict[str, dict[int, list[Cell]]], ratios: list[Any]) -> list[dict[str, Any]]:
+def verdicts(grid: dict[str, dict[int, list[Cell]]], ratios: list[StepsRatio]) -> list[dict[str, Any]]:
     """A verdict for every cell whose method has a known steps ratio, one per ratio of it."""
-    by_method: dict[str, list[Any]] = {}
+    by_method: dict[str, list[StepsRatio]] = {}
     for ratio in ratios:
         by_method.setdefault(ratio.method, []).append(ratio)
     return [verdict_of(cell, ratio) for by_w in grid.values() for cells in by_w.values()
             for cell in cells for ratio in by_method.get(cell.method, ())]
 
 
-def ratio_json(ratio: Any) -> dict[str, Any]:
+def ratio_json(ratio: StepsRatio) -> dict[str, Any]:
     """A StepsRatio as JSON (an open upper end, math.inf, written as null)."""
     serial = asdict(ratio)
     if serial.get("high") == float("inf"):
