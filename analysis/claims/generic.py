@@ -108,7 +108,7 @@ def accuracy_against_dense(study: Study, name: str) -> Statistic:
     """The convergence claims' gap to dense's final task metric."""
     if name == "dense":
         return not_applicable("dense is the baseline the others are held to")
-    return convergence.gaps_to_dense(study, study.runs_of(name), NAMES[name])
+    return convergence.gaps_to_dense(study, study.runs_of(name), NAMES[name], study.diverged_of(name))
 
 
 # -- criteria: pure functions of one subject's numbers ------------------------------------------
