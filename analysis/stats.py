@@ -14,8 +14,13 @@ config keys count); the keys that tell groups apart are `cfg.<key>` columns of t
 """
 from __future__ import annotations
 
+import math
+import statistics
+from typing import Sequence
+
 import numpy as np
 import pandas as pd
+from scipy.stats import t as student_t
 
 from analysis import columns as c
 from analysis.settings import as_text, differing_keys, setting_columns
@@ -29,6 +34,17 @@ STATS: dict[str, Headline] = {spec.stat: spec for spec in HEADLINES.values() if 
 # stand-in data with runs on the real data. Config differences beyond these: analysis.settings.
 GROUP = ["method", "density", "workers", "world", "model", "dataset", "task_metric", "data_source"]
 RUN_KEYS = ["run_id", "sparsifier", *GROUP, "seed", "status", "settings"]
+CONFIDENCE = 0.95
+
+
+def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float | None, float | None]:
+    """The mean of `values` (one per seed) and its Student-t interval, mean +- t((1 + confidence)
+    / 2, n - 1) s / sqrt(n); one value has no spread: (mean, None, None)."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, None, None
+    half = float(student_t.ppf(0.5 + confidence / 2, len(values) - 1)) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
 
 
 def run_stats(tables: RunTables) -> pd.DataFrame:

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Iterable
 
 import pandas as pd
-from scipy.stats import t as student_t
 
 from analysis.divergence import diverged_reasons
 from analysis.load import load_runs
+from analysis.stats import t_interval
 from sparsifiers import registry
 
 CONFIDENCE = 0.95
@@ -96,12 +96,11 @@ def _steps_to(curve: list[tuple[int, float]], target: float) -> int | None:
 
 def _interval(values: list[float], censored: bool) -> tuple[float | None, float | None, float | None]:
     """(mean, low, high) of per-seed ratios; module docstring."""
-    mean = statistics.fmean(values)
-    if len(values) < 2:
+    mean, low, high = t_interval(values, CONFIDENCE)
+    if low is None:
         return (None if censored else mean), None, (math.inf if censored else None)
-    half = float(student_t.ppf(0.5 + CONFIDENCE / 2, len(values) - 1)) * statistics.stdev(values) / math.sqrt(len(values))
-    low = max(0.0, mean - half)
-    return (None, low, math.inf) if censored else (mean, low, mean + half)
+    low = max(0.0, low)  # a ratio of steps is not negative
+    return (None, low, math.inf) if censored else (mean, low, high)
 
 
 def _final(curve: list[tuple[int, float]]) -> float:
