@@ -42,7 +42,7 @@ from analysis import measured
 from experiments.engine.core.network import NetworkModel
 from experiments.studies.endtoend import breakeven, report, verdicts
 from experiments.studies.endtoend.assemble import methods_of
-from experiments.studies.endtoend.compute import ComputeProfile, measure_step
+from experiments.studies.endtoend.compute import ComputeProfile, StepWork, measure_step
 from experiments.studies.endtoend.convergence import convergence_sweeps
 from experiments.studies.endtoend.model import Study
 from experiments.studies.endtoend.selection import count_for_study
@@ -63,9 +63,9 @@ TIMED = "the measured compute and selection times carry it (the statistics do no
 MAX_JOBS = 2
 
 
-def measure(spec: StudySpec, quick: bool):
+def measure(spec: StudySpec, quick: bool, extra: tuple[str, ...] = ()):
     """The study's model and batch, counted and timed here (compute.py), and its sparsifiers' density."""
-    overrides = [f"experiment={spec.experiment}", *(spec.quick_base if quick else ())]
+    overrides = [f"experiment={spec.experiment}", *(spec.quick_base if quick else ()), *extra]
     # One job's config: the sweep's lists (methods) do not change the model, its data or batch.
     cfg = compose_job([o for o in overrides if "," not in o])
     with open_dict(cfg):
@@ -75,20 +75,24 @@ def measure(spec: StudySpec, quick: bool):
 
 def model_study(spec: StudySpec, folder: Path, networks: list[NetworkModel], profile: ComputeProfile,
                 workers: list[int], quick: bool, compute_ms: dict[str, float] | None = None,
-                select_ms: dict[str, float] | None = None) -> dict:
+                select_ms: dict[str, float] | None = None, extra: tuple[str, ...] = (),
+                step: tuple[StepWork, float] | None = None) -> dict:
     """Every sparsifier of one study at every W on every cluster: the break-even grid and its
-    sources. `compute_ms` (study or model name -> ms) and `select_ms` (method -> ms) are the user's."""
+    sources. `compute_ms` (study or model name -> ms) and `select_ms` (method -> ms) are the user's;
+    `extra`: overrides its runs had beside the study's (make compare's, a method's hydra.searchpath);
+    `step`: the model's step and density as `measure` gave them once (else measured now: its
+    timed backward sets how much of the overlapped baselines' exchange hides)."""
     methods = methods_of(spec, folder)
     if not methods:
         raise SystemExit(f"{folder}: no finished run to model (run without --skip-runs first)")
-    work, density = measure(spec, quick)
+    work, density = step or measure(spec, quick, extra)
     measured = sorted(m.first.compute_ms for m in methods.values())
     compute_ms, select_ms = compute_ms or {}, select_ms or {}
     override = compute_ms.get(spec.name, compute_ms.get(work.model))
     study = Study(spec.name, work, measured[len(measured) // 2], profile, methods,
                   override, {m: ms for m, ms in select_ms.items() if m in methods}, density=density,
                   stands_for=spec.stands_for)
-    study.select_costs = selection_costs(spec, quick, study)
+    study.select_costs = selection_costs(spec, quick, study, extra)
     compute, compute_source = study.compute_ms()
     hosted = sorted({w for m in methods.values() for w in m.statistics.union.workers})
     sources = [
@@ -113,14 +117,14 @@ def selection_sources(study: Study, workers: int) -> str:
     return "; ".join(f"{', '.join(methods)}: {source}" for source, methods in by_source.items())
 
 
-def selection_costs(spec: StudySpec, quick: bool, study: Study) -> dict:
+def selection_costs(spec: StudySpec, quick: bool, study: Study, extra: tuple[str, ...] = ()) -> dict:
     """The study's methods whose selection on the modelled GPU is neither given nor measured,
     counted at the study's layout (selection.py)."""
     if study.profile.name == "measured" or study.profile.selection_model is None:
         return {}
     needed = [m for m in study.methods if m not in study.select_override
               and not study.select_ms(m, 4, 0.0)[1].startswith("measured")]
-    overrides = [f"experiment={spec.experiment}", *(spec.quick_base if quick else ())]
+    overrides = [f"experiment={spec.experiment}", *(spec.quick_base if quick else ()), *extra]
     return count_for_study(overrides, needed) if needed else {}
 
 

@@ -33,8 +33,11 @@ from sparsifiers.exdyna import move_blocks
 from sparsifiers.common.layout import Layout, even_splits
 from sparsifiers.registry import names
 
-# The methods whose runs are replayed at other W: each rank selects in its own partition.
-SPLIT_METHODS = names(partitioned=True)
+# The methods whose runs are replayed at other W: each rank selects in its own partition, by a
+# rule this module runs (Structure.at). Another partitioned method (a user's own, registered
+# through SPARSEBENCH_METHODS) has no rule here: its statistics are fitted like any method's.
+REPLAYED = ("micro", "exdyna", "deft")
+SPLIT_METHODS = tuple(name for name in names(partitioned=True) if name in REPLAYED)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from experiments.studies.reproduce.studies import Sweep
+from sparsifiers import registry
 from sparsifiers.registry import names
 
 # The methods with a threshold_start: one sweep each (the default sparsifier has no threshold_start).
@@ -52,19 +53,28 @@ class StudySpec:
         a calibrated start), then the dense baselines at the smallest W: sweeps of about one size,
         longest first, so that taken two at a time they end together. The cut-down run: one
         statistics sweep and the baselines, on its own overrides."""
-        base = Sweep(f"{self.name}: the dense baselines at W = {self.base_workers}", f"{self.name}/base",
-                     (f"experiment={self.statistics}", f"workers={self.base_workers}", f"sparsifier={self.methods}",
-                      "seed=0", *(self.quick_base if quick else ())), "compute, and the dense baselines' ledgers")
+        base = self.base_sweep(quick)
         if quick:
             return (Sweep(f"{self.name}: statistics runs", f"{self.name}/statistics",
                           (f"experiment={self.statistics}", *self.quick_statistics), "|U|, k_max and selection time"), base)
-        workers = f"workers={self.base_workers},4,8,16,32"
-        sweeps = [Sweep(f"{self.name}: statistics, {method}", f"{self.name}/statistics_{method}",
-                        (f"experiment={self.statistics}", f"sparsifier={method}", workers,
-                         *(("sparsifier.threshold_start=calibrated",) if method in CALIBRATED else ())),
-                        "|U|, k_max and selection time" + (", from a calibrated start" if method in CALIBRATED else ""))
-                  for method in (*self.sparsifiers, *CALIBRATED)]
-        return (*sweeps, base)
+        return (*(self.statistics_sweep(method) for method in (*self.sparsifiers, *CALIBRATED)), base)
+
+    def base_sweep(self, quick: bool = False) -> Sweep:
+        """The dense baselines at the smallest hosted W (the cut-down run's on its own overrides)."""
+        return Sweep(f"{self.name}: the dense baselines at W = {self.base_workers}", f"{self.name}/base",
+                     (f"experiment={self.statistics}", f"workers={self.base_workers}", f"sparsifier={self.methods}",
+                      "seed=0", *(self.quick_base if quick else ())), "compute, and the dense baselines' ledgers")
+
+    def statistics_sweep(self, method: str, hosted: tuple[str, ...] = ()) -> Sweep:
+        """One sparsifier's statistics at every hosted W (`hosted`: other overrides in place of the
+        worker grid, e.g. make compare's cut-down battery), from a calibrated start where it has
+        a threshold_start (module docstring)."""
+        calibrated = registry.method(method).calibrated_start
+        return Sweep(f"{self.name}: statistics, {method}", f"{self.name}/statistics_{method}",
+                     (f"experiment={self.statistics}", f"sparsifier={method}",
+                      *(hosted or (f"workers={self.base_workers},4,8,16,32",)),
+                      *(("sparsifier.threshold_start=calibrated",) if calibrated else ())),
+                     "|U|, k_max and selection time" + (", from a calibrated start" if calibrated else ""))
 
 
 QUICKSTART = StudySpec(
