@@ -38,7 +38,7 @@ def tolerance(metric: str, dense_value: float) -> float:
     return RELATIVE_TOLERANCE * abs(dense_value)
 
 
-def _direction(group: pd.DataFrame) -> bool:
+def higher_is_better(group: pd.DataFrame) -> bool:
     """True when higher is better for the group's task metric (the runs' summaries say)."""
     value = group["higher_is_better"].iloc[0] if "higher_is_better" in group.columns else True
     return True if value is None or pd.isna(value) else bool(value)
@@ -73,7 +73,7 @@ def gaps_to_dense(study: Study, runs: pd.DataFrame, name: str, diverged: pd.Data
             gaps.append(f"{label}: dense's last evaluation of {metric} is not finite")
             continue
         value = _mean_keep_nan(finals.reindex(group["run_id"]))
-        worse = dense_value - value if _direction(group) else value - dense_value
+        worse = dense_value - value if higher_is_better(group) else value - dense_value
         subjects[label] = {"final": value, "dense": dense_value, "gap": worse, "tolerance": tolerance(metric, dense_value)}
     return Statistic(subjects, tuple(gaps), failed=failed)
 
@@ -107,7 +107,7 @@ def times_to_target(study: Study, sparsifier: str) -> Statistic:
     subjects, gaps = {}, []
     for (method, context, density, workers), group in method_groups(runs, by_workers=True):
         label = subject(method, context, density, workers)
-        metric, higher = group["task_metric"].iloc[0], _direction(group)
+        metric, higher = group["task_metric"].iloc[0], higher_is_better(group)
         same = baselines[(baselines["context"] == context) & (baselines["density"] == density)
                          & (baselines["workers"] == workers) & (baselines["task_metric"] == metric)] \
             if not baselines.empty else baselines

@@ -13,17 +13,23 @@ could not measure (a single W, runs too short to settle) says what is missing, a
 """
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from typing import Callable
 
+import pandas as pd
+
 from analysis.claims import balance, convergence, density, selection, traffic
+from analysis.claims.pays import PAYS_ABOVE, PerStep, break_even, pays_somewhere
 from analysis.claims.claim import Claim, Numbers, Statistic, finite
 from analysis.claims.numbers import at
 from analysis.claims.papers import NAMES
 from analysis.claims.study import Study, method_groups, per_workers, settled_rule, subject
+from analysis.stats import t_interval
 from experiments.runformat import metric_keys as keys
 from sparsifiers import registry
 
-PROPERTIES = ("selection", "buildup", "density", "traffic", "balance", "accuracy")
+PROPERTIES = ("selection", "buildup", "density", "traffic", "balance", "accuracy", "pays")
 # No build-up: |U| at most k plus the band a threshold controller holds (MiCRO's rule, +-0.1,
 # analysis.claims.density): a disjoint exchange of k selections gives exactly k, Top-k's union up to W k.
 BUILDUP_LIMIT = 1.0 + density.BAND
@@ -104,11 +110,38 @@ def imbalance_against_reference(study: Study, name: str) -> Statistic:
     return Statistic(subjects, tuple(gaps))
 
 
+def seed_gaps(study: Study, runs: pd.DataFrame) -> dict[str, list[float]]:
+    """Per subject of the convergence claims' gap: the gap to dense per seed, paired (dense's run
+    of the same seed, context, W and task metric: both saw the same initialisation and data order),
+    seeds without a finite pair left out."""
+    finals, dense = study.final_metric(), study.runs_of("dense")
+    per_subject = {}
+    for (method, context, dens, workers), group in method_groups(runs, by_workers=True):
+        baseline = dense[(dense["context"] == context) & (dense["workers"] == workers)
+                         & (dense["task_metric"] == group["task_metric"].iloc[0])] if not dense.empty else dense
+        dense_by_seed = dict(zip(baseline["seed"], finals.reindex(baseline["run_id"])))
+        sign = 1.0 if convergence.higher_is_better(group) else -1.0
+        gaps = [sign * (dense_by_seed[seed] - value) for seed, value in zip(group["seed"], finals.reindex(group["run_id"]))
+                if seed in dense_by_seed and finite(value) and finite(dense_by_seed[seed])]
+        per_subject[subject(method, context, dens, workers)] = gaps
+    return per_subject
+
+
 def accuracy_against_dense(study: Study, name: str) -> Statistic:
-    """The convergence claims' gap to dense's final task metric."""
+    """The convergence claims' gap to dense's final task metric, with the mean gap over paired
+    seeds and its 95% t-interval (`gap low`, `gap high`: NaN from fewer than two seeds)."""
     if name == "dense":
         return not_applicable("dense is the baseline the others are held to")
-    return convergence.gaps_to_dense(study, study.runs_of(name), NAMES[name], study.diverged_of(name))
+    runs = study.runs_of(name)
+    found = convergence.gaps_to_dense(study, runs, NAMES[name], study.diverged_of(name))
+    paired = seed_gaps(study, runs)
+    subjects = {}
+    for label, numbers in found.subjects.items():
+        gaps = paired.get(label, [])
+        mean, low, high = t_interval(gaps) if gaps else (math.nan, None, None)
+        subjects[label] = {**numbers, "seeds": float(len(gaps)), "paired gap": mean,
+                           "gap low": math.nan if low is None else low, "gap high": math.nan if high is None else high}
+    return replace(found, subjects=subjects)
 
 
 # -- criteria: pure functions of one subject's numbers ------------------------------------------
@@ -138,8 +171,9 @@ def _claim(prop: str, name: str, wording: str, generalises: str, needs: str, sta
                  statistic=statistic, criterion=criterion, measure=measure, holds=holds, studies=studies)
 
 
-def claims_for(name: str) -> list[Claim]:
-    """The battery's properties for the registered method `name`, in PROPERTIES' order."""
+def claims_for(name: str, per_step: PerStep | None = None) -> list[Claim]:
+    """The battery's properties for the registered method `name`, in PROPERTIES' order; "pays"
+    reads `per_step`, the end-to-end model's cells (None: not modelled, NOT_MEASURABLE)."""
     registry.method(name)  # an unknown name fails here, naming the known ones
     low, high = selection.FALLS
     return [
@@ -170,4 +204,10 @@ def claims_for(name: str) -> list[Claim]:
                "{name} and dense runs at the same W, model, data and settings, evaluated to the end",
                convergence.CLAIMS[0].statistic, convergence.TOLERANCE_TEXT,
                lambda study: accuracy_against_dense(study, name), convergence.reaches, convergence.STUDIES),
+        _claim("pays", name, "{name} pays somewhere on the default clusters: its per-step speedup over the best dense "
+               "baseline is above 1 at some W, over the whole range of the model's inputs.", "make endtoend's break-even",
+               "the ResNet-18 study's statistics runs of {name} and of the dense baselines (make compare's per-step part)",
+               "per cluster and W = 4 to 1,024: the break-even (the best dense step over the method's, make endtoend's "
+               "model) and its range over the eight moves; best low = the highest lower end over every cell",
+               f"best low > {PAYS_ABOVE:g}", lambda study: break_even(per_step, name), pays_somewhere, ()),
     ]
