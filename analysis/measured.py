@@ -3,6 +3,7 @@ it was measured from, never typed by hand (docs/measured/).
 
     docs/measured/<name>.json   {"name", "title", "command", "render", "provenance", "data"}
     docs/measured/<name>.md     the page: a header from the provenance, then render(data)
+    docs/measured/<name>.html   where the record names `render_html`: render_html(data) (the leaderboard's sortable table)
 
 `render` names the function that turns `data` into the page's body ("module:function"), so that
 anyone can render a page again from its JSON: `check` does, and tests/test_measured_pages.py fails
@@ -13,8 +14,9 @@ the tree had uncommitted changes, the machine, and the study's wall time.
     python -m analysis.measured --check      # every page against its data (exit 1 on a difference)
 
 Pages are written by the studies that measure them, on request: `make reproduce ARGS=--publish`
-(claims), `make endtoend ARGS=--publish` (end-to-end) and `python -m analysis.report SWEEP
---publish quickstart` (the quickstart's comparison, after `make run`).
+(claims), `make endtoend ARGS=--publish` (end-to-end), `make compare ... ARGS=--publish` (the
+leaderboard) and `python -m analysis.report SWEEP --publish quickstart` (the quickstart's
+comparison, after `make run`).
 """
 from __future__ import annotations
 
@@ -115,14 +117,19 @@ def page_text(record: dict[str, Any]) -> str:
 
 
 def publish(name: str, title: str, command: str, render: str, data: Any, source: dict[str, Any],
-            pages: Path = PAGES) -> Path:
-    """Writes <name>.json and <name>.md into `pages`; returns the page's path. The page is rendered
-    from the JSON as written and read back, so what `check` renders is exactly what was written."""
-    record = {"name": name, "title": title, "command": command, "render": render, "provenance": source, "data": data}
+            pages: Path = PAGES, render_html: str | None = None) -> Path:
+    """Writes <name>.json and <name>.md into `pages` (and <name>.html, rendered by `render_html`,
+    when given); returns the page's path. The pages are rendered from the JSON as written and read
+    back, so what `check` renders is exactly what was written."""
+    record = {"name": name, "title": title, "command": command, "render": render, "provenance": source, "data": data,
+              **({"render_html": render_html} if render_html else {})}
     text = json.dumps(record, indent=1, allow_nan=False) + "\n"
     pages.mkdir(parents=True, exist_ok=True)
     page = pages / f"{name}.md"
-    write_atomic(page, page_text(json.loads(text)))
+    written = json.loads(text)
+    write_atomic(page, page_text(written))
+    if render_html:
+        write_atomic(pages / f"{name}.html", renderer(render_html)(written["data"]))
     write_atomic(pages / f"{name}.json", text)
     return page
 
@@ -136,9 +143,23 @@ def check(pages: Path = PAGES) -> list[str]:
             problems.append(f"{data.name}: no {page.name} beside it")
         elif page.read_text() != page_text(json.loads(data.read_text())):
             problems.append(f"{page.name}: differs from what {data.name} renders (publish it again)")
+        problems += _html_problems(data)
     problems += [f"{page.name}: no {page.stem}.json beside it" for page in sorted(pages.glob("*.md"))
                  if page.name != INDEX and not page.with_suffix(".json").is_file()]
     return problems
+
+
+def _html_problems(data: Path) -> list[str]:
+    """The HTML page a record names a renderer for (`render_html`), against what its data renders."""
+    record = json.loads(data.read_text())
+    if "render_html" not in record:
+        return []
+    page = data.with_suffix(".html")
+    if not page.is_file():
+        return [f"{data.name}: no {page.name} beside it"]
+    if page.read_text() != renderer(record["render_html"])(record["data"]):
+        return [f"{page.name}: differs from what {data.name} renders (publish it again)"]
+    return []
 
 
 def main(argv: list[str] | None = None) -> int:

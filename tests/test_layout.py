@@ -23,7 +23,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("experiments.engine.launcher",),  # the parent: composes, checks, launches, reports a sweep
     ("experiments.engine.ddp",),  # the hook in a user's own DDP script
     ("experiments.studies.benchmarks", "experiments.studies.calibrate", "experiments.studies.reproduce"),
-    ("experiments.studies.endtoend", "experiments.studies.compare"),  # drive make reproduce's sweep runner
+    ("experiments.studies.endtoend",),  # drives make reproduce's sweep runner
+    ("experiments.studies.compare",),  # the battery: make reproduce's sweeps, make endtoend's step model
 )
 FLOOR_OF = {package: level for level, packages in enumerate(FLOORS) for package in packages}
 

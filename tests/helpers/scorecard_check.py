@@ -2,7 +2,8 @@
 summary.json and metrics.jsonl read by tests/helpers/raw_runs.py, never through analysis.load),
 following the rules docs/claims.md states for each generic verdict: the settled rows are the
 later half of a run's rows holding the key, seeds averaged per W, the worst over W and kernel
-paths; selection time is the median after warm-up and its slope a least-squares fit of logs."""
+paths; selection time is the median after warm-up and its slope a least-squares fit of logs. The
+break-even is make endtoend's model's (its own tests price it by hand): read from its grid here."""
 from __future__ import annotations
 
 import json
@@ -70,3 +71,25 @@ def accuracy_gap(root: Path, method: str) -> float:
     evals = study.evals[study.evals["run"].map(tags) == "laptop/convergence"].sort_values([k.ROW_STEP, k.ROW_EPOCH], kind="stable")
     final = evals.groupby("run").tail(1).groupby("method")[k.ACCURACY].mean()
     return float(final["dense"] - final[method])
+
+
+def best_lows(root: Path, search: str) -> dict[str, float]:
+    """Per method the end-to-end model prices, the highest lower end of its break-even over every
+    default cluster and W, from the model of the quick battery's runs (compute and selection
+    measured in them) (experiments/studies/
+    endtoend/__main__.py's model_study, called here on its own; `search`: the test methods'
+    hydra.searchpath, with them registered)."""
+    from experiments.engine.core.network import NetworkModel
+    from experiments.studies.endtoend.__main__ import NETWORKS, WORKERS, model_study
+    from experiments.studies.endtoend.compute import ComputeProfile
+    from experiments.studies.compare.pays import QUICK_PER_STEP, STEP, measured_step
+    from experiments.studies.endtoend.studies import QUICKSTART
+
+    folder = root / QUICKSTART.name
+    assert (folder / STEP).is_file(), "the battery keeps the step it timed"
+    grid = model_study(QUICKSTART, folder, [NetworkModel.preset(n) for n in NETWORKS], ComputeProfile.load("measured"),
+                       list(WORKERS), quick=True, extra=(search,), step=measured_step(folder, QUICK_PER_STEP, (search,)))["grid"]
+    lows: dict[str, float] = {}
+    for cell in (cell for by_w in grid.values() for cells in by_w.values() for cell in cells):
+        lows[cell.method] = max(lows.get(cell.method, cell.low), cell.low)
+    return lows

@@ -1,7 +1,7 @@
 """`make compare METHOD=<name>[,<name>...]` (= `python -m experiments.studies.compare --method ...`):
 the standard battery for each named method, then every method's generic verdicts and scorecard.
 
-    python -m experiments.studies.compare --method NAME[,NAME...] [--out DIR] [--quick] [--skip-runs] [KEY=VALUE ...]
+    python -m experiments.studies.compare --method NAME[,NAME...] [--out DIR] [--quick] [--skip-runs] [--publish] [KEY=VALUE ...]
 
 1. refuses an unknown method name, or a bad override, before any run starts (exit 2);
 2. runs the battery (experiments/studies/compare/battery.py) for each named method and for the
@@ -9,7 +9,9 @@ the standard battery for each named method, then every method's generic verdicts
    `--out` already holds done is reused, so a second call runs only a new method's runs;
 3. judges the generic verdicts (analysis/claims/generic.py) of every method the folder holds and
    writes, per method, `<out>/records/<name>.json` and the scorecard `<out>/scorecards/<name>.md`
-   (every measure with its rank among all those methods, each verdict; analysis/scorecard.py).
+   (every measure with its rank among all those methods, each verdict; analysis/scorecard.py);
+4. with --publish, the leaderboard of every method the folder holds, docs/measured/leaderboard.md
+   and its sortable leaderboard.html (analysis/leaderboard.py), with the commit and machine.
 
 The default `--out` is one fixed folder, outputs/compare/, so that the runs of every call pile up
 there and each scorecard ranks the method among all of them. `KEY=VALUE` overrides go to every run
@@ -28,34 +30,44 @@ import time
 from pathlib import Path
 
 from analysis import measured, scorecard
+from analysis.figures.scorecard import measure_figure
 from analysis.claims.study import Study
 from analysis.load import load_runs
 from experiments.engine.launcher.environment import REPO_ROOT
 from experiments.runformat.errors import ConfigError
-from experiments.studies.compare.battery import LAPTOP, QUICK, Scale, refusal, run_method, statistics_sweep
+from experiments.studies.compare.battery import LAPTOP, QUICK, VERDICT_FOLDERS, Scale, refusal, run_method, statistics_sweep
+from experiments.studies.compare.baseline import battery_of, estimate_s, keyed_folder
+from experiments.studies.compare.pays import per_step
+from experiments.studies.compare.publish import publish, run_folders
 from experiments.studies.reproduce.sweeps import minutes, say_if_busy, start_study
 from sparsifiers import registry
 
 COMPARE_OUT = REPO_ROOT / "outputs" / "compare"
-REFERENCES = registry.chosen("dense", "micro")  # accuracy's and balance's references (analysis/claims/generic.py)
 REFUSED = "not_applicable.json"  # what each method refused, kept across calls
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="make compare", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--method", required=True, help="registered method names, comma-separated (sparsifiers/registry.py)")
-    parser.add_argument("--out", type=Path, default=None, help="the study's folder (default outputs/compare/, reused by every call)")
+    parser.add_argument("--method", default=None, help="registered method names, comma-separated (sparsifiers/registry.py)")
+    parser.add_argument("--baseline", action="store_true", help="the baseline study alone: every registered method")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="the study's folder (default outputs/compare/<commit>_<cpu>_<gpu>/, reused by every call there)")
     parser.add_argument("--quick", action="store_true", help="the test suite's cut-down battery")
     parser.add_argument("--skip-runs", action="store_true", help="judge and write what --out already holds")
+    parser.add_argument("--publish", action="store_true", help="write the leaderboard of every method --out holds "
+                        "to docs/measured/leaderboard.md (and .html)")
+    parser.add_argument("--pages", type=Path, default=measured.PAGES, help=argparse.SUPPRESS)  # the tests' own folder
     parser.add_argument("overrides", nargs="*", help="config overrides for every run (KEY=VALUE)")
     return parser.parse_args(argv)
 
 
-def checked_methods(text: str, overrides: tuple[str, ...], scale: Scale) -> list[str]:
-    """The named methods, each registered and composable with `overrides`; a ConfigError names the
-    first that is not."""
-    methods = [name.strip() for name in text.split(",") if name.strip()]
-    if not methods:
+def checked_methods(options: argparse.Namespace, overrides: tuple[str, ...], scale: Scale) -> list[str]:
+    """The named methods (none for --baseline), each registered and composable with `overrides`;
+    a ConfigError names the first that is not."""
+    if options.baseline == (options.method is not None):
+        raise ConfigError("give --method NAME[,NAME...] or --baseline (every registered method), not both")
+    methods = [name.strip() for name in (options.method or "").split(",") if name.strip()]
+    if not methods and not options.baseline:
         raise ConfigError("--method names no method: give one or more registered names, e.g. --method topk,deft")
     for name in methods:
         registry.method(name)  # names the known methods when it is not one
@@ -65,35 +77,54 @@ def checked_methods(text: str, overrides: tuple[str, ...], scale: Scale) -> list
     return methods
 
 
-def write_cards(out: Path, refused: dict[str, dict[str, str]]) -> dict[str, Path]:
-    """Every method the folder holds, judged; its record and scorecard written. Returns the pages."""
-    study = Study.of(load_runs([out], cache=False))
+def write_cards(out: Path, refused: dict[str, dict[str, str]], scale: Scale,
+                overrides: tuple[str, ...]) -> tuple[dict[str, Path], dict[str, dict]]:
+    """Every method the folder holds, judged; its record and scorecard written. Returns the
+    pages and the records."""
+    study = Study.of(load_runs([out / folder for folder in VERDICT_FOLDERS if (out / folder).is_dir()], cache=False))
     present = sorted(name for name in set(study.runs["sparsifier"]) if registry.is_method(str(name)))
-    found = scorecard.records(scorecard.field(study, present), refused, measured.provenance([out], None))
+    verdicts = scorecard.field(study, present, per_step(out, scale.per_step, overrides))
+    found = scorecard.records(verdicts, refused, measured.provenance([out], None), run_folders(out, study, scale.per_step))
     pages = {}
     for folder in ("records", "scorecards"):
         (out / folder).mkdir(parents=True, exist_ok=True)
     for method, record in found.items():
+        record["figures"] = figures(found, method, out / "scorecards")
         (out / "records" / f"{method}.json").write_text(json.dumps(record, indent=2, allow_nan=False) + "\n")
         pages[method] = out / "scorecards" / f"{method}.md"
         pages[method].write_text(scorecard.page(record))
-    return pages
+    return pages, found
+
+
+def figures(records: dict[str, dict], method: str, folder: Path) -> dict[str, str]:
+    """One figure per measure, `method` highlighted among the others, beside its scorecard:
+    measure -> the PNG's name (a measure no method was measured on has none)."""
+    names = {}
+    for prop in records[method]["measures"]:
+        figure = measure_figure(records, prop, method)
+        if figure is not None:
+            names[prop] = f"{method}_{prop}.png"
+            figure.savefig(folder / names[prop])
+    return names
 
 
 def main(argv: list[str] | None = None) -> int:
     options = parse(argv)
     overrides, scale = tuple(options.overrides), QUICK if options.quick else LAPTOP
     try:
-        methods = checked_methods(options.method, overrides, scale)
+        methods = checked_methods(options, overrides, scale)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    out = start_study(options.out or COMPARE_OUT, "compare")
+    out = start_study(options.out or keyed_folder(COMPARE_OUT), "compare")
     started = time.monotonic()
     refused = json.loads((out / REFUSED).read_text()) if (out / REFUSED).is_file() else {}
     if not options.skip_runs:
         say_if_busy("the selection-time measure times it")
-        battery = [*methods, *(name for name in REFERENCES if name not in methods)]
+        battery = battery_of(methods, scale)
+        if scale is LAPTOP:
+            print(f"the battery of {len(battery)} methods in {out}: about {minutes(estimate_s(battery, out))} here "
+                  "(each part still to run at its measured cost, docs/compare.md)", flush=True)
         for number, method in enumerate(battery, 1):
             print(f"[{number}/{len(battery)}] {method}", flush=True)
             refused[method] = run_method(method, out, scale, overrides, number, len(battery))
@@ -101,10 +132,15 @@ def main(argv: list[str] | None = None) -> int:
     elif not out.is_dir():
         print(f"error: --skip-runs: {out} does not exist", file=sys.stderr)
         return 2
-    pages = write_cards(out, refused)
-    for method in methods:
+    pages, records = write_cards(out, refused, scale, overrides)
+    for method in methods or list(pages):
         print(f"scorecard: {pages[method]}" if method in pages else f"{method}: no finished runs in {out}")
-    print(f"make compare: {minutes(time.monotonic() - started)}, results in {out}")
+    wall = time.monotonic() - started
+    print(f"make compare: {minutes(wall)}, results in {out}")
+    if options.publish:
+        # A folder judged again (--skip-runs) did not time its runs: its page says no wall time.
+        command = "make compare" + (f" ARGS=\"{' '.join(argv)}\"" if argv else "")
+        print(f"published: {publish(out, records, command, None if options.skip_runs else wall, options.pages)}")
     return 0
 
 

@@ -1,14 +1,17 @@
 """The standard battery: the same runs for every method, so that every method is measured under
 the same conditions (docs/compare.md).
 
-Per method, three parts, each cached by configuration in the study's folder:
+Per method, four parts, each cached by configuration in the study's folder:
 - statistics: `experiment=laptop/statistics` for the method alone (600 steps of the laptop
   workload at W = 2, 4, 8, 16, as `make reproduce` runs the papers' methods): traffic, build-up,
   density error and load balance, read on the settled later half;
 - convergence: `experiment=laptop/convergence` (W = 4, 5 epochs) at SEEDS seeds, and dense's
   runs beside them: the final accuracy against dense;
 - selection: the selection replay at ResNet-18 size (experiments/studies/reproduce/selection.py),
-  W = 2 to 16, on both kernel paths, in a folder of its own per method.
+  W = 2 to 16, on both kernel paths, in a folder of its own per method;
+- the per-step factor: the ResNet-18 study's statistics runs of `make endtoend` (5 steps at
+  W = 2 to 32) and its dense baselines', priced by its model on the default H200 clusters
+  (pays.py): the break-even.
 
 A sweep's runs are reused when they are done (experiments/studies/reproduce/sweeps.py: a job whose
 run directory records the same overrides), a selection folder when every run in it is; so a
@@ -25,6 +28,7 @@ from pathlib import Path
 from experiments.engine.launcher.compose import compose_job
 from experiments.engine.launcher.validate import validate
 from experiments.runformat.errors import ConfigError
+from experiments.studies.compare.pays import QUICK_PER_STEP, PerStepScale, run_per_step
 from experiments.studies.reproduce import selection
 from experiments.studies.reproduce.__main__ import selection_done
 from experiments.studies.reproduce.studies import CONVERGENCE, QUICK_ARGS, STATISTICS, Sweep
@@ -34,6 +38,9 @@ from sparsifiers import registry
 SEEDS = (0, 1, 2)  # convergence: the generic accuracy verdict averages them (issue 47 asks for >= 3)
 STATISTICS_WORKERS = (2, 4, 8, 16)  # conf/experiment/laptop/statistics.yaml's grid, given explicitly so a W can be left out
 SELECTION_FOLDER = "selection"
+REFERENCES = registry.chosen("dense", "micro")  # accuracy's and balance's references (analysis/claims/generic.py)
+# The folders the generic verdicts read (the per-step part's runs are the end-to-end model's: pays.py).
+VERDICT_FOLDERS = ("statistics", "convergence", SELECTION_FOLDER)
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,10 @@ class Scale:
     seeds: tuple[int, ...] = SEEDS
     convergence_args: tuple[str, ...] = ()
     selection: dict = field(default_factory=lambda: dict(selection.FULL))
+    per_step: PerStepScale = PerStepScale()
+    # The methods every scorecard is placed among, run beside the named ones: None, every
+    # registered method (the baseline study, baseline.py); the test suite's, the references only.
+    field: tuple[str, ...] | None = None
 
 
 LAPTOP = Scale()
@@ -52,17 +63,18 @@ LAPTOP = Scale()
 # step 210, is just settled: analysis.claims.study), one seed of a few convergence steps, the
 # selection replay's quick grid.
 QUICK = Scale(statistics_workers=(2, 4), statistics_args=("dataset=digits", "max_steps=420", "epochs=100"),
-              seeds=(0,), convergence_args=QUICK_ARGS, selection=dict(selection.QUICK))
+              seeds=(0,), convergence_args=QUICK_ARGS, selection=dict(selection.QUICK), per_step=QUICK_PER_STEP,
+              field=REFERENCES)
 
 
 def statistics_sweep(method: str, workers: tuple[int, ...], scale: Scale, overrides: tuple[str, ...]) -> Sweep:
-    return Sweep(f"statistics, {method}", "statistics",
+    return Sweep(f"statistics, {method}", VERDICT_FOLDERS[0],
                  (STATISTICS, f"sparsifier={method}", f"workers={','.join(map(str, workers))}", *scale.statistics_args, *overrides),
                  "traffic, build-up, density, balance")
 
 
 def convergence_sweep(method: str, scale: Scale, overrides: tuple[str, ...]) -> Sweep:
-    return Sweep(f"convergence, {method}", "convergence",
+    return Sweep(f"convergence, {method}", VERDICT_FOLDERS[1],
                  (CONVERGENCE, f"sparsifier={method}", f"seed={','.join(map(str, scale.seeds))}", *scale.convergence_args, *overrides),
                  "final accuracy against dense")
 
@@ -132,5 +144,6 @@ def run_method(method: str, out: Path, scale: Scale, overrides: tuple[str, ...],
         if workers:
             run_sweep(statistics_sweep(method, tuple(workers), scale, overrides), out, number, total)
         refused.update(run_selection(method, out, scale, overrides))
+        refused.update(run_per_step(method, out, scale.per_step, overrides, refusal, number, total))
     run_sweep(convergence_sweep(method, scale, overrides), out, number, total)
     return refused
