@@ -55,11 +55,13 @@ endtoend: $(STAMP) data
 	$(PY) -m experiments.studies.endtoend $(ARGS)
 
 # Your sparsifier against the field: the standard battery (statistics, convergence, selection
-# replay) for METHOD=<name>[,<name>...] and the references, then each method's generic verdicts and
-# scorecard, ranked among every method outputs/compare/ holds (docs/compare.md). Runs are cached
-# there by configuration: a second call runs only a new method's. ARGS="--out DIR" chooses where.
+# replay, the per-step factor) for METHOD=<name>[,<name>...] and the references, then each method's
+# generic verdicts and scorecard, ranked among every registered method (the baseline study, run
+# beside it in outputs/compare/<commit>_<cpu>_<gpu>/ unless already there; BASELINE=1 runs it
+# alone) (docs/compare.md). Runs are cached there by configuration: a second call runs only a new
+# method's. ARGS="--out DIR" chooses where; ARGS="--publish" writes docs/measured/leaderboard.md.
 compare: $(STAMP) data
-	$(PY) -m experiments.studies.compare --method "$(METHOD)" $(ARGS)
+	$(PY) -m experiments.studies.compare $(if $(BASELINE),--baseline,--method "$(METHOD)") $(ARGS)
 
 test-fast: $(STAMP)
 	WANDB_MODE=disabled $(PY) -m pytest -m "not slow" $(ARGS)
