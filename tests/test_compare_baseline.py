@@ -32,10 +32,12 @@ def test_the_laptop_battery_places_a_method_among_every_registered_one():
 
 def test_the_estimate_prices_each_part_a_method_still_needs(tmp_path):
     """Dense: its convergence seeds; Top-k: statistics, the per-step runs, its selection replay and
-    convergence; MiCRO's replay settles its threshold first; a method with a record is reused."""
+    convergence; MiCRO's replay settles its threshold first; the dense baselines' per-step runs
+    once; a method with a record is reused, and so are the baselines' runs once there."""
     selecting = sum(ESTIMATE_S[part] for part in ("statistics", "per-step", "convergence"))
     by_hand = ESTIMATE_S["convergence"] + 2 * selecting + ESTIMATE_S["selection"] + ESTIMATE_S["selection, thresholded"]
-    assert estimate_s(["dense", "topk", "micro"], tmp_path) == by_hand
+    assert estimate_s(["dense", "topk", "micro"], tmp_path) == by_hand + ESTIMATE_S["per-step baselines"]
+    (tmp_path / "resnet18" / "base").mkdir(parents=True)
     (tmp_path / "records").mkdir()
     (tmp_path / "records" / "micro.json").write_text(json.dumps({}))
     assert estimate_s(["dense", "topk", "micro"], tmp_path) == by_hand - sum(

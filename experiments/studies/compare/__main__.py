@@ -1,20 +1,24 @@
 """`make compare METHOD=<name>[,<name>...]` (= `python -m experiments.studies.compare --method ...`):
 the standard battery for each named method, then every method's generic verdicts and scorecard.
 
-    python -m experiments.studies.compare --method NAME[,NAME...] [--out DIR] [--quick] [--skip-runs] [--publish] [KEY=VALUE ...]
+    python -m experiments.studies.compare (--method NAME[,NAME...] | --baseline) [--out DIR] [--quick] [--skip-runs]
+        [--publish] [KEY=VALUE ...]
 
 1. refuses an unknown method name, or a bad override, before any run starts (exit 2);
 2. runs the battery (experiments/studies/compare/battery.py) for each named method and for the
-   references the verdicts compare with (dense: accuracy; MiCRO: balance): every part a folder of
-   `--out` already holds done is reused, so a second call runs only a new method's runs;
+   field (below; the test suite's: the references the verdicts compare with, dense for accuracy
+   and MiCRO for balance): every part a folder of `--out` already holds done is reused, so a
+   second call runs only a new method's runs;
 3. judges the generic verdicts (analysis/claims/generic.py) of every method the folder holds and
    writes, per method, `<out>/records/<name>.json` and the scorecard `<out>/scorecards/<name>.md`
    (every measure with its rank among all those methods, each verdict; analysis/scorecard.py);
 4. with --publish, the leaderboard of every method the folder holds, docs/measured/leaderboard.md
    and its sortable leaderboard.html (analysis/leaderboard.py), with the commit and machine.
 
-The default `--out` is one fixed folder, outputs/compare/, so that the runs of every call pile up
-there and each scorecard ranks the method among all of them. `KEY=VALUE` overrides go to every run
+Beside the named methods runs the field each scorecard ranks them among: every registered method
+(the baseline study, baseline.py; `--baseline` runs it alone), in the default `--out`,
+outputs/compare/<commit>_<cpu>_<gpu>/: at the same commit on the same machine every call reads
+the runs already there and runs only what is missing. `KEY=VALUE` overrides go to every run
 (recorded in its config: runs with other overrides are other runs); a method whose files live
 outside sparsifiers/ is named through SPARSEBENCH_METHODS and found with
 `hydra.searchpath=[file://DIR]` (docs/compare.md). `--quick` is the test suite's battery (the
@@ -30,8 +34,8 @@ import time
 from pathlib import Path
 
 from analysis import measured, scorecard
-from analysis.figures.scorecard import measure_figure
 from analysis.claims.study import Study
+from analysis.figures.scorecard import measure_figure
 from analysis.load import load_runs
 from experiments.engine.launcher.environment import REPO_ROOT
 from experiments.runformat.errors import ConfigError
@@ -139,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"make compare: {minutes(wall)}, results in {out}")
     if options.publish:
         # A folder judged again (--skip-runs) did not time its runs: its page says no wall time.
-        command = "make compare" + (f" ARGS=\"{' '.join(argv)}\"" if argv else "")
+        given = sys.argv[1:] if argv is None else argv
+        command = "python -m experiments.studies.compare " + " ".join(given)
         print(f"published: {publish(out, records, command, None if options.skip_runs else wall, options.pages)}")
     return 0
 
