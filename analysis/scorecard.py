@@ -33,6 +33,7 @@ class Measure(NamedTuple):
     part: str  # the part of the battery whose runs it reads (experiments/studies/compare/battery.py)
     turn: Callable[[float], float] = float
     higher_is_better: bool = False
+    interval: tuple[str, str] | None = None  # the subject's numbers that bound the value over seeds (95%)
 
 
 MEASURES: dict[str, Measure] = {
@@ -41,7 +42,7 @@ MEASURES: dict[str, Measure] = {
     "density": Measure("largest |settled density error|", "settled", "statistics", abs),
     "traffic": Measure("largest indices per rank / k (settled)", "worst k_max/k", "statistics"),
     "balance": Measure("largest settled load imbalance", "imbalance", "statistics"),
-    "accuracy": Measure("largest gap to dense's final accuracy", "gap", "convergence"),
+    "accuracy": Measure("largest gap to dense's final accuracy", "gap", "convergence", interval=("gap low", "gap high")),
     "pays": Measure("highest lower end of the break-even (default clusters)", "best low", "per-step", higher_is_better=True),
 }
 assert tuple(MEASURES) == PROPERTIES, "one measure per generic property"
@@ -56,6 +57,20 @@ def measure(verdict: Verdict, prop: str) -> float:
     if not values:
         return math.nan
     return min(values) if found.higher_is_better else max(values)
+
+
+def interval(verdict: Verdict, prop: str, value: float) -> dict | None:
+    """The 95% interval over seeds of the subject whose number is the measure's `value` (its
+    `gap low` and `gap high`, NaN as None: one seed has none), with the seeds it rests on."""
+    found = MEASURES[prop]
+    if found.interval is None or not finite(value):
+        return None
+    low, high = found.interval
+    for name, numbers in verdict.measured.items():
+        if name in verdict.held and found.turn(numbers.get(found.key, math.nan)) == value:
+            return {"low": numbers[low] if finite(numbers[low]) else None,
+                    "high": numbers[high] if finite(numbers[high]) else None, "seeds": numbers.get("seeds")}
+    return None
 
 
 def field(study: Study, methods: list[str], per_step: PerStep | None = None) -> dict[str, list[Verdict]]:
@@ -86,7 +101,7 @@ def records(verdicts: dict[str, list[Verdict]], not_applicable: dict[str, dict[s
                               "higher_is_better": MEASURES[prop].higher_is_better, "value": value if finite(value) else None,
                               "rank": placed[prop][method], "of": sum(r is not None for r in placed[prop].values()),
                               "verdict": found[i].outcome.value, "text": verdict_text(found[i]),
-                              "claim": claim_records([found[i]])[0]}
+                              "interval": interval(found[i], prop, value), "claim": claim_records([found[i]])[0]}
         result[method] = {"method": method, "title": NAMES[method], "measures": measures,
                           "not_applicable": (not_applicable or {}).get(method, {}), "field": sorted(verdicts),
                           "source": source or {}, "runs": (runs or {}).get(method, {})}
@@ -102,12 +117,21 @@ def _measured_on(source: dict) -> str:
             f"{' (dirty tree)' if source.get('dirty') else ''}: {source['runs']} runs{other}.")
 
 
+def value_text(one: dict) -> str:
+    """A measure's value, with its 95% interval over seeds where it has one."""
+    text = number(math.nan if one["value"] is None else one["value"])
+    bounds = one.get("interval")
+    if bounds and bounds["low"] is not None:
+        text += f" (95%: {number(bounds['low'])} to {number(bounds['high'])}, {bounds['seeds']:g} seeds)"
+    return text
+
+
 def page(record: dict) -> str:
     """The scorecard page of one method's record."""
     rows = []
     for prop, one in record["measures"].items():
         rank = f"{one['rank']} of {one['of']}" if one["rank"] is not None else "-"
-        rows.append({"measure": one["measure"], "value": number(math.nan if one["value"] is None else one["value"]),
+        rows.append({"measure": one["measure"], "value": value_text(one),
                      "rank": rank, "verdict": one["verdict"], "criterion": one["claim"]["criterion"]})
     lines = [f"# Scorecard: {record['title']} (`{record['method']}`)", "",
              f"Among {len(record['field'])} methods: {', '.join(f'`{m}`' for m in record['field'])}. "

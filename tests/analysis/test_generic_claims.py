@@ -11,6 +11,8 @@ import pytest
 from analysis.claims import BY_ID, judge_study
 from analysis.claims.claim import Outcome
 from analysis.claims.generic import PROPERTIES, balanced, claims_for, no_buildup, traffic_within
+from analysis import scorecard
+from analysis.claims.output import number
 from analysis.claims.pays import PerStep, break_even, pays_somewhere
 from analysis.claims.study import Study
 from analysis.load import load_runs
@@ -94,7 +96,8 @@ def test_the_accuracy_gap_has_a_95_percent_t_interval_over_paired_seeds(tmp_path
                     row[k.ACCURACY] = row[k.ACCURACY] / FINAL[method] * final
             write_run(tmp_path / f"{method}_s{seed}", SyntheticRun(method=method, workers=4, seed=seed, density=DENSITY,
                                                                    steps=ROWS, epochs=EPOCHS), metrics=_text(method, 4, ROWS, records))
-    verdict = judged(Study.of(load_runs([tmp_path], cache=False)), "micro")["accuracy"]
+    study = Study.of(load_runs([tmp_path], cache=False))
+    verdict = judged(study, "micro")["accuracy"]
     (numbers,) = verdict.measured.values()
     gaps = [0.005, 0.010, 0.005]
     mean = sum(gaps) / 3
@@ -103,6 +106,13 @@ def test_the_accuracy_gap_has_a_95_percent_t_interval_over_paired_seeds(tmp_path
     assert numbers["seeds"] == 3 and numbers["paired gap"] == pytest.approx(mean) == pytest.approx(numbers["gap"])
     assert (numbers["gap low"], numbers["gap high"]) == (pytest.approx(mean - half), pytest.approx(mean + half))
     assert verdict.outcome is Outcome.HOLDS  # the criterion is still the mean gap's
+    # the scorecard shows the interval beside the measure
+    record = scorecard.records(scorecard.field(study, ["dense", "micro"]))["micro"]
+    assert record["measures"]["accuracy"]["interval"] == {"low": pytest.approx(mean - half), "high": pytest.approx(mean + half),
+                                                          "seeds": 3.0}
+    shown = scorecard.value_text(record["measures"]["accuracy"])
+    assert shown.startswith(f"{number(numbers['gap'])} (95%: {number(mean - half)} to ") and shown.endswith(", 3 seeds)")
+    assert shown in scorecard.page(record)
 
 
 def test_the_criteria_at_their_edges():
