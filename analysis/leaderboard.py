@@ -60,6 +60,7 @@ def page(data: dict) -> str:
     lines = [f"Every method of `{data['folder']}` on every measure of the standard battery "
              "([compare.md](../compare.md)): the value, its rank among the methods measured (#1 the best) and the "
              "verdict of its generic property ([claims.md](../claims.md#every-method-against-the-field-genericpropertym)). "
+             "n/m: not measurable there, or not applicable (the method's scorecard says which and why). "
              "The same table, sortable: [leaderboard.html](leaderboard.html).", "",
              markdown.table(frame), "", "**Best per measure:** "
              + "; ".join(f"{data['measures'][p]['name']}: {', '.join(f'`{m}`' for m in ms) or 'none measured'}"
@@ -79,7 +80,7 @@ def _sort_key(cell: dict, higher_is_better: bool) -> str:
     """The number a column sorts by, best first when sorted ascending; unmeasured last."""
     value = cell["value"]
     if value is None or not math.isfinite(value):
-        return "inf"
+        return "Infinity"  # a number to the sorter (parseFloat): after every measured one
     return repr(-value if higher_is_better else value)
 
 

@@ -22,10 +22,12 @@ def measure_figure(records: dict[str, dict], prop: str, method: str) -> Figure |
     if not bars:
         return None
     one = records[method]["measures"][prop]
-    fig, axes = new_figure(width=5.0, height=0.6 + 0.3 * len(bars))
+    fig, axes = new_figure(width=6.0, height=1.0 + 0.3 * len(bars))
     ax = axes.flat[0]
     names = [name for name, _ in bars][::-1]  # the best at the top
     ax.barh(names, [value for _, value in bars][::-1], color=[HIGHLIGHT if name == method else OTHERS for name in names])
-    ax.set_xlabel(one["measure"] + (" (higher is better)" if one["higher_is_better"] else " (lower is better)"))
-    ax.set_title(f"{method}: " + (f"rank {one['rank']} of {one['of']}" if one["rank"] else "not measured"), fontsize=9)
+    ax.set_xlabel(one["measure"], fontsize=9)
+    better = "higher" if one["higher_is_better"] else "lower"
+    ax.set_title(f"{method}: " + (f"rank {one['rank']} of {one['of']}" if one["rank"] else "not measured")
+                 + f" ({better} is better)", fontsize=9)
     return fig
