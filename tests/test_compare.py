@@ -1,7 +1,8 @@
 """`make compare` (experiments/studies/compare): one tiny battery shared by the checks, run for
 real (`--quick`: the bundled digits, W = 2 and 4, 420 statistics steps, the quick selection
-replay) on Top-k, the worked example's partitioned top-k and a cheater that sends its top-2k,
-with the references the verdicts need (dense, MiCRO)."""
+replay, the quickstart study's per-step runs at W = 2) on Top-k, the worked example's partitioned
+top-k and a cheater that sends its top-2k, with the references the verdicts need (dense, MiCRO);
+a second call for Top-k reruns nothing and publishes the leaderboard into the test's own folder."""
 from __future__ import annotations
 
 import json

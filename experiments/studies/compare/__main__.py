@@ -23,7 +23,7 @@ the runs already there and runs only what is missing. `KEY=VALUE` overrides go t
 outside sparsifiers/ is named through SPARSEBENCH_METHODS and found with
 `hydra.searchpath=[file://DIR]` (docs/compare.md). `--quick` is the test suite's battery (the
 bundled digits, W = 2 and 4, 420 statistics steps, one convergence seed of a few steps, the
-quick selection replay).
+quick selection replay, the quickstart study's per-step runs; the references as the field).
 """
 from __future__ import annotations
 

@@ -61,7 +61,8 @@ class Scale:
 LAPTOP = Scale()
 # The test suite's: the bundled digits, 420 statistics steps (the later half, 21 logged rows from
 # step 210, is just settled: analysis.claims.study), one seed of a few convergence steps, the
-# selection replay's quick grid.
+# selection replay's quick grid, the quickstart study's per-step runs at W = 2 (pays.py); the
+# references alone as the field.
 QUICK = Scale(statistics_workers=(2, 4), statistics_args=("dataset=digits", "max_steps=420", "epochs=100"),
               seeds=(0,), convergence_args=QUICK_ARGS, selection=dict(selection.QUICK), per_step=QUICK_PER_STEP,
               field=REFERENCES)
