@@ -2,7 +2,8 @@
 before any process starts: the run resumes from the newest intact one, saying in one line which
 it skipped, or is refused in a few lines when none is intact. Nothing is deleted or changed.
 The shared run evaluates near its target from step 10 on, so a resume from step 24 lands inside
-the band: its evaluations must be the uninterrupted run's (experiments/engine/rank/target.py).
+the band: its evaluations must be the uninterrupted run's (experiments/engine/rank/target.py), for
+a run stopped there with nothing damaged too (issue 45, item 3).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from experiments.runformat import run_dir as run_files
 from experiments.engine.rank.checkpoint import complete_steps, step_dir
 from experiments.runformat.run_dir import read_metrics
 from tests.conftest import TINY_RUN, run_cli
-from tests.test_resume import assert_same_run
+from tests.test_resume import assert_same_run, without_timings
 
 # Checkpoints every 4 steps and at the epoch's end (22), 3 kept: 22, 24 and 28. Evaluations every
 # 10 steps, and every 3 from the first within 1.0 of an unreachable target (step 10) on.
@@ -98,19 +99,19 @@ def test_a_damaged_checkpoint_resumes_from_the_previous_one(finished, tmp_path, 
     assert_same_run(finished, run_dir)  # the evaluations inside the band included
 
 
-@pytest.mark.slow  # run.py, though it starts no worker
 @pytest.mark.parametrize("kind", DAMAGES)
-def test_no_intact_checkpoint_is_refused_cleanly(finished, tmp_path, kind):
+def test_no_intact_checkpoint_is_refused_cleanly(finished, tmp_path, kind, run_py_before_launch):
     run_dir = stopped_copy(finished, tmp_path / "run")
     for step in complete_steps(run_dir):
         DAMAGES[kind](process_file(run_dir, step))
     before = digests(run_dir, leave_out=(run_files.STATUS, run_files.RESUME_LOCK))
-    result = run_cli([f"resume={run_dir}"])
+    result = run_py_before_launch([f"resume={run_dir}"])
     assert result.returncode == 2 and "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) <= 3 and "no intact checkpoint" in lines[0]
     assert all(f"step {step}: " in lines[0] for step in (22, 24, NEWEST))
-    assert digests(run_dir, leave_out=(run_files.STATUS, run_files.RESUME_LOCK)) == before  # no process ran, nothing moved (the lock: any resume= takes it)
+    # No process ran and nothing moved (the lock file aside: any resume= takes it).
+    assert digests(run_dir, leave_out=(run_files.STATUS, run_files.RESUME_LOCK)) == before
     status = run_files.read_json(run_dir / run_files.STATUS)
     assert status["status"] == "failed" and len(status["damaged_checkpoints"]) == 3
 
@@ -128,7 +129,27 @@ def test_an_older_marker_without_checksums_still_loads(finished, tmp_path):
     assert_same_run(finished, run_dir)
 
 
+def evaluations(run_dir: Path) -> list[dict]:
+    """The run's eval rows, timings aside."""
+    return [without_timings(r) for r in read_metrics(run_dir / run_files.METRICS) if r["kind"] == "eval"]
+
+
 def test_the_resumed_run_evaluates_inside_the_band(finished):
-    """The shared run is inside the band at the checkpoint the resumes start from."""
-    evaluated = [r["step"] for r in read_metrics(finished / run_files.METRICS) if r["kind"] == "eval"]
-    assert [step for step in evaluated if step >= PREVIOUS] == [26, 29]
+    """The shared run is inside the band at the checkpoint the resumes start from: its next
+    evaluation (26, after 27 steps) is the near cadence's, not eval_every_steps' (30: the end)."""
+    assert [row["step"] for row in evaluations(finished) if row["step"] >= PREVIOUS] == [26, 29]
+
+
+@pytest.mark.slow  # a real resume
+def test_a_run_stopped_inside_the_band_logs_the_same_evaluations(finished, tmp_path):
+    """Stopped before step 28's marker was written (its files unmarked, as a kill leaves them),
+    the run resumes from step 24, inside the band: the band comes from the checkpoint, so it
+    evaluates at the same steps, with the same values, as the run never stopped. ac091f3 started
+    far again and evaluated next at the end, 29, leaving out 26."""
+    run_dir = stopped_copy(finished, tmp_path / "run")
+    (step_dir(run_dir, NEWEST) / run_files.CHECKPOINT_MARKER).unlink()
+    result = run_cli([f"resume={run_dir}"])
+    assert result.returncode == 0, result.stderr
+    assert f"from step {PREVIOUS}" in result.stdout and "skipping" not in result.stdout
+    assert evaluations(run_dir) == evaluations(finished)
+    assert_same_run(finished, run_dir)
