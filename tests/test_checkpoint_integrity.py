@@ -59,16 +59,19 @@ def flip(path: Path) -> str:
     return "does not match the marker's SHA-256"
 
 
+FILE = run_files.checkpoint_process_file(0)  # the one process's file
+
+
 def remove(path: Path) -> str:
     path.unlink()
-    return "process-0.pt is missing"
+    return f"{FILE} is missing"
 
 
 DAMAGES = {"cut": cut, "flipped": flip, "missing": remove}
 
 
 def process_file(run_dir: Path, step: int) -> Path:
-    return step_dir(run_dir, step) / run_files.checkpoint_process_file(0)
+    return step_dir(run_dir, step) / FILE
 
 
 def digests(run_dir: Path, leave_out: tuple[str, ...] = ()) -> dict[str, str]:
@@ -79,7 +82,7 @@ def digests(run_dir: Path, leave_out: tuple[str, ...] = ()) -> dict[str, str]:
 def test_the_marker_records_every_process_file(finished):
     marker = json.loads((step_dir(finished, NEWEST) / run_files.CHECKPOINT_MARKER).read_text())
     data = process_file(finished, NEWEST).read_bytes()
-    assert marker["files"] == {"process-0.pt": {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}}
+    assert marker["files"] == {FILE: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}}
 
 
 @pytest.mark.slow  # a real resume
@@ -125,7 +128,7 @@ def test_an_older_marker_without_checksums_still_loads(finished, tmp_path):
     remove(process_file(run_dir, NEWEST))  # what can be checked without sizes: the file is there
     result = run_cli([f"resume={run_dir}"])
     assert result.returncode == 0, result.stderr
-    assert "process-0.pt is missing; resuming from step 24" in result.stdout
+    assert f"{FILE} is missing; resuming from step {PREVIOUS}" in result.stdout
     assert_same_run(finished, run_dir)
 
 

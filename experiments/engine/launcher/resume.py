@@ -5,8 +5,8 @@ from its newest complete checkpoint (experiments/engine/rank/checkpoint.py), or 
 before the first one. Each checkpoint's files are checked against its marker first
 (experiments/runformat/checkpoint_integrity.py): a damaged one is skipped with one line saying why,
 left in place and named in status.json (`damaged_checkpoints`); if every one is damaged, the
-resume is refused before any process starts. metrics.jsonl keeps the steps the checkpoint had seen; the lines logged
-after it move to metrics.dropped.jsonl, so no step appears twice. The W&B run is the same one
+resume is refused before any process starts. metrics.jsonl keeps the steps the checkpoint had
+seen; the lines logged after it move to metrics.dropped.jsonl, so no step appears twice. The W&B run is the same one
 (its id is in env.json). A resume is recorded in env.json (`resumes`) and status.json.
 """
 from __future__ import annotations
@@ -136,7 +136,9 @@ def _intact_start(store: RunStore, directory: str, steps: list[int]) -> tuple[in
 
 def _damage_field(damaged: list[Damage]) -> dict[str, Any]:
     """status.json's `damaged_checkpoints`: each skipped checkpoint's step and why (none: no field)."""
-    return {"damaged_checkpoints": [{"step": found.step, "reason": found.reason} for found in damaged]} if damaged else {}
+    if not damaged:
+        return {}
+    return {"damaged_checkpoints": [{"step": found.step, "reason": found.reason} for found in damaged]}
 
 
 def _lock(store: RunStore, directory: str):
