@@ -1,6 +1,7 @@
 """A damaged checkpoint (cut short, a byte changed, a process file gone) is found by `resume=`
 before any process starts: the run resumes from the newest intact one, saying in one line which
 it skipped, or is refused in a few lines when none is intact. Nothing is deleted or changed.
+A marker an older sparsebench wrote (no sizes or checksums) still loads.
 The shared run evaluates near its target from step 10 on, so a resume from step 24 lands inside
 the band: its evaluations must be the uninterrupted run's (experiments/engine/rank/target.py), for
 a run stopped there with nothing damaged too (issue 45, item 3).
@@ -10,12 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from experiments.runformat import run_dir as run_files
 from experiments.engine.rank.checkpoint import complete_steps, step_dir
+from experiments.runformat.checkpoint_integrity import Damage, newest_intact
 from experiments.runformat.run_dir import read_metrics
 from tests.conftest import TINY_RUN, run_cli
 from tests.test_resume import assert_same_run, without_timings
@@ -119,19 +122,6 @@ def test_no_intact_checkpoint_is_refused_cleanly(finished, tmp_path, kind, run_p
     assert status["status"] == "failed" and len(status["damaged_checkpoints"]) == 3
 
 
-@pytest.mark.slow  # a real resume
-def test_an_older_marker_without_checksums_still_loads(finished, tmp_path):
-    run_dir = stopped_copy(finished, tmp_path / "run")
-    for step in complete_steps(run_dir):
-        marker = step_dir(run_dir, step) / run_files.CHECKPOINT_MARKER
-        marker.write_text(json.dumps({"step": step, "processes": 1}) + "\n")  # as ac091f3 wrote it
-    remove(process_file(run_dir, NEWEST))  # what can be checked without sizes: the file is there
-    result = run_cli([f"resume={run_dir}"])
-    assert result.returncode == 0, result.stderr
-    assert f"{FILE} is missing; resuming from step {PREVIOUS}" in result.stdout
-    assert_same_run(finished, run_dir)
-
-
 def evaluations(run_dir: Path) -> list[dict]:
     """The run's eval rows, timings aside."""
     return [without_timings(r) for r in read_metrics(run_dir / run_files.METRICS) if r["kind"] == "eval"]
@@ -143,16 +133,45 @@ def test_the_resumed_run_evaluates_inside_the_band(finished):
     assert [row["step"] for row in evaluations(finished) if row["step"] >= PREVIOUS] == [26, 29]
 
 
-@pytest.mark.slow  # a real resume
-def test_a_run_stopped_inside_the_band_logs_the_same_evaluations(finished, tmp_path):
-    """Stopped before step 28's marker was written (its files unmarked, as a kill leaves them),
-    the run resumes from step 24, inside the band: the band comes from the checkpoint, so it
-    evaluates at the same steps, with the same values, as the run never stopped. ac091f3 started
-    far again and evaluated next at the end, 29, leaving out 26."""
-    run_dir = stopped_copy(finished, tmp_path / "run")
+def with_older_markers(run_dir: Path) -> Path:
+    """The run's markers rewritten as ac091f3 wrote them: no sizes, no SHA-256s."""
+    for step in complete_steps(run_dir):
+        marker = step_dir(run_dir, step) / run_files.CHECKPOINT_MARKER
+        marker.write_text(json.dumps({"step": step, "processes": 1}) + "\n")
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def stopped_in_band(finished, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One resume, two tests: a run stopped before step 28's marker was written (its files
+    unmarked, as a kill leaves them), its markers as an older sparsebench wrote them, resumed from
+    step 24, inside the band."""
+    run_dir = with_older_markers(stopped_copy(finished, tmp_path_factory.mktemp("band") / "run"))
     (step_dir(run_dir, NEWEST) / run_files.CHECKPOINT_MARKER).unlink()
-    result = run_cli([f"resume={run_dir}"])
+    return run_dir, run_cli([f"resume={run_dir}"])
+
+
+@pytest.mark.slow  # a real resume
+def test_an_older_marker_without_checksums_still_loads(stopped_in_band):
+    run_dir, result = stopped_in_band
     assert result.returncode == 0, result.stderr
     assert f"from step {PREVIOUS}" in result.stdout and "skipping" not in result.stdout
+    assert run_files.read_json(run_dir / run_files.STATUS)["status"] == "done"
+
+
+def test_an_older_markers_files_are_checked_for_being_there(finished, tmp_path):
+    run_dir = with_older_markers(stopped_copy(finished, tmp_path / "run"))
+    assert newest_intact(run_dir, complete_steps(run_dir)) == (NEWEST, [])
+    says = remove(process_file(run_dir, NEWEST))  # what can be checked without sizes
+    assert newest_intact(run_dir, complete_steps(run_dir)) == (PREVIOUS, [Damage(NEWEST, says)])
+
+
+@pytest.mark.slow  # a real resume
+def test_a_run_stopped_inside_the_band_logs_the_same_evaluations(finished, stopped_in_band):
+    """The band comes from the checkpoint, so the resumed run evaluates at the same steps, with
+    the same values, as the run never stopped. ac091f3 started far from the target again and
+    evaluated next at the end, 29, leaving out 26."""
+    run_dir, result = stopped_in_band
+    assert result.returncode == 0, result.stderr
     assert evaluations(run_dir) == evaluations(finished)
     assert_same_run(finished, run_dir)
