@@ -16,8 +16,10 @@ import yaml
 from scipy.stats import t as student_t
 
 from analysis.load import load_runs
+from experiments.studies.endtoend import report
 from experiments.studies.endtoend.convergence import convergence_sweeps
 from experiments.studies.endtoend.studies import CALIBRATED, QUICKSTART, RESNET18
+from experiments.studies.endtoend.verdicts import ratio_json
 from experiments.studies.endtoend.steps_ratio import (StepsRatio, _curves, _steps_to, reported_ratios,
                                                       steps_ratios_from_runs)
 
@@ -76,6 +78,7 @@ def test_the_ratio_is_the_paired_t_interval_of_per_seed_ratios(sweep, loose):
     assert ratio.mean == pytest.approx(mean)
     assert ratio.low == pytest.approx(max(0.0, mean - half)) and ratio.high == pytest.approx(mean + half)
     assert ratio.workload == "mlp on digits" and ratio.source.startswith("runs in ")
+    assert ratio.final == pytest.approx(statistics.fmean(curves[i][-1][1] for i in runs[runs.sparsifier == "deft"].run_id))
 
 
 def test_a_diverged_run_never_reaches_the_target(sweep, loose, tmp_path):
@@ -85,6 +88,8 @@ def test_a_diverged_run_never_reaches_the_target(sweep, loose, tmp_path):
     ratio = steps_ratios_from_runs([runs], tolerance=loose)["deft"]
     assert (ratio.seeds, ratio.reached, ratio.mean, ratio.high) == (3, 2, None, math.inf)
     assert ratio.low is not None and ratio.low >= 0
+    text = report.ratio_text(ratio_json(ratio))  # the page: the censored ratio's bound and how far short it ended
+    assert text == f"at least {ratio.low:.2f}, 2 of 3 seeds reached the target, final accuracy {ratio.final:.2%}"
 
 
 @pytest.mark.parametrize("what, change, message", [

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable
 
@@ -49,6 +49,7 @@ class StepsRatio:
     reached: int
     source: str  # "laptop convergence sweep" | "runs in DIR" | "reported: <citation>"
     note: str = ""
+    final: float | None = None  # the method's mean final accuracy over its seeds: how far short a censored one ends
 
 
 def reported_ratios() -> dict[str, StepsRatio]:
@@ -148,9 +149,9 @@ def steps_ratios_from_runs(run_dirs: Iterable[Path], tolerance: float = DEFAULT_
     workload = f"{runs['model'].iloc[0]} on {runs['dataset'].iloc[0]}"
     ratios = {}
     for method, group in runs[~runs["sparsifier"].map(_is_dense)].groupby("sparsifier"):
-        ratios[str(method)] = _ratio(str(method), _seed_steps(group, curves, target, diverged), dense, workload,
-                                     source or f"runs in {where}",
-                                     f"target {target:.4f} ({dense_name}'s final {final:.4f} less {tolerance:g})")
+        ratio = _ratio(str(method), _seed_steps(group, curves, target, diverged), dense, workload,
+                       source or f"runs in {where}", f"target {target:.4f} ({dense_name}'s final {final:.4f} less {tolerance:g})")
+        ratios[str(method)] = replace(ratio, final=statistics.fmean(_final(curves.get(i, [])) for i in group["run_id"]))
     return ratios
 
 
