@@ -44,9 +44,11 @@ test: $(STAMP) data
 reproduce: $(STAMP) data
 	$(PY) -m experiments.studies.reproduce $(if $(LONG),--long) $(ARGS)
 
-# Does sparsification pay? Every sparsifier's modelled time to a target accuracy against the
-# strongest dense baselines, on three networks at W = 4 to 1,024 (docs/endtoend.md). About half an
-# hour on 2 cores, two sweeps at a time (the last wall time: docs/measured/endtoend.md);
+# Does sparsification pay? Every sparsifier's per-step speedup over the strongest dense baseline
+# (its break-even) on three H200 clusters at W = 4 to 1,024, and a verdict where its steps ratio is
+# known (docs/endtoend.md). At most 20 minutes on 2 cores, the convergence sweep included, two
+# sweeps at a time (the last wall time: docs/measured/endtoend.md); ARGS=--publish writes that page;
+# ARGS="--steps-from DIR" adds the steps ratios of a folder of runs;
 # ARGS="--skip-runs --out DIR --networks h100x8_400g_ib --compute-profile h100"
 # models a finished study again on other hardware in seconds.
 endtoend: $(STAMP) data

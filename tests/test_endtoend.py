@@ -18,10 +18,8 @@ from experiments.studies.endtoend.assemble import methods_of
 from experiments.studies.endtoend.compute import ComputeProfile, StepWork, ddp_buckets, exposed_exchange_s
 from experiments.studies.endtoend.extrapolate import LogFit, SelectionFit, fit_statistics
 from experiments.studies.endtoend.ledger import at_workers, sent_bytes_max
-from experiments.studies.endtoend.model import Point, best, runs_on
-from experiments.studies.endtoend.runs import steps_to_target
+from experiments.studies.endtoend.model import Point, runs_on
 from experiments.studies.endtoend.studies import QUICKSTART
-from experiments.studies.endtoend.uncertainty import TIE
 from experiments.runformat.errors import ConfigError
 from tests.conftest import REPO
 
@@ -200,37 +198,19 @@ def test_every_shipped_profile_loads_and_an_unknown_one_names_the_choices():
         ComputeProfile.load("tpu")
 
 
-# -- the step and the target ---------------------------------------------------------------------
-def _point(method: str, steps: int | None, compute=10.0, select=1.0, exchange=4.0, overlapped=0.0) -> Point:
-    return Point(method, 64, "net", compute, select, exchange, overlapped, 0.0, 0.0, 0.0, steps, False)
-
-
-def test_the_step_sums_its_terms_and_the_time_to_target_multiplies_the_steps():
-    point = _point("topk", 300, compute=10, select=1, exchange=4, overlapped=2)
+# -- the step -----------------------------------------------------------------------------------
+def test_the_step_sums_its_terms():
+    point = Point("topk", 64, "net", 10.0, 1.0, 4.0, 2.0, 0.0, 0.0, 0.0, False)
     assert point.step_ms == 13
-    assert point.time_to_target_s == pytest.approx(3.9)
-    assert _point("micro", None).time_to_target_s is None
 
 
-def test_the_best_dense_baseline_and_the_best_sparsifier_are_told_apart():
-    points = [_point("dense", 100, exchange=20), _point("dense_bf16", 100, exchange=10),
-              _point("topk", 150, exchange=1), _point("micro", None)]
-    assert best(points, dense=True).method == "dense_bf16"  # 2.1 s
-    assert best(points, dense=False).method == "topk"  # 1.8 s
-    assert best(points).method == "topk"
+def test_the_clusters_the_study_models_on_by_default_are_h200_clusters():
+    from experiments.studies.endtoend.__main__ import NETWORKS
 
-
-def test_steps_to_target_is_the_first_evaluation_that_reached_it():
-    curve = ((40, 0.5), (80, 0.81), (120, 0.79), (160, 0.9))
-    assert steps_to_target(curve, 0.8) == 80
-    assert steps_to_target(curve, 0.95) is None
-    assert steps_to_target(((10, 9.0), (20, 4.0)), 5.0, higher_is_better=False) == 20
-
-
-def test_the_presets_the_study_models_on_load_by_name():
-    for name in ("v100x4_10gbe", "v100x4_25gbe", "v100x4_100g_ib"):
+    assert NETWORKS == ("dgx_h200_400g_ib", "h200x8_200gbe_roce", "h200x8_100gbe_roce")
+    for name in NETWORKS:
         network = NetworkModel.preset(name)
-        assert network.gpus_per_node == 4 and network.price(list(UNION_LEDGER), 1024) > 0
+        assert network.gpus_per_node == 8 and network.bf16 and network.price(list(UNION_LEDGER), 1024) > 0
 
 
 def test_gpus_without_bf16_model_fp16_as_their_16_bit_baseline():
@@ -247,63 +227,69 @@ def test_gpus_without_bf16_model_fp16_as_their_16_bit_baseline():
 
 # -- the whole study, cut down -------------------------------------------------------------------
 @pytest.mark.slow
-def test_quick_endtoend_writes_the_tables_the_figure_and_every_point(tmp_path):
-    """The quickstart study on the bundled digits (a few runs), modelled on the three networks at
-    W = 4 to 1,024: the tables, the figure and a JSON point for every method, network and W."""
+def test_quick_endtoend_writes_the_break_even_the_figures_and_every_cell(tmp_path):
+    """The quickstart study on the bundled digits (a few short runs), modelled on the three H200
+    clusters at W = 4 to 1,024: a break-even table and a figure per cluster, a verdict row per
+    known steps ratio, and a JSON cell with its eight moves for every sparsifier, cluster and W."""
     out = tmp_path / "endtoend"
-    result = subprocess.run([sys.executable, "-m", "experiments.studies.endtoend", "--quick", "--studies", "quickstart",
-                             "--out", str(out), "--target", "quickstart=0.5"], cwd=REPO, capture_output=True,
-                            text=True, timeout=900)
+    result = subprocess.run([sys.executable, "-m", "experiments.studies.endtoend", "--quick", "--out", str(out)],  # --quick: quickstart
+                            cwd=REPO, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     text = (out / "endtoend.md").read_text()
-    for network in ("v100x4_10gbe", "v100x4_25gbe", "v100x4_100g_ib"):
-        assert f"### {network}: speedup" in text
-    assert "What would I pick" in text and (out / "quickstart_speedup.png").is_file()
     serial = json.loads((out / "endtoend.json").read_text())
-    # --publish's page renders the same tables from the JSON alone (docs/measured/endtoend.md)
-    page = report.measured_page(serial).splitlines()
-    assert any(line.startswith("| W | best dense baseline | deft |") for line in page)
-    assert "### How robust each pick is" in page  # every pick's verdict under the stated ranges
-    verdicts = serial["quickstart"]["robustness"]
-    assert set(verdicts) == {"v100x4_10gbe", "v100x4_25gbe", "v100x4_100g_ib"}
-    assert all(v in ("robust", TIE) or v.startswith("depends on ") for by_w in verdicts.values() for v in by_w.values())
-    # the picks and the verdicts agree: a tie in one is a tie in the other
-    picks = [line for line in page if line.startswith("| 4 | ")]
-    assert (f"{TIE}:" in picks[-2]) == (TIE in picks[-1])
-    # every method's seeds (two in the cut-down run), their steps and the interval of their mean
-    steps = serial["quickstart"]["steps_to_target"]
-    assert {"dense", "powersgd", "deft"} <= set(steps)
-    for method in steps.values():
-        assert method["seeds"] == [0, 1] and len(method["per_seed"]) == 2
-        low, high = method["interval"]
-        if method["mean"] is not None:
-            assert low <= method["mean"] <= high
-    assert set(page) <= set(text.splitlines()) and sum(line.startswith("| ") for line in page) > 3 * 9
-    points = serial["quickstart"]["points"]
-    methods = {p["method"] for p in points}
-    assert {"dense", "dense_overlap", "powersgd", "deft"} <= methods
-    assert {p["workers"] for p in points} == {2**i for i in range(2, 11)}
-    assert len(points) == len(methods) * 3 * 9
-    for p in points:
-        assert p["step_ms"] == pytest.approx(p["compute_ms"] + p["select_ms"] + p["exchange_ms"] - p["overlapped_ms"])
-        assert 0 <= p["overlapped_ms"] <= p["exchange_ms"]
-        if p["time_to_target_s"] is not None:
-            low, high = p["time_interval_s"]
-            assert low <= p["time_to_target_s"] <= high
-    # the overlapped twin of dense never takes longer than dense itself
-    by = {(p["method"], p["network"], p["workers"]): p for p in points}
-    for (method, network, workers), p in by.items():
-        if method == "dense":
-            assert by[("dense_overlap", network, workers)]["step_ms"] <= p["step_ms"] + 1e-9
-    # DEFT's statistics runs (two seeds at W = 2 and 4, the first beside its accuracy run) logged
-    # where their coordinates lay: beyond them, DEFT is replayed from all four, and its plan at W is
-    # the layout's exactly (W + 1 + its units)
-    deft = methods_of(QUICKSTART, out / "quickstart", 0.5, accuracy_workers=2)["deft"]
+    study = serial["quickstart"]
+    assert study["networks"] == ["dgx_h200_400g_ib", "h200x8_200gbe_roce", "h200x8_100gbe_roce"]
+    for network in study["networks"]:
+        assert f"### {network}: break-even" in text and (out / f"endtoend_quickstart_{network}.png").is_file()
+    page = report.measured_page(serial)  # --publish's page: the same text from the JSON alone
+    assert page == text.split("\n", 2)[2] and sum(line.startswith("| ") for line in page.splitlines()) > 3 * 9
+    # the quick convergence sweep (dense and DEFT on digits, three seeds) gives DEFT's steps ratio
+    (row,) = [line for line in page.splitlines() if line.startswith("| deft | ") and "laptop convergence sweep" in line]
+    (ratio,) = serial["quickstart"]["ratios"]
+    assert 1 <= ratio["seeds"] <= 3 and f"{ratio['seeds']} seed" in row and "(mlp on digits)" in row
+    assert "- laptop convergence sweep: target " in page
+    cells = study["cells"]
+    assert {c["method"] for c in cells} == {"deft"} and len(cells) == 3 * 9
+    assert {c["workers"] for c in cells} == {2**i for i in range(2, 11)}
+    for cell in cells:
+        assert cell["low"] <= cell["speedup"] <= cell["high"] and len(cell["moves"]) == 8
+        assert cell["speedup"] == pytest.approx(cell["baseline_step_ms"] / cell["step_ms"])
+        assert cell["baseline"] in ("dense", "dense_overlap", "dense_bf16", "powersgd")
+    assert len(study["verdicts"]) == 3 * 9 and {v["word"] for v in study["verdicts"]} <= {"pays", "does not pay", "depends"}
+    # DEFT's statistics runs (two seeds at W = 2 and 4) logged where their coordinates lay: beyond
+    # them, DEFT is replayed from all four, and its plan at W is the layout's exactly (W + 1 + its units)
+    deft = methods_of(QUICKSTART, out / "quickstart")["deft"]
     assert sorted(r.workers for r in deft.statistics.replays) == [2, 2, 4, 4]
-    assert deft.statistics.at(1024)["plan"] == deft.statistics.replays[0].structure.at(1024)["plan"] > 1024
     at_four = [r.measured["k_max"] for r in deft.statistics.replays if r.workers == 4]
     assert deft.statistics.at(4)["k_max"] == pytest.approx(sum(at_four) / 2)
-    # the extrapolation's check, on these runs: fitted on W = 2, compared with the run at W = 4
+    _check_the_extrapolation_on(out)
+    assert deft.statistics.at(1024)["plan"] == deft.statistics.replays[0].structure.at(1024)["plan"] > 1024
+    # --skip-runs models the same runs again, in seconds, to the same tables (the compute is timed again here)
+    again = subprocess.run([sys.executable, "-m", "experiments.studies.endtoend", "--quick", "--studies", "quickstart", "--out", str(out),
+                            "--skip-runs"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    shape = [line.split(" | ")[0] for line in text.splitlines()]
+    assert again.returncode == 0 and [line.split(" | ")[0] for line in (out / "endtoend.md").read_text().splitlines()] == shape
+    _publish_writes_the_page_and_its_figures(out, tmp_path / "pages")
+
+
+def _publish_writes_the_page_and_its_figures(out, pages):
+    """--publish's page (into `pages` here, docs/measured by default): the header, the JSON's
+    tables, every figure it shows beside it, and analysis.measured --check finds it sound."""
+    from analysis import measured
+    from experiments.studies.endtoend.__main__ import publish
+
+    serial = json.loads((out / "endtoend.json").read_text())
+    page = publish(out, ["--quick"], serial, 61.0, pages)
+    text = page.read_text()
+    assert text.startswith("# Does sparsification pay? As make endtoend measured it") and "1 min 01 s" in text
+    assert report.measured_page(serial).splitlines()[0] in text
+    for png in serial["quickstart"]["figures"].values():
+        assert f"]({png})" in text and (pages / png).is_file()
+    assert measured.check(pages) == []
+
+
+def _check_the_extrapolation_on(out):
+    """The extrapolation's check, on the quick runs: fitted on W = 2, compared with the runs at W = 4."""
     (out / "check").mkdir()
     (out / "check" / "runs").symlink_to(out / "quickstart")
     verdict = check.main(["--out", str(out / "check"), "--skip-runs", "--methods", "deft", "--fit", "2", "--check", "4"])
@@ -317,18 +303,24 @@ def test_quick_endtoend_writes_the_tables_the_figure_and_every_point(tmp_path):
     assert "largest |error| of |U| and bytes" in (out / "check" / "check.md").read_text()
 
 
-def test_every_sweep_writes_its_own_folder_and_the_accuracy_runs_stop_at_the_target():
+def test_every_sweep_writes_its_own_folder_and_no_run_evaluates_along_the_way():
     """make endtoend runs two sweeps at a time: no two share a folder (run.log, Hydra's
-    multirun.yaml, the report); the accuracy sweeps carry the target they stop at."""
+    multirun.yaml, the report); every sweep is a short statistics sweep (no accuracy runs)."""
     from experiments.studies.endtoend.studies import STUDIES
 
-    sweeps = [sweep for study in STUDIES.values() for quick in (False, True) for sweep in study.sweeps(quick)]
     for quick in (False, True):
         folders = [s.folder for study in STUDIES.values() for s in study.sweeps(quick)]
         assert len(folders) == len(set(folders))
-    accuracy = [s for s in sweeps if s.folder.split("/")[1].startswith("accuracy")]
-    assert accuracy and all(any(a.startswith("eval_target=") for a in s.args) for s in accuracy)
-    assert "eval_target=0.7" in QUICKSTART.sweeps(target=0.7)[0].args
+    sweeps = [sweep for study in STUDIES.values() for sweep in study.sweeps()]
+    assert all(any(a.endswith("_statistics") for a in s.args if a.startswith("experiment=")) for s in sweeps)
+
+
+def test_a_missing_steps_from_folder_is_refused_before_anything_runs(tmp_path):
+    from experiments.studies.endtoend.__main__ import main
+
+    with pytest.raises(SystemExit, match=r"--steps-from .*nowhere: no such folder"):
+        main(["--steps-from", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
 
 
 def test_sweeps_run_two_at_a_time_and_the_first_failure_stops_the_others(monkeypatch, tmp_path):
@@ -358,18 +350,16 @@ def test_sweeps_run_two_at_a_time_and_the_first_failure_stops_the_others(monkeyp
     assert sorted(started) == [1, 2] and stopped.is_set()
 
 
-ENDTOEND_JOBS = {"quickstart/accuracy": 24, "quickstart/statistics": 24, "quickstart/accuracy_micro": 3,
-                 "quickstart/statistics_micro": 12, "quickstart/accuracy_exdyna": 3, "quickstart/statistics_exdyna": 12,
-                 "resnet18/accuracy": 18, "resnet18/statistics": 8, "resnet18/accuracy_micro": 3,
-                 "resnet18/statistics_micro": 4, "resnet18/accuracy_exdyna": 3, "resnet18/statistics_exdyna": 4}
+ENDTOEND_JOBS = {"resnet18/statistics_topk": 5, "resnet18/statistics_deft": 5, "resnet18/statistics_micro": 5,
+                 "resnet18/statistics_exdyna": 5, "resnet18/base": 4}
 
 
 @pytest.mark.parametrize("folder", ENDTOEND_JOBS)
 def test_every_sweep_of_make_endtoend_composes_and_validates(folder, tmp_path):
-    """Each command line passes run.py's pre-flight with the jobs the study means: three seeds of
-    every accuracy run, the statistics at W = 4 to 32 (the quickstart's from three seeds)."""
+    """Each command line passes run.py's pre-flight with the jobs the study means: each sparsifier
+    at W = 2 to 32 (MiCRO and ExDyna from a calibrated start), the dense baselines at W = 2, one seed."""
     from experiments.studies.endtoend.studies import STUDIES
     from experiments.engine.launcher.compose import preflight
 
-    (sweep,) = [s for study in STUDIES.values() for s in study.sweeps() if s.folder == folder]
+    (sweep,) = [s for s in STUDIES["resnet18"].sweeps() if s.folder == folder]
     assert preflight(["-m", *sweep.args, f"hydra.sweep.dir={tmp_path}"]) == ENDTOEND_JOBS[folder]

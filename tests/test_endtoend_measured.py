@@ -19,7 +19,6 @@ from experiments.studies.endtoend.model import Method, Study
 from experiments.studies.endtoend.selection import log_interpolate
 from experiments.studies.endtoend.selection_model import SelectCost, SelectionModel, fit
 from experiments.studies.endtoend.studies import QUICKSTART
-from experiments.studies.endtoend.uncertainty import Steps
 from experiments.engine.core.network import NetworkModel
 
 
@@ -47,8 +46,8 @@ def _study(profile: ComputeProfile, numel: int, **kwargs) -> Study:
     stats = fit_statistics([2, 4], [100.0, 190.0], [50.0, 50.0], [40.0, 40.0], numel=numel, split=False)
     template = types.SimpleNamespace(template=(Collective("all_reduce", 100, 4),), exchange="dense",
                                      template_union=100, template_k_max=100)
-    methods = {name: Method(name, None, template, stats, Steps.single(100), False) for name in ("deft", "topk")}
-    return Study("resnet18", "eval/accuracy", 0.5, _work(numel=numel), 150.0, profile, methods, **kwargs)
+    methods = {name: Method(name, None, template, stats, False) for name in ("deft", "topk")}
+    return Study("resnet18", _work(numel=numel), 150.0, profile, methods, **kwargs)
 
 
 @pytest.mark.parametrize("compute_ms", [8.0, 10.0])
@@ -158,3 +157,11 @@ def test_measure_compute_writes_a_profile_the_model_then_uses(tmp_path):
     ms, source = profile.step_ms(measure(QUICKSTART, quick=True)[0], measured_ms=999.0)
     assert ms == yaml.safe_load(path.read_text())["measured_ms"]["quickstart"]["ms"]
     assert source.startswith("measured on CPU")
+
+
+def test_the_page_states_each_selection_source_once_with_its_methods():
+    """The old page repeated one selection-model sentence per method: now each source once."""
+    from experiments.studies.endtoend.__main__ import selection_sources
+
+    study = _study(ComputeProfile.load("h200"), 11_172_810, select_override={"deft": 3.0, "topk": 1.0})
+    assert selection_sources(study, 16) == "deft, topk: given on the command line (--select-ms)"

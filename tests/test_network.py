@@ -364,3 +364,13 @@ def test_v100_presets_have_no_bf16_and_the_flat_presets_stay_at_line_rate():
     for name in ("10gbe", "25gbe", "100g_ib", "nvlink", "custom"):
         net = NetworkModel.preset(name)
         assert (net.efficiency, net.intra_efficiency, net.nics_per_node, net.algorithm) == (1, 1, 1, "ring")
+
+
+def test_the_h200_cluster_presets():
+    """The end-to-end study's clusters (issue 46): DGX H200 (8 NDR NICs a node) and the commodity
+    RoCE nodes of one 100 or 200 GbE NIC, all on NVLink 4 at 450 GB/s per direction."""
+    dgx, e100, e200 = (NetworkModel.preset(n) for n in ("dgx_h200_400g_ib", "h200x8_100gbe_roce", "h200x8_200gbe_roce"))
+    for net in (dgx, e100, e200):
+        assert (net.gpus_per_node, net.intra_bandwidth_gbit, net.intra_efficiency, net.bf16) == (8, 3600, 0.82, True)
+    assert (dgx.bandwidth_gbit, dgx.nics_per_node, dgx.efficiency) == (400, 8, 0.96)
+    assert [(n.bandwidth_gbit, n.nics_per_node, n.efficiency) for n in (e100, e200)] == [(100, 1, 0.8), (200, 1, 0.8)]

@@ -1,10 +1,9 @@
 """A study's finished runs -> the end-to-end model's methods (experiments/studies/endtoend/model.py).
 
-Runs are grouped by method (the sparsifier config's name). A method's accuracy runs are its runs
-at the study's accuracy W that evaluated along the way, one per seed: each gives its steps to the
-target, and their mean and interval are the method's (uncertainty.py); its statistics are fitted over all its hosted W (extrapolate.py), at each
-W from its statistics runs (one per seed) where it has any, else from the accuracy run; the
-ledger template is a run at its largest hosted W (the nearest to what is extrapolated). The
+Runs are grouped by method (the sparsifier config's name). A method's statistics are fitted over
+all its hosted W (extrapolate.py), at each W the mean over its runs there (one per seed); its
+compute time is a run's at its smallest hosted W; the ledger template is a run at its largest
+hosted W (the nearest to what is extrapolated). The
 dense fp32 all-reduce with overlap has the same aggregate and ledger as `dense`: it is priced
 from dense's runs (only the overlap differs).
 """
@@ -16,9 +15,8 @@ from pathlib import Path
 
 from experiments.studies.endtoend.extrapolate import Replay, Statistics, fit_statistics
 from experiments.studies.endtoend.model import Method
-from experiments.studies.endtoend.runs import RunStats, read_run, steps_to_target
+from experiments.studies.endtoend.runs import RunStats, read_run
 from experiments.studies.endtoend.studies import StudySpec
-from experiments.studies.endtoend.uncertainty import Steps
 from experiments.runformat.run_dir import STATUS, SUMMARY, read_json
 from sparsifiers.registry import METHODS
 
@@ -51,41 +49,26 @@ def statistics_of(runs_at: dict[int, list[RunStats]], workers: list[int]) -> Sta
 
 
 def runs_by_workers(runs: list[RunStats]) -> dict[int, list[RunStats]]:
-    """W -> the runs the statistics at W are read from: the statistics runs (one per seed) where
-    there are any, else the accuracy run (evaluated along the way, the same window read)."""
+    """W -> the runs the statistics at W are read from (one per seed), W ascending."""
     runs_at: dict[int, list[RunStats]] = {}
     for run in runs:
         runs_at.setdefault(run.workers, []).append(run)
-    return {w: [r for r in here if not r.evaluated_along] or here for w, here in sorted(runs_at.items())}
+    return dict(sorted(runs_at.items()))
 
 
-def methods_of(spec: StudySpec, folder: Path, target: float, accuracy_workers: int | None = None,
-               higher_is_better: bool = True) -> dict[str, Method]:
-    """Every method with an accuracy run in `folder`, modelled (module docstring)."""
+def methods_of(spec: StudySpec, folder: Path) -> dict[str, Method]:
+    """Every method with a finished run in `folder`, modelled (module docstring)."""
     by_method: dict[str, list[RunStats]] = {}
     for path in finished_runs(folder):
         run = read_run(path, spec.settle, spec.until, spec.metric)
         by_method.setdefault(run.method, []).append(run)
-    workers_for_accuracy = accuracy_workers or spec.accuracy_workers
     methods = {}
     for name, runs in sorted(by_method.items()):
-        accuracy = sorted((r for r in runs if r.workers == workers_for_accuracy and r.evaluated_along),
-                          key=lambda r: r.seed)
-        if not accuracy:
-            continue  # statistics without an accuracy run: nothing to time to the target
-        short = [r for r in accuracy if r.stopped_at_target is not None
-                 and steps_to_target(r.curve, target, higher_is_better) is None]
-        if short:
-            raise SystemExit(f"{short[0].path} stopped at its eval_target before reaching {target:g}: "
-                             "model it at that target, or run the study again at this one")
         runs_at = runs_by_workers(runs)
         hosted = sorted(runs_at)
-        steps = Steps(tuple(steps_to_target(r.curve, target, higher_is_better) for r in accuracy),
-                      tuple(r.curve[-1][0] for r in accuracy), tuple(r.seed for r in accuracy))
-        method = Method(name, accuracy[0], runs_at[hosted[-1]][0], statistics_of(runs_at, hosted), steps,
-                        accuracy[0].overlap)
+        method = Method(name, runs_at[hosted[0]][0], runs_at[hosted[-1]][0], statistics_of(runs_at, hosted),
+                        runs[0].overlap)
         methods[name] = method
         if name in OVERLAPPED_TWIN and OVERLAPPED_TWIN[name] not in by_method:
             methods[OVERLAPPED_TWIN[name]] = replace(method, name=OVERLAPPED_TWIN[name], overlap=True)
     return methods
-

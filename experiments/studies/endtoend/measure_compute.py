@@ -5,7 +5,7 @@ profile, where `make endtoend` takes it before any FLOP estimate (compute.py).
         [--workloads resnet18_cifar10,vgg19_cifar100] [--studies quickstart,resnet18]
         [--repeats 20] [--warmup 5] [--profiles-dir conf/compute_profile] [--override dataset=digits]
 
-Each workload (conf/workload/) or end-to-end study (its accuracy runs' model and batch) is built
+Each workload (conf/workload/) or end-to-end study (its model and batch) is built
 as a rank builds it, moved to the device with one batch of its data, and timed: forward,
 backward and the optimizer's step, each between device synchronizations, `--warmup` untimed
 steps first, then the median of `--repeats`. The entry it writes under `measured_ms`, keyed by
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         if name not in STUDIES:
             print(f"measure_compute: --studies {name}: choose from {', '.join(STUDIES)}", file=sys.stderr)
             return 2
-        jobs[name] = [f"experiment={STUDIES[name].accuracy}"]  # the study's model, data and per-worker batch
+        jobs[name] = [f"experiment={STUDIES[name].experiment}"]  # the study's model, data and per-worker batch
     entries = {}
     for name, overrides in jobs.items():
         cfg = compose_job([*overrides, *options.override])

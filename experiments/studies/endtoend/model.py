@@ -1,7 +1,7 @@
-"""The modelled step and the time to reach a target, per method, worker count and network.
+"""The modelled step, per method, worker count and network: the first factor of whether a
+sparsifier pays (breakeven.py divides the best dense baseline's by it).
 
     step_ms(W) = compute_ms + selection_ms(W) + exchange_ms(W) - overlapped_ms(W)
-    time_to_target(W) = steps_to_target * step_ms(W)
 
 - compute_ms: one rank's forward+backward, measured here or from a compute profile
   (experiments/studies/endtoend/compute.py);
@@ -17,13 +17,8 @@
   hidden behind the backward pass: each bucket's share of the ledger starts once its gradients
   are ready (measured ready times) and the previous bucket's collectives are done. Methods that
   select over the whole gradient cannot start before the backward ends: nothing overlaps.
-- steps_to_target: the mean over the method's accuracy runs (at its hosted W, one per seed) of the
-  steps each took to first reach the target, with its interval (uncertainty.py). The model keeps
-  it at every W: per-worker batch fixed, it does not credit a larger global batch with fewer
-  steps, for any method (docs/endtoend.md, "What the model assumes").
 
-The fastest method is the pick only when its interval of time to the target separates from every
-other method's (pick(), uncertainty.py); otherwise the methods are tied within noise.
+The steps to the target are not the step's: they are the second factor (steps_ratio.py).
 """
 from __future__ import annotations
 
@@ -39,7 +34,6 @@ from experiments.studies.endtoend.ledger import at_workers, sent_bytes_max
 from experiments.studies.endtoend.runs import RunStats
 from experiments.studies.endtoend.selection import SAME_LAYOUT, log_interpolate
 from experiments.studies.endtoend.selection_model import SelectCost
-from experiments.studies.endtoend.uncertainty import Steps, separated
 from sparsifiers.registry import names
 
 # The dense baselines: the sparsifiers are compared with the fastest of them.
@@ -57,18 +51,13 @@ def runs_on(method: str, network: NetworkModel, profile: ComputeProfile | None =
 
 @dataclass(frozen=True)
 class Method:
-    """One method of a study: its accuracy run, its template ledger and its fitted statistics."""
+    """One method of a study: its first hosted run, its template ledger and its fitted statistics."""
 
     name: str
-    accuracy: RunStats  # the first seed's accuracy run (its compute time and W)
+    first: RunStats  # a run at its smallest hosted W (its compute time)
     template: RunStats  # the largest hosted W: its ledger is the template
     statistics: Statistics
-    steps: Steps  # to the target, per seed (uncertainty.py)
     overlap: bool  # DDP-style: its exchange runs bucket by bucket, overlapping the backward
-
-    @property
-    def steps_to_target(self) -> float | None:
-        return self.steps.mean
 
     @property
     def dense(self) -> bool:
@@ -89,26 +78,11 @@ class Point:
     sent_bytes: float  # the busiest rank, per step
     union: float
     k_max: float
-    steps_to_target: float | None  # the mean over seeds; None: a seed never reached the target
     hosted: bool  # the statistics were measured at this W (not extrapolated)
-    # (lower, upper) of steps_to_target (uncertainty.py), upper None: open; None: its one value
-    steps_interval: tuple[float, float | None] | None = None
 
     @property
     def step_ms(self) -> float:
         return self.compute_ms + self.select_ms + self.exchange_ms - self.overlapped_ms
-
-    @property
-    def time_to_target_s(self) -> float | None:
-        return None if self.steps_to_target is None else self.steps_to_target * self.step_ms / 1e3
-
-    @property
-    def time_interval_s(self) -> tuple[float, float | None] | None:
-        """(lower, upper) of the time to the target, upper None: open; None: no steps at all."""
-        if self.steps_interval is None:
-            return None if self.steps_to_target is None else (self.time_to_target_s, self.time_to_target_s)
-        low, high = self.steps_interval
-        return low * self.step_ms / 1e3, None if high is None else high * self.step_ms / 1e3
 
 
 @dataclass
@@ -116,8 +90,6 @@ class Study:
     """Everything one study's model needs, and the sources of its modelled numbers."""
 
     name: str
-    metric: str
-    target: float
     work: StepWork
     measured_compute_ms: float  # one rank's forward+backward here (median over the study's runs)
     profile: ComputeProfile
@@ -197,7 +169,7 @@ class Study:
         select_ms = self.select_ms(method.name, workers, stats["select_ms"])[0] * self.select_scale
         return Point(method.name, workers, network.name, compute_ms, select_ms, exchange_ms,
                      overlapped, sent_bytes_max(ledger, workers), stats["union"], stats["k_max"],
-                     method.steps_to_target, workers in method.statistics.union.workers, method.steps.interval)
+                     workers in method.statistics.union.workers)
 
     def _bucketed_ms(self, ledger: list[Collective], workers: int, network: NetworkModel,
                      compute_ms: float) -> tuple[float, float]:
@@ -214,24 +186,3 @@ class Study:
             ready.append(fraction * backward_ms)
             cost.append(network.price(scaled, workers) * 1e3)
         return sum(cost), exposed_exchange_s(ready, cost, backward_ms)
-
-
-def best(points: list[Point], dense: bool | None = None) -> Point | None:
-    """The point with the shortest time to target (among dense baselines or sparsifiers only,
-    when `dense` says so); None when none reaches it."""
-    reached = [p for p in points if p.time_to_target_s is not None
-               and (dense is None or (p.method in DENSE_BASELINES) == dense)]
-    return min(reached, key=lambda p: p.time_to_target_s) if reached else None
-
-
-def pick(points: list[Point]) -> tuple[Point | None, list[Point]]:
-    """The fastest point to the target and the points tied with it: every other whose interval
-    of time to the target reaches below the fastest's upper end (uncertainty.py). The fastest is
-    the pick when that list is empty; (None, []) when none reaches the target."""
-    fastest = best(points)
-    if fastest is None:
-        return None, []
-    upper = fastest.time_interval_s[1]  # closed: the fastest has a mean, every seed reached
-    tied = [p for p in points if p is not fastest and p.time_interval_s is not None
-            and not separated(upper, p.time_interval_s[0])]
-    return fastest, sorted(tied, key=lambda p: (p.time_to_target_s is None, p.time_to_target_s or 0.0))

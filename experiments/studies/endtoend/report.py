@@ -1,15 +1,14 @@
-"""The end-to-end comparison as tables, a figure and JSON.
+"""The end-to-end answer as tables, one figure per cluster and JSON (docs/endtoend.md).
 
-Per study and network: the modelled time to the target of the best dense baseline and of every
-sparsifier at each W, and each sparsifier's speedup over that baseline (> 1: it pays), each with
-its range over the seeds' interval (uncertainty.py); the W from which each sparsifier pays; and
-"what would I pick": the fastest method per network and W, named only when its interval separates
-from every other method's, else a tie within noise.
+Per study: its sources, stated once; per cluster, the break-even table (each sparsifier's
+per-step speedup over the best dense baseline at each W, with its range over the eight moves:
+the largest steps ratio at which it still pays, breakeven.py) and its figure; then the verdict
+table wherever a steps ratio is known (verdicts.py), at the headline W.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -17,182 +16,132 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only: no display here
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FormatStrFormatter  # noqa: E402
 
-from experiments.studies.endtoend.model import DENSE_BASELINES, Point, best, pick  # noqa: E402
-from experiments.studies.endtoend.uncertainty import TIE, interval_text  # noqa: E402
+from experiments.studies.endtoend.breakeven import Cell  # noqa: E402
 
-Grid = dict[str, dict[int, list[Point]]]  # network -> W -> every method's point
-
-
-def speedup(point: Point, baseline: Point | None) -> float | None:
-    if baseline is None or point.time_to_target_s is None:
-        return None
-    return baseline.time_to_target_s / point.time_to_target_s
+Grid = dict[str, dict[int, list[Cell]]]  # network -> W -> every sparsifier's cell
+HEADLINE_WORKERS = (8, 32, 128, 1024)  # the verdict table's columns, where modelled
 
 
-def speedup_range(point: Point, baseline: Point) -> tuple[float, float]:
-    """The speedup's range over both intervals: the baseline's fastest end over the point's
-    slowest, to the reverse (both closed: each has a mean, every seed reached the target)."""
-    (base_low, base_high), (low, high) = baseline.time_interval_s, point.time_interval_s
-    return base_low / high, base_high / low if low > 0 else float("inf")
+def methods_in(grid: Grid) -> list[str]:
+    return sorted({c.method for by_w in grid.values() for cells in by_w.values() for c in cells})
 
 
-def sparsifiers_in(grid: Grid) -> list[str]:
-    names = {p.method for by_w in grid.values() for points in by_w.values() for p in points}
-    return sorted(n for n in names if n not in DENSE_BASELINES)
-
-
-def pays_from(grid: Grid, network: str, method: str) -> int | None:
-    """The smallest W at which `method` beats the best dense baseline, or None."""
-    for workers, points in sorted(grid[network].items()):
-        mine = next((p for p in points if p.method == method), None)
-        gain = speedup(mine, best(points, dense=True)) if mine else None
-        if gain is not None and gain > 1:
-            return workers
-    return None
-
-
-def _time(point: Point | None) -> str:
-    if point is None or point.time_to_target_s is None:
-        return "not reached"
-    low, high = point.time_interval_s
-    return f"{point.time_to_target_s:.3g} s" + ("" if low == high else f" ({interval_text(low, high)})")
-
-
-def network_table(grid: Grid, network: str) -> list[str]:
-    methods = sparsifiers_in(grid)
-    lines = ["| W | best dense baseline | " + " | ".join(methods) + " |",
-             "|---|---|" + "---|" * len(methods)]
-    for workers, points in sorted(grid[network].items()):
-        baseline = best(points, dense=True)
-        cells = []
-        for method in methods:
-            mine = next((p for p in points if p.method == method), None)
-            gain = speedup(mine, baseline) if mine else None
-            if gain is None:
-                cells.append("—")
-                continue
-            low, high = speedup_range(mine, baseline)
-            spread = "" if low == high else f" ({interval_text(low, high, '.2f')})"
-            cells.append(f"{gain:.2f}x{spread}" + ("" if mine.hosted else "*"))
-        name = f"{baseline.method} {_time(baseline)}" if baseline else "none reached"
-        lines.append(f"| {workers} | {name} | " + " | ".join(cells) + " |")
-    return lines
-
-
-def pick_table(grid: Grid) -> list[str]:
-    networks = list(grid)
-    workers = sorted(next(iter(grid.values())))
-    lines = ["| W | " + " | ".join(networks) + " |", "|---|" + "---|" * len(networks)]
-    for w in workers:
-        cells = []
-        for network in networks:
-            cells.append(pick_cell(grid[network][w]))
-        lines.append(f"| {w} | " + " | ".join(cells) + " |")
-    return lines
-
-
-def pick_cell(points: list[Point]) -> str:
-    """The fastest method and its time, or the tie within noise (model.pick)."""
-    fastest, tied = pick(points)
-    if fastest is None:
+def cell_text(cell: Cell | None) -> str:
+    """"1.71x (1.42-1.93)", * when its W is extrapolated."""
+    if cell is None:
         return "—"
-    if tied:
-        return f"{TIE}: " + ", ".join(p.method for p in [fastest, *tied])
-    return f"{fastest.method} ({_time(fastest)})"
+    spread = "" if cell.low == cell.high else f" ({cell.low:.2f}-{cell.high:.2f})"
+    return f"{cell.speedup:.2f}x{spread}" + ("" if cell.hosted else "*")
 
 
-def robustness_table(grid: Grid, robustness: dict[str, dict[str, str]]) -> list[str]:
-    """Each pick's verdict under the stated ranges (robustness.py), laid out as pick_table."""
-    networks = list(grid)
-    lines = ["| W | " + " | ".join(networks) + " |", "|---|" + "---|" * len(networks)]
-    for w in sorted(next(iter(grid.values()))):
-        lines.append(f"| {w} | " + " | ".join(robustness[network][str(w)] for network in networks) + " |")
+def breakeven_table(grid: Grid, network: str) -> list[str]:
+    methods = methods_in(grid)
+    lines = ["| W | best dense step | " + " | ".join(methods) + " |", "|---|---|" + "---|" * len(methods)]
+    for workers, cells in sorted(grid[network].items()):
+        by_method = {c.method: c for c in cells}
+        first = cells[0] if cells else None
+        base = f"{first.baseline} {first.baseline_step_ms:.3g} ms" if first else "—"
+        lines.append(f"| {workers} | {base} | " + " | ".join(cell_text(by_method.get(m)) for m in methods) + " |")
     return lines
 
 
-def study_markdown(title: str, target_line: str, sources: list[str], grid: Grid,
-                   robustness: dict[str, dict[str, str]] | None = None) -> str:
-    lines = [f"## {title}", "", target_line, ""]
-    lines += [f"- {source}" for source in sources]
+def verdict_table(grid: Grid, verdicts: list[dict[str, Any]], ratios: list[dict[str, Any]]) -> list[str]:
+    """Rows: each known steps ratio (method, source, value); columns: cluster x headline W."""
+    workers = [w for w in HEADLINE_WORKERS if any(w in by_w for by_w in grid.values())]
+    columns = [(n, w) for n in grid for w in workers]
+    lines = ["| method | steps ratio (95% interval, seeds) | source | " + " | ".join(f"{n} W={w}" for n, w in columns) + " |",
+             "|---|---|---|" + "---|" * len(columns)]
+    found = {(v["method"], v["source"], v["network"], v["workers"]): v["word"] for v in verdicts}
+    for ratio in sorted(ratios, key=lambda r: (r["method"], r["source"])):
+        words = [found.get((ratio["method"], ratio["source"], n, w), "—") for n, w in columns]
+        lines.append(f"| {ratio['method']} | {ratio_text(ratio)} | {ratio['source']} ({ratio['workload']}) | "
+                     + " | ".join(words) + " |")
+    return lines
+
+
+def ratio_text(ratio: dict[str, Any]) -> str:
+    """"1.10 (1.05-1.15), 3 seeds"; a seed short of the target: "at least 1.32, 1 of 3 seeds reached"."""
+    seeds = f"{ratio['seeds']} seed{'s' if ratio['seeds'] != 1 else ''}"
+    if ratio["mean"] is None:
+        bound = "" if ratio["low"] is None else f"at least {ratio['low']:.2f}, "
+        final = "" if ratio.get("final") is None else f", final accuracy {ratio['final']:.2%}"
+        return f"{bound}{ratio['reached']} of {seeds} reached the target{final}"
+    high = "open" if ratio["high"] is None else f"{ratio['high']:.2f}"
+    spread = "" if ratio["low"] is None else f" ({ratio['low']:.2f}-{high})"
+    return f"{ratio['mean']:.2f}{spread}, {seeds}"
+
+
+def targets(ratios: list[dict[str, Any]]) -> list[str]:
+    """Each source's target once (the ratios of one source share it)."""
+    notes = {ratio["source"]: ratio["note"] for ratio in ratios if ratio.get("note")}
+    return [f"- {source}: {note}" for source, note in sorted(notes.items())]
+
+
+def study_markdown(study: dict[str, Any], grid: Grid, figures: dict[str, str] | None = None) -> str:
+    """One study's section: sources once, per cluster the figure and the break-even table, the verdicts."""
+    lines = [f"## {study['title']}", "", *[f"- {source}" for source in study["sources"]]]
     for network in grid:
-        lines += ["", f"### {network}: speedup of each sparsifier over the best dense baseline", "",
-                  *network_table(grid, network), ""]
-        paying = [f"{m} from W = {pays_from(grid, network, m)}" for m in sparsifiers_in(grid) if pays_from(grid, network, m)]
-        lines.append("Pays: " + (", ".join(paying) if paying else "no sparsifier, at any W modelled") + ".")
-    lines += ["", "### What would I pick (fastest to the target)", "",
-              "Named when its 95% interval of time to the target lies below every other method's; "
-              f"else \"{TIE}\" and the methods whose intervals overlap the fastest's (docs/endtoend.md).",
-              "", *pick_table(grid), ""]
-    if robustness:
-        lines += ["### How robust each pick is", "",
-                  "Modelled again with one input at each end of its range, the others as they were: alpha x0.5 "
-                  "and x2, beta efficiency 0.7 and 1, compute -30% and +30%, selection -50% and +50% "
-                  "(docs/endtoend.md). \"robust\": the same pick at all eight; else what changes it, and to what.",
-                  "", *robustness_table(grid, robustness), ""]
-    return "\n".join(lines)
+        lines += ["", f"### {network}: break-even (per-step speedup over the best dense baseline)", ""]
+        if figures and network in figures:
+            lines += [f"![{network}]({figures[network]})", ""]
+        lines += breakeven_table(grid, network)
+    lines += ["", "### Verdict (steps ratio against break-even, at W = "
+              + ", ".join(str(w) for w in HEADLINE_WORKERS) + ")", ""]
+    if study["ratios"]:
+        lines += verdict_table(grid, study["verdicts"], study["ratios"])
+        lines += ["", "Targets:", *targets(study["ratios"])] if targets(study["ratios"]) else []
+    else:
+        lines.append("No steps ratio known: the break-even is the answer (a method pays where its steps "
+                     "ratio lies below it).")
+    return "\n".join(lines) + "\n"
 
 
-def figure(grid: Grid, title: str, path: Path) -> Path:
-    """Speedup over the best dense baseline against W, one panel per network."""
-    networks = list(grid)
-    fig, axes = plt.subplots(1, len(networks), figsize=(4.2 * len(networks), 3.6), sharey=True, squeeze=False)
-    for axis, network in zip(axes[0], networks):
-        for method in sparsifiers_in(grid):
-            xs, ys = [], []
-            for workers, points in sorted(grid[network].items()):
-                mine = next((p for p in points if p.method == method), None)
-                gain = speedup(mine, best(points, dense=True)) if mine else None
-                if gain is not None:
-                    xs.append(workers)
-                    ys.append(gain)
-            if xs:
-                axis.plot(xs, ys, marker="o", markersize=3, label=method)
-        axis.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
-        axis.set_xscale("log", base=2)
-        axis.set_yscale("log")
-        axis.set_title(network, fontsize=9)
-        axis.set_xlabel("workers W")
-    axes[0][0].set_ylabel("speedup over best dense (time to target)")
-    axes[0][-1].legend(fontsize=7)
-    fig.suptitle(title, fontsize=10)
+def figure(grid: Grid, network: str, title: str, path: Path) -> Path:
+    """Per-step speedup against W (log-x), one line per sparsifier, its range shaded, 1.0 marked."""
+    fig, axis = plt.subplots(figsize=(6.0, 4.0))
+    for method in methods_in(grid):
+        cells = [c for _, by_w in sorted(grid[network].items()) for c in by_w if c.method == method]
+        if cells:
+            xs = [c.workers for c in cells]
+            line, = axis.plot(xs, [c.speedup for c in cells], marker="o", markersize=3, label=method)
+            axis.fill_between(xs, [c.low for c in cells], [c.high for c in cells], color=line.get_color(), alpha=0.12)
+    axis.axhline(1.0, color="black", linewidth=0.9, linestyle="--", label="1.0: pays per step")
+    axis.set_xscale("log", base=2)
+    axis.set_yscale("log")
+    workers = sorted(grid[network])
+    axis.set_xticks(workers, [str(w) for w in workers])  # 4 ... 1024, not powers of two
+    for set_formatter in (axis.yaxis.set_major_formatter, axis.yaxis.set_minor_formatter):
+        set_formatter(FormatStrFormatter("%.2g"))  # 0.6, not 6 x 10^-1
+    axis.set_xlabel("workers W")
+    axis.set_ylabel("per-step speedup over best dense = break-even")
+    axis.set_title(f"{title}\n{network}", fontsize=9)
+    axis.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
-def write_json(path: Path, studies: dict[str, dict]) -> None:
-    """Every point with every term of its step, and each study's sources."""
-    serial = {}
-    for name, study in studies.items():
-        grid: Grid = study["grid"]
-        serial[name] = {**{k: v for k, v in study.items() if k != "grid"},
-                        "points": [{**asdict(p), "step_ms": p.step_ms, "time_to_target_s": p.time_to_target_s,
-                                    "time_interval_s": p.time_interval_s}
-                                   for by_w in grid.values() for points in by_w.values() for p in points]}
+def write_json(path: Path, studies: dict[str, dict[str, Any]]) -> None:
+    """Every cell with its moves, the ratios, the verdicts and each study's sources."""
+    serial = {name: {**{k: v for k, v in study.items() if k != "grid"},
+                     "cells": [asdict(c) for by_w in study["grid"].values() for cells in by_w.values() for c in cells]}
+              for name, study in studies.items()}
     path.write_text(json.dumps(serial, indent=1))
 
 
-def grid_of(points: list[dict[str, Any]]) -> Grid:
-    """The grid again from write_json's points (networks and W in the order they were written)."""
-    names = {field.name for field in fields(Point)}
-    grid: Grid = {}
-    for serial in points:
-        point = Point(**{key: tuple(value) if key == "steps_interval" and value is not None else value
-                         for key, value in serial.items() if key in names})
-        grid.setdefault(point.network, {}).setdefault(point.workers, []).append(point)
+def grid_of(cells: list[dict[str, Any]], networks: list[str]) -> Grid:
+    """The grid again from write_json's cells, clusters in the study's order."""
+    grid: Grid = {n: {} for n in networks}
+    for serial in cells:
+        cell = Cell(**serial)
+        grid[cell.network].setdefault(cell.workers, []).append(cell)
     return grid
 
 
-def target_line(metric: str, target: float, profile: str) -> str:
-    return f"Target: {metric} >= {target:g}; compute profile `{profile}`."
-
-
 def measured_page(serial: dict[str, dict[str, Any]]) -> str:
-    """docs/measured/endtoend.md's body, from endtoend.json (analysis/measured.py): every study's
-    tables, rendered by the functions that wrote the study's own endtoend.md."""
-    return "\n".join(
-        study_markdown(study["title"], target_line(study["metric"], study["target"], study["profile"]),
-                       study["sources"], grid_of(study["points"]), study.get("robustness"))
-        for study in serial.values())
+    """docs/measured/endtoend.md's body, from endtoend.json (analysis/measured.py)."""
+    return "\n".join(study_markdown(study, grid_of(study["cells"], study["networks"]), study.get("figures"))
+                     for study in serial.values())

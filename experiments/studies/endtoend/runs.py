@@ -55,12 +55,6 @@ class RunStats:
     overlap: bool  # DDP runs its exchange bucket by bucket (a dense baseline with overlap, PowerSGD)
     structure: Structure | None = None  # a split method's replay at other W (position_bins > 0)
     seed: int = 0
-    stopped_at_target: int | None = None  # stop_at_target ended the run there (its curve may be one point)
-
-    @property
-    def evaluated_along(self) -> bool:
-        """An accuracy run (its curve gives the steps to the target), not a statistics run."""
-        return len(self.curve) > 1 or self.stopped_at_target is not None
 
     @property
     def label(self) -> str:
@@ -107,12 +101,4 @@ def read_run(path: Path, settle: int, until: int, metric: str) -> RunStats:
         overlap=bool(sparsifier.get("overlap", False)) or sparsifier["exchange"] == "low_rank",
         structure=structure_of(str(sparsifier["name"]), numel, k, histograms, settle, until, sparsifier,
                                tuple(summary.get("tensor_numels") or ())),
-        seed=int(config.get("seed") or 0), stopped_at_target=summary.get("stopped_at_target"))
-
-
-def steps_to_target(curve: tuple[tuple[int, float], ...], target: float, higher_is_better: bool = True) -> int | None:
-    """The steps done at the first evaluation that reached `target`; None if none did."""
-    for steps, value in curve:
-        if (value >= target) if higher_is_better else (value <= target):
-            return steps
-    return None
+        seed=int(config.get("seed") or 0))

@@ -1,13 +1,13 @@
 """The studies `make endtoend` runs and models: each a set of `python run.py -m` command lines
-(conf/experiment/endtoend/), the window of steps its statistics are read from, and the target.
+(conf/experiment/endtoend/) and the window of steps its statistics are read from.
 
-A study has two kinds of runs:
+A study's runs are short statistics runs (no seeds, no accuracy: the per-step factor does not
+depend on them, breakeven.py):
 
-- accuracy runs: every method at one hosted W, evaluated every few steps; the curve gives the
-  steps to the target, and the statistics at that W;
-- statistics runs: the sparsifiers at larger hosted W, only the steps of the window; with the
-  accuracy runs they are the hosted points the extrapolation is fitted on. The dense baselines
-  need none: what they send does not depend on the data.
+- the dense baselines at the smallest hosted W: their compute time and ledgers (what they send
+  does not depend on the data, nor their ledger's shape on W);
+- each sparsifier at every hosted W, only the steps of the window: the hosted points the
+  extrapolation of |U|, k_max and selection is fitted on.
 
 Each sweep writes its own folder, `<out>/<study>/<sweep>` (its run.log, Hydra's multirun.yaml,
 its report): make endtoend runs two sweeps at a time, and the study's model reads every run
@@ -32,53 +32,52 @@ CALIBRATED = names(calibrated_start=True)
 class StudySpec:
     name: str
     title: str
-    accuracy: str  # the experiment of the accuracy runs
+    experiment: str  # the study's model, data and per-worker batch
     statistics: str  # the experiment of the statistics runs
-    accuracy_workers: int
+    base_workers: int  # the smallest hosted W: every method runs there
+    methods: str  # the dense baselines, comma-separated: at base_workers only
+    sparsifiers: tuple[str, ...]  # every sparsifier but the calibrated ones (CALIBRATED: each its own sweep too)
     settle: int  # statistics are read from steps [settle, until)
     until: int
     metric: str
-    target: float  # the headline metric a method must reach
-    # The test suite's cut-down version, appended to the accuracy and the statistics sweeps.
-    quick_accuracy: tuple[str, ...] = ()
+    # The test suite's cut-down version, appended to the base and the statistics sweeps.
+    quick_base: tuple[str, ...] = ()
     quick_statistics: tuple[str, ...] = ()
     # The measured workload (conf/compute_profile/*.yaml `measured_ms`) whose step this study's
     # stands for on a modelled GPU: the same model at the papers' batch and input.
     stands_for: str | None = None
 
-    def sweeps(self, quick: bool = False, target: float | None = None) -> tuple[Sweep, ...]:
-        """The accuracy and the statistics sweeps first (the study's longest), then each calibrated
-        method's two (a few runs each): taken in this order two at a time, they end together. The
-        accuracy runs stop at `target` (default: the study's)."""
-        accuracy, statistics = self.quick_accuracy if quick else (), self.quick_statistics if quick else ()
-        value = self.target if target is None else target
-        target = f"eval_target={value:g}"  # where they stop (experiments/engine/rank/target.py)
-        sweeps = [Sweep(f"{self.name}: accuracy runs", f"{self.name}/accuracy",
-                        (f"experiment={self.accuracy}", target, *accuracy), f"steps to {value:g} {self.metric}"),
-                  Sweep(f"{self.name}: statistics runs", f"{self.name}/statistics",
-                        (f"experiment={self.statistics}", *statistics), "|U|, k_max and selection time at larger W")]
-        for method in () if quick else CALIBRATED:  # the cut-down run leaves them out
-            start = (f"sparsifier={method}", "sparsifier.threshold_start=calibrated")
-            sweeps += [Sweep(f"{self.name}: accuracy, {method}", f"{self.name}/accuracy_{method}",
-                             (f"experiment={self.accuracy}", target, *start, *accuracy), "from a calibrated start"),
-                       Sweep(f"{self.name}: statistics, {method}", f"{self.name}/statistics_{method}",
-                             (f"experiment={self.statistics}", *start, *statistics), "from a calibrated start")]
-        return tuple(sweeps)
+    def sweeps(self, quick: bool = False) -> tuple[Sweep, ...]:
+        """Each sparsifier's statistics at every hosted W, one sweep each (MiCRO's and ExDyna's from
+        a calibrated start), then the dense baselines at the smallest W: sweeps of about one size,
+        longest first, so that taken two at a time they end together. The cut-down run: one
+        statistics sweep and the baselines, on its own overrides."""
+        base = Sweep(f"{self.name}: the dense baselines at W = {self.base_workers}", f"{self.name}/base",
+                     (f"experiment={self.statistics}", f"workers={self.base_workers}", f"sparsifier={self.methods}",
+                      "seed=0", *(self.quick_base if quick else ())), "compute, and the dense baselines' ledgers")
+        if quick:
+            return (Sweep(f"{self.name}: statistics runs", f"{self.name}/statistics",
+                          (f"experiment={self.statistics}", *self.quick_statistics), "|U|, k_max and selection time"), base)
+        workers = f"workers={self.base_workers},4,8,16,32"
+        sweeps = [Sweep(f"{self.name}: statistics, {method}", f"{self.name}/statistics_{method}",
+                        (f"experiment={self.statistics}", f"sparsifier={method}", workers,
+                         *(("sparsifier.threshold_start=calibrated",) if method in CALIBRATED else ())),
+                        "|U|, k_max and selection time" + (", from a calibrated start" if method in CALIBRATED else ""))
+                  for method in (*self.sparsifiers, *CALIBRATED)]
+        return (*sweeps, base)
 
 
 QUICKSTART = StudySpec(
-    name="quickstart", title="the quickstart workload (CNN, Fashion-MNIST, 71,802 parameters)",
-    accuracy="endtoend/quickstart", statistics="endtoend/quickstart_statistics", accuracy_workers=4,
-    settle=10, until=40, metric="eval/accuracy", target=0.80,
-    # a split method with a plan, dense (and its overlapped twin), PowerSGD's bucketed exchange;
-    # DEFT first: its accuracy run is job 0 at W = 2, as its first statistics run is (below)
-    # two seeds: an interval to compute, in half the runs of three
-    quick_accuracy=("dataset=digits", "eval_every_steps=8", "workers=2", "logger=local", "eval_limit=null",
-                    "sparsifier=deft,dense,powersgd", "seed=0,1"),
-    # statistics at the accuracy W too, as the full study's at W = 4 (each sweep in its own folder)
+    name="quickstart", title="the quickstart workload (CNN, Fashion-MNIST, 71,802 parameters): the test suite's cut-down run",
+    experiment="endtoend/quickstart", statistics="endtoend/quickstart_statistics", base_workers=2,
+    # a split method with a plan (statistics), dense (and its overlapped twin), PowerSGD's bucketed exchange
+    methods="dense,powersgd", sparsifiers=("deft",), settle=10, until=40, metric="eval/accuracy",
+    quick_base=("dataset=digits", "max_steps=14", "logger=local"),
+    # two seeds of DEFT: the extrapolation check's mean and standard error over them (check.py)
     quick_statistics=("dataset=digits", "max_steps=14", "workers=2,4", "seed=0,1", "logger=local", "sparsifier=deft"))
 RESNET18 = StudySpec(
-    name="resnet18", title="ResNet-18 at laptop scale (Fashion-MNIST, 11,172,810 parameters)",
-    accuracy="endtoend/resnet18", statistics="endtoend/resnet18_statistics", accuracy_workers=2,
-    settle=2, until=5, metric="eval/accuracy", target=0.40, stands_for="resnet18_cifar10")
+    name="resnet18", title="ResNet-18 (the papers' CIFAR-10 layout, 11.2 M parameters)",
+    experiment="endtoend/resnet18", statistics="endtoend/resnet18_statistics", base_workers=2,
+    methods="dense,dense_bf16,dense_fp16,powersgd", sparsifiers=("topk", "deft"), settle=2, until=5, metric="eval/accuracy",
+    stands_for="resnet18_cifar10")
 STUDIES = {study.name: study for study in (QUICKSTART, RESNET18)}
