@@ -51,7 +51,8 @@ from sparsifiers.common.deft_allocation import (
 )
 from sparsifiers.common.kernels import ExactTopK
 from sparsifiers.common.kernels.backend import batched_path
-from sparsifiers.common.kernels.segmented import ranges, segmented_topk, tiles, unit_norms
+from sparsifiers.common.kernels.classed_topk import unit_topk
+from sparsifiers.common.kernels.segmented import ranges, tiles, unit_norms
 from sparsifiers.common.layout import Layout
 
 NORM_MODES = ("local", "global")
@@ -178,11 +179,12 @@ class DEFT(Sparsifier):
         self._ensure_buffers(acc, count)
         selected = sum(ks[unit] for unit in mine)
         if batched_path(acc):
-            # GPUs: every unit of the bin in a fixed number of ops, no host sync (kernels/segmented.py).
-            segmented_topk(acc, [self.units[unit][0] for unit in mine], [self.sizes[unit] for unit in mine],
-                           [ks[unit] for unit in mine], out=self._indices[:selected])
-            ranges([self.units[unit][0] for unit in whole], [self.sizes[unit] for unit in whole], acc.device,
-                   out=self._indices[selected:count])
+            # GPUs: every unit of the bin in a bounded number of ops, no host sync (kernels/classed_topk.py).
+            unit_topk(acc, [self.units[unit][0] for unit in mine], [self.sizes[unit] for unit in mine],
+                      [ks[unit] for unit in mine], out=self._indices[:selected])
+            if whole:  # the leader's common units, whole (none: not even a view, each op a launch)
+                ranges([self.units[unit][0] for unit in whole], [self.sizes[unit] for unit in whole], acc.device,
+                       out=self._indices[selected:count])
         else:
             # The reference, and the CPU's path (the compiled top-k unit by unit).
             position = 0

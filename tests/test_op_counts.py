@@ -21,6 +21,7 @@ import yaml
 from experiments.studies.benchmarks.op_counts import count_ops, count_select
 from experiments.studies.benchmarks.select import at_operating_point, gradient_like
 from experiments.engine.launcher.compose import CONF_DIR
+from sparsifiers.common.kernels.classed_topk import classed_topk, size_class
 from tests.helpers.op_layouts import resnet152_like_shapes, resnet18_shapes, small_layout
 
 DENSITY = 0.01
@@ -28,6 +29,8 @@ WORKERS = (1, 16)
 # method: (ops, syncs) of rank 0's select, then of the leader's plan where there is one.
 BOUNDS = {
     "topk": ((9, 1), None),
+    # DEFT and Accordion: one torch.topk per size class since issue #48 (kernels/classed_topk.py),
+    # 3 operations each, the classes bounded by the log of the size range (test below).
     "deft": ((42, 2), (4, 1)),  # a follower: its own unit norms (one sync for k_l) and the plan's decode
     "micro": ((8, 1), None),
     "exdyna": ((8, 1), None),
@@ -40,7 +43,7 @@ BOUNDS = {
     "randomk": ((41, 1), None),
     "threshold": ((7, 1), None),
     "sage": ((16, 3), None),
-    "accordion": ((37, 0), None),
+    "accordion": ((40, 0), None),
 }
 OVERRIDES = {"oktopk": ("sparsifier.warmup_steps=0",)}  # its warm-up selects nothing
 
@@ -82,6 +85,26 @@ def test_deft_at_resnet152_dispatches_at_most_1_2_times_what_it_does_at_resnet18
         large, large_plan = counted("deft", "resnet152", workers)
         assert large.ops + large_plan.ops <= 1.2 * (small.ops + small_plan.ops)
         assert large.syncs + large_plan.syncs <= small.syncs + small_plan.syncs
+
+
+def test_classed_topk_adds_three_operations_per_size_class_and_none_per_unit() -> None:
+    # Classes too wide to merge (kernels/classed_topk.py, MERGE_PADDING) of 2^19, 2^20 and 2^21
+    # elements, one to twelve units each: the count depends on the classes, not the units.
+    x = gradient_like(1 << 23)
+
+    def ops(lengths: list[int]) -> int:
+        starts = [sum(lengths[:i]) for i in range(len(lengths))]
+        with count_ops() as counts:
+            classed_topk(x, starts, lengths, [3] * len(lengths))
+        assert counts.syncs == 0
+        return counts.ops
+
+    one = ops([1 << 19] * 2)  # (a single unit takes torch's own path through repeat_interleave)
+    assert ops([1 << 19] * 12) == one <= 30
+    assert ops([1 << 19, 1 << 20]) == ops([1 << 20, 1 << 19] * 3) == one + 3 + 1  # + the tops' cat
+    # A class of unequal units is padded: + the padding's mask (a spread, 2 ops, and a compare) and its fill.
+    assert size_class((1 << 21) - 7) == size_class(1 << 21)
+    assert ops([1 << 19, 1 << 20, (1 << 21) - 7, 1 << 21]) == one + 6 + 1 + 4
 
 
 def test_the_counter_sees_syncs_on_cpu_tensors() -> None:
