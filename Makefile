@@ -81,7 +81,8 @@ data:
 # MODE=ddp: a torchvision ResNet-18 in real DDP, DDP's own all-reduce beside the sparsebench hook.
 # MODE=startup: where a quickstart run's wall time goes besides training (run.py, 3 repeats).
 # DEVICE=cuda (select and step): the same on the GPU, synchronized; select writes JSON with ARGS="--out F".
-# MODE=ops: torch operations and host syncs per select of every method, the GPU path counted on the CPU.
+# MODE=ops: torch operations, host syncs and bytes per select of every method, the GPU path counted on the
+# CPU, and the H200 selection model's reading of them.
 MODE ?= select
 DEVICE ?=
 DEVICE_ARG := $(if $(DEVICE), --device $(DEVICE))
