@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from sparsifiers.common.kernels.segmented import INDEX_BITS, _spread, _upload, segmented_topk
+from sparsifiers.common.kernels.segmented import INDEX_BITS, _spread, _upload, check_ks, segmented_topk
 
 KEY_SHIFT = 32  # |x|'s bits above a 32-bit index
 # A class costs three operations (view, topk, view): about 23 us on an H200, the time its top-k
@@ -117,9 +117,7 @@ def classed_topk(values: torch.Tensor, starts: list[int], lengths: list[int], ks
                  out: torch.Tensor | None = None) -> torch.Tensor:
     """For each unit u (values[starts[u] : starts[u] + lengths[u]]), its exact top-ks[u] global
     indices, increasing; the units' results concatenated in the order given (module docstring)."""
-    for length, k in zip(lengths, ks):
-        if not 1 <= k <= length:  # as ExactTopK (host integers: no op, no sync)
-            raise ValueError(f"top-k needs 1 <= k <= {length}, got k = {k}")
+    check_ks(lengths, ks)
     if not supports(values):
         raise ValueError(f"classed_topk needs float32, float16 or bfloat16 and < 2^32 elements, got "
                          f"{values.dtype} x {values.numel()}: unit_topk falls back to segmented_topk")
