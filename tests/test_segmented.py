@@ -88,6 +88,16 @@ def test_classed_topk_pads_rows_and_ties_across_a_long_run() -> None:
     assert torch.equal(classed_topk(x, starts, lengths, ks), loop_topk(x, starts, lengths, ks))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_classed_topk_ranks_nan_as_inf_and_minus_zero_as_zero(dtype) -> None:
+    # NaN's bits lie above inf's: unclamped, a NaN would outrank an inf of lower index.
+    x = torch.tensor([0.0, math.inf, -math.nan, -math.inf, math.nan, -0.0, 0.0, 1.0], dtype=dtype)
+    for k in range(1, 9):
+        assert torch.equal(classed_topk(x, [0], [8], [k]), loop_topk(x, [0], [8], [k])), k
+    assert classed_topk(x, [0], [8], [2]).tolist() == [1, 2]
+    assert classed_topk(x, [4, 0], [4, 4], [3, 1]).tolist() == [4, 5, 7, 1]
+
+
 def test_unit_topk_falls_back_to_the_sorts_where_the_keys_do_not_fit() -> None:
     x = torch.tensor([0.5, -2.0, 2.0, 1.0], dtype=torch.float64)
     assert not supports(x) and supports(x.float()) and supports(x.half())
