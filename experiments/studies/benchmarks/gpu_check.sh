@@ -44,8 +44,8 @@ step tests "$OUT/tests.txt" "$PY" -m pytest -q -p no:cacheprovider -x \
   "tests/test_deterministic_reduction.py::test_the_command_line_logs_the_same_metrics_hosted_and_in_processes" \
   tests/test_ddp_hook.py::test_nccl_processes_on_gpus_equal_sparsebench_step
 step "bench tests" "$OUT/bench_tests.txt" "$PY" -m pytest -q -p no:cacheprovider tests/test_benchmarks_entry.py -k "device or json or synchron"
-step "unit topk" "$OUT/unit_topk.txt" "$PY" -m experiments.studies.benchmarks.unit_topk --device cuda \
-  --workers 1,2,4,16,64 --repeats 15
+step "unit topk" "$OUT/unit_topk.txt" make -s -o .venv/.installed bench MODE=unit_topk DEVICE=cuda PY="$PY" \
+  ARGS="--workers 1,2,4,16,64 --repeats 15"
 
 runs=()
 for method in topk deft micro exdyna; do

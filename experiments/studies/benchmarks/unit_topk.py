@@ -4,11 +4,12 @@ what it ran before), on rank 0's bin of DEFT at the CIFAR ResNet-18 layout, d = 
 two answers are checked equal, then each is timed: the median of `--repeats` calls, every call
 between two synchronizations on CUDA. The GPU check runs it (gpu_check.sh, OUT/unit_topk.txt).
 
-    python -m experiments.studies.benchmarks.unit_topk --device cuda [--workers 1,4,16,64] [--repeats 15]
+    make bench MODE=unit_topk DEVICE=cuda [ARGS="--workers 1,4,16,64 --repeats 15"]
 """
 from __future__ import annotations
 
 import argparse
+import sys
 
 import torch
 
@@ -39,7 +40,8 @@ def main() -> None:
     args = parser.parse_args()
     problem = device_problem(args.device, torch.cuda.is_available())
     if problem:
-        raise SystemExit(problem)
+        print(problem, file=sys.stderr)
+        sys.exit(2)
     layout = resnet18_cifar_layout()
     acc = at_operating_point(gradient_like(layout.numel), args.density).to(args.device)
     print(f"DEFT's per-unit top-k of rank 0's bin, ResNet-18 layout (N = {layout.numel:,}), d = {args.density}, "
