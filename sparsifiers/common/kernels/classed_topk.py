@@ -7,7 +7,8 @@ once, with torch.topk, which on a GPU is a radix select (about one pass per digi
 
     1. Size classes (host): unit l goes to class bit_length(length_l - 1); each class is a matrix,
        one row per unit, as wide as its longest unit. Padding at most doubles the work, and the
-       number of classes grows only with the log of the size range.
+       number of classes grows only with the log of the size range. A class whose rows would
+       gain at most MERGE_PADDING elements as wide as the next class's joins it.
     2. One int64 key per element, in one gather over the padded rows: key = index - m * 2^32,
        m the bits of |x| (the sign bit cleared, NaN clamped to inf's bits: nonnegative floats
        order as their bits). The smallest key is the largest |x|, then the lowest index, and no
@@ -18,9 +19,10 @@ once, with torch.topk, which on a GPU is a radix select (about one pass per digi
     4. Each unit's first k_l keys gathered in the order given; the index is key mod 2^32; one
        sort of (unit << 40 | index) over the k_l's sum puts each unit's indices in order.
 
-About 25 operations plus 3 per size class, none of which syncs the host: every size is known on
-the host. Needs float32, float16 or bfloat16 values (the bits of |x| fit beside a 32-bit index)
-and fewer than 2^32 elements; anything else takes segmented_topk (`unit_topk` chooses).
+About 24 operations plus 3 per size class (one more to join two or more, 4 where a row is
+padded), none of which syncs the host: every size is known on the host. Needs float32, float16
+or bfloat16 values (the bits of |x| fit beside a 32-bit index) and fewer than 2^32 elements;
+anything else takes segmented_topk (`unit_topk` chooses).
 """
 from __future__ import annotations
 
@@ -31,8 +33,8 @@ import torch
 from sparsifiers.common.kernels.segmented import INDEX_BITS, _spread, _upload, check_ks, segmented_topk
 
 KEY_SHIFT = 32  # |x|'s bits above a 32-bit index
-# A class costs three operations (view, topk, view): about 23 us on an H200, the time its top-k
-# ranks 2.6 MB, 2^18 int64 keys, at the 111 GB/s the selection model measures (docs/speed.md).
+# A class costs three operations (view, topk, view), about 23 us on an H200; 2^18 more int64 keys
+# (2.1 MB) rank in about 19 us at the 111 GB/s the selection model measures (docs/speed.md).
 MERGE_PADDING = 1 << 18
 PADDING = torch.iinfo(torch.int64).max  # the largest key: never among a row's first k_l
 # dtype -> (the integer dtype of its bits, the bits below the sign, inf's bits: NaN clamps to them)
@@ -75,7 +77,7 @@ class _Plan:
 
 def _classes(lengths: list[int]) -> list[list[int]]:
     """The units by size class, smallest first; a class whose rows, widened to the next class's
-    width, gain at most MERGE_PADDING elements joins it (one topk fewer: at most ~ 2 * n + 2^18)."""
+    width, gain at most MERGE_PADDING elements joins it (one topk fewer for at most 2^18 keys)."""
     by_class: dict[int, list[int]] = {}
     for unit, length in enumerate(lengths):
         by_class.setdefault(size_class(length), []).append(unit)
