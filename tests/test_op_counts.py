@@ -105,6 +105,8 @@ def test_classed_topk_adds_three_operations_per_size_class_and_none_per_unit() -
     # A class of unequal units is padded: + the padding's mask (a spread, 2 ops, and a compare) and its fill.
     assert size_class((1 << 21) - 7) == size_class(1 << 21)
     assert ops([1 << 19, 1 << 20, (1 << 21) - 7, 1 << 21]) == one + 6 + 1 + 4
+    # Small classes cost more in operations than their padding to the next: five join as one.
+    assert ops([3, 5, 9, 17, 33000]) == one + 4
 
 
 def test_the_counter_sees_syncs_on_cpu_tensors() -> None:
