@@ -1,8 +1,8 @@
 """Which runs diverged, read from their directories: summary.json's `diverged` where the run
 recorded it, else the same rule (experiments/runformat/divergence.py) applied to what it logged
 (runs made before summary.json recorded it, and runs that never wrote a summary). Such a run's
-numbers are no result: the report lists it instead of averaging it, and the claims leave it out
-and say so."""
+numbers are no result: the report lists it instead of averaging it; its method's convergence
+claims fail on it, and the other claims leave it out and say so (analysis/claims/judge.py)."""
 from __future__ import annotations
 
 import numpy as np

@@ -78,6 +78,13 @@ def hashes(key: int, count: int, device: torch.device) -> torch.Tensor:
     return mix(x)
 
 
+def kth_smallest(values: torch.Tensor, k: int) -> torch.Tensor:
+    """The k-th smallest of 1-D `values` (1-based, as `torch.kthvalue`'s value, ties included).
+    Not kthvalue itself: on a 1-D CUDA tensor it runs as one thread block, far slower than
+    topk's radix select; the k smallest's largest is the same value, bit for bit."""
+    return torch.topk(values, k, largest=False, sorted=False).values.max()
+
+
 class RandomK(Sparsifier):
     """Random-k with error feedback: identical uniform indices on every rank from a shared seed."""
 
@@ -113,7 +120,7 @@ class RandomK(Sparsifier):
         # The k values that appeared first: draw positions at most the k-th smallest first one
         # (positions are distinct), written out in value order without another sort.
         appeared = torch.where(first, ordered.sub_(value * draws), draws)
-        kept = appeared <= torch.kthvalue(appeared, k).values
+        kept = appeared <= kth_smallest(appeared, k)
         slots = torch.where(kept, kept.cumsum(0).sub_(1), k)  # the rest go to a spare slot
         return torch.empty(k + 1, dtype=torch.int64, device=device).scatter_(0, slots, value)[:k]
 

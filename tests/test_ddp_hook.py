@@ -220,12 +220,15 @@ def test_a_nonfinite_gradient_or_a_seed_per_rank_fails_on_every_rank(tmp_path):
 @SLOW
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: the NCCL path of the hook")
 def test_nccl_processes_on_gpus_equal_sparsebench_step(tmp_path):
-    """The same replay on CUDA tensors over NCCL (one process per GPU, at most 2). Methods whose
-    selections follow from comparisons and counts only, so that the CPU replay of the GPU's
-    gradients must select the same coordinates (norm-based plans may round differently)."""
+    """Every registered method runs on CUDA tensors over NCCL (one process per GPU, at most 2):
+    its plans and broadcasts must reach the group's device (DEFT's and Accordion's are built on
+    the CPU). Methods whose selections follow from comparisons and counts only must also replay
+    bit for bit on the CPU (norm-based plans may round differently on the GPU)."""
     processes = min(torch.cuda.device_count(), 2)
-    methods = ["topk", "micro", "exdyna", "randomk"]
-    run_world([HARNESS, str(tmp_path), "--methods", ",".join(methods), "--steps", str(STEPS), "--device", "cuda"],
+    exact = ["topk", "micro", "exdyna", "randomk"]
+    run_world([HARNESS, str(tmp_path), "--methods", ",".join(SPECS), "--steps", str(STEPS), "--device", "cuda"],
               processes=processes, torchrun=True)
-    for method in methods:
+    for spec in SPECS:
+        assert len(load_ranks(tmp_path, spec, "buckets")) == processes, spec
+    for method in exact:
         assert_hook_equals_own_step(load_ranks(tmp_path, method, "buckets"), "buckets")

@@ -40,9 +40,12 @@ def ddp(dtype: torch.dtype = torch.float32) -> DistributedDataParallel:
     return DistributedDataParallel(torch.nn.Linear(8, 4).to(dtype))
 
 
-def test_an_unknown_reduction_is_refused():
-    with pytest.raises(ConfigError, match="reduction=tree is not one of ring, rank_order"):
-        register_sparsifier(ddp(), "topk", density=0.5, reduction="tree")
+@pytest.mark.parametrize("setting, override", [({"reduction": "tree"}, "reduction=tree"), ({"kernels": "fast"}, "kernels=fast")])
+def test_an_unknown_reduction_or_kernels_is_refused_as_run_py_refuses_it(setting, override, tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        register_sparsifier(ddp(), "topk", density=0.5, **setting)
+    assert str(caught.value) == run_py_refusal(override, tmp_path)
+    assert str(caught.value).startswith(f"{override.split('=')[0]} must be ")
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
@@ -153,3 +156,34 @@ def test_parameters_ddp_ignores_are_refused():
     DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(net, ["bias"])
     with pytest.raises(ConfigError, match=r"DDP ignores 1 parameters \(parameters_to_ignore\).*requires_grad=False"):
         register_sparsifier(DistributedDataParallel(net), "topk", density=0.5)
+
+
+# A bad knob of each kind, as a hook's keyword and as run.py's override (Hydra reads the text).
+BAD_KNOBS = [
+    ("wrong type", {"density": "abc"}, "sparsifier.density=abc"),
+    ("a number for a bool", {"error_feedback": 1}, "sparsifier.error_feedback=1"),
+    ("not finite", {"density": float("inf")}, "sparsifier.density=inf"),
+    ("out of range", {"density": 1.5}, "sparsifier.density=1.5"),
+    ("unknown key", {"densty": 0.1}, "+sparsifier.densty=0.1"),
+    ("a runtime argument", {"world_size": 2}, "+sparsifier.world_size=2"),
+]
+
+
+def run_py_refusal(override: str, out) -> str:
+    """The line run.py prints for `override` (its preflight, in this process: the same checks)."""
+    from experiments.engine.launcher.compose import preflight
+
+    with pytest.raises(ConfigError) as caught:
+        preflight(["dataset=digits", "model=mlp", "logger=local", "sparsifier=deft", override, f"output_root={out}"])
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("knobs, override", [case[1:] for case in BAD_KNOBS], ids=[case[0] for case in BAD_KNOBS])
+def test_a_bad_knob_fails_with_the_line_run_py_prints(knobs, override, tmp_path):
+    """The hook's knobs pass run.py's typed checks (experiments/runformat/knob_types.py): the same
+    message, naming the key, before the hook is registered."""
+    expected = run_py_refusal(override, tmp_path)
+    assert expected.startswith("sparsifier."), expected
+    with pytest.raises(ConfigError) as caught:
+        SparsifierState(ddp(), "deft", **knobs)
+    assert str(caught.value) == expected

@@ -7,6 +7,7 @@ hook must not import what needs the clone: Hydra, the launcher, the rank process
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import yaml
 
 from experiments.engine.ddp.methods import method_names, resolve
 from experiments.runformat.errors import ConfigError
+from sparsifiers import registry
 from sparsifiers.common.layout import Layout
 from sparsifiers.topk import TopK
 from tests.conftest import REPO
@@ -40,6 +42,23 @@ def test_a_name_resolves_to_its_yaml_node(name):
     assert typed(method.knobs) == typed({k: v for k, v in node.items() if not k.startswith("_") and k != "name"})
 
 
+DENSE_PRESETS = [name for name in registry.names(selects=False) if registry.method(name).target == "sparsifiers.dense.Dense"]
+
+
+@pytest.mark.parametrize("name", DENSE_PRESETS)
+def test_a_dense_presets_precision_and_overlap_come_from_the_registry(name, monkeypatch):
+    """One place for the fact: the hook reads the registry's entry, so changing it changes the
+    hook (ac091f3 kept a copy in methods.PRESETS, which a changed entry left behind)."""
+    entry = registry.method(name)
+    assert {key: resolve(name).knobs[key] for key in ("precision", "overlap")} == \
+        {"precision": entry.precision, "overlap": entry.overlap}
+    changed = dataclasses.replace(entry, precision="fp32" if entry.precision != "fp32" else "bf16",
+                                  overlap=not entry.overlap)
+    monkeypatch.setitem(registry._BY_NAME, name, changed)
+    knobs = resolve(name).knobs
+    assert (knobs["precision"], knobs["overlap"]) == (changed.precision, changed.overlap)
+
+
 def test_knobs_override_the_defaults():
     method = resolve("micro", {"density": 0.001, "threshold_rule": "symmetric"})
     assert method.knobs["density"] == 0.001 and method.knobs["threshold_rule"] == "symmetric"
@@ -58,9 +77,10 @@ def test_a_mistyped_knob_names_the_knob_and_the_known_ones():
         resolve("deft", {"rank": 1})
 
 
-def test_a_bad_value_fails_as_a_config_error_naming_the_method():
-    method = resolve("micro", {"density": "abc"})
-    with pytest.raises(ConfigError, match="sparsifier=micro"):
+def test_a_bad_value_of_the_right_type_fails_as_a_config_error_naming_the_method():
+    """A value the class itself refuses (an unknown threshold rule) fails when built, naming the method."""
+    method = resolve("micro", {"threshold_rule": "sideways"})
+    with pytest.raises(ConfigError, match="sparsifier=micro|sparsifier.threshold_rule"):
         method.build(Layout.from_shapes([("w", (100,))]), 1, 0, 0)
 
 

@@ -11,7 +11,7 @@ from analysis.runinfo import describe_run
 from experiments.engine.rank.build import RUNTIME_ARGUMENTS, target_of
 from experiments.engine.launcher.compose import compose_job
 from experiments.runformat.errors import ConfigError, require
-from experiments.engine.launcher.knob_types import accepted_parameters, parameter_types
+from experiments.runformat.knob_types import accepted_parameters, parameter_types
 from experiments.runformat.runtime import Runtime, recorded_world, resolve, wandb_mode
 from experiments.engine.launcher.validate import validate
 from tests.conftest import REPO, TINY_RUN

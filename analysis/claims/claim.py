@@ -27,11 +27,14 @@ class Statistic:
     """A claim's measurement: subject -> its named numbers (in the order they read best), and the
     reasons a subject, or the whole claim, could not be measured. `reported`: subjects measured
     beside the judged ones but outside the claim's scope (Ok-Topk's released variant, against a
-    bound that assumes the paper's algorithm): shown with their numbers, never judged."""
+    bound that assumes the paper's algorithm): shown with their numbers, never judged. `failed`:
+    subjects that fail whatever the criterion says (a convergence claim's diverged runs of its
+    method, analysis/claims/diverged.py), with the step they diverged at and why."""
 
     subjects: dict[str, dict[str, float]] = field(default_factory=dict)
     gaps: tuple[str, ...] = ()
     reported: dict[str, dict[str, float]] = field(default_factory=dict)
+    failed: dict[str, dict[str, float | str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,9 @@ reach a common target sooner than Top-k and CLT-k at the same W and density.
 The task metric is each run's own headline (`task_metric`: eval/accuracy, eval/perplexity,
 eval/hr10, ...), its direction from the run's summary (`higher_is_better`), its value the last
 evaluation (the report's rule: a non-finite last evaluation is missing, never replaced by an
-earlier one, so a diverged run does not reach dense).
+earlier one, so a diverged run does not reach dense). A run of the method that diverged while
+staying finite fails both claims as a subject of its own, named with its step and reason
+(analysis/claims/diverged.py); a diverged dense, Top-k or CLT-k run is left out and named.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.claims.claim import Claim, Numbers, Statistic, finite
+from analysis.claims.diverged import failing
 from analysis.claims.papers import DEFT, EXDYNA, MICRO, NAMES, PAPER_OF, experiment
 from analysis.claims.study import Study, method_groups, subject
 from sparsifiers.registry import chosen
@@ -46,12 +49,14 @@ def _mean_keep_nan(values: pd.Series) -> float:
     return float(values.mean(skipna=False)) if len(values) else float("nan")
 
 
-def gaps_to_dense(study: Study, runs: pd.DataFrame, name: str) -> Statistic:
+def gaps_to_dense(study: Study, runs: pd.DataFrame, name: str, diverged: pd.DataFrame) -> Statistic:
     """Per (method, context, density, W) of `runs`: the final task metric (mean over seeds), the
     dense runs' at the same context and W (dense ignores the density), how much worse the method
-    is (`gap`, positive: worse) and the tolerance."""
+    is (`gap`, positive: worse) and the tolerance. The method's `diverged` runs (Study.diverged_of)
+    fail, each named with its step and reason."""
+    failed = failing(study, diverged)
     if runs.empty:
-        return Statistic(gaps=(f"no finished {name} runs",))
+        return Statistic(gaps=(f"no finished {name} runs that did not diverge",), failed=failed)
     dense = study.runs_of("dense")
     finals = study.final_metric()
     subjects, gaps = {}, []
@@ -70,7 +75,7 @@ def gaps_to_dense(study: Study, runs: pd.DataFrame, name: str) -> Statistic:
         value = _mean_keep_nan(finals.reindex(group["run_id"]))
         worse = dense_value - value if _direction(group) else value - dense_value
         subjects[label] = {"final": value, "dense": dense_value, "gap": worse, "tolerance": tolerance(metric, dense_value)}
-    return Statistic(subjects, tuple(gaps))
+    return Statistic(subjects, tuple(gaps), failed=failed)
 
 
 def reaches(numbers: Numbers) -> bool:
@@ -92,11 +97,12 @@ BASELINES = chosen("topk", "cltk")
 def times_to_target(study: Study, sparsifier: str) -> Statistic:
     """Per (method, context, density, W): the target (the worst final task metric among the
     method, Top-k and CLT-k there: a level each of them reaches) and the seconds each takes to
-    reach it (Top-k and CLT-k: their fastest method label)."""
+    reach it (Top-k and CLT-k: their fastest method label). The method's diverged runs fail, each
+    named with its step and reason (they reach no target)."""
     name = NAMES[sparsifier]
-    runs = study.runs_of(sparsifier)
+    runs, failed = study.runs_of(sparsifier), failing(study, study.diverged_of(sparsifier))
     if runs.empty:
-        return Statistic(gaps=(f"no finished {name} runs",))
+        return Statistic(gaps=(f"no finished {name} runs that did not diverge",), failed=failed)
     baselines = study.runs_of(*BASELINES)
     subjects, gaps = {}, []
     for (method, context, density, workers), group in method_groups(runs, by_workers=True):
@@ -125,7 +131,7 @@ def times_to_target(study: Study, sparsifier: str) -> Statistic:
         fastest = {family: min(t for (f, _), t in times.items() if f == family) for family in BASELINES}
         subjects[label] = {"target": target, "s": times[("self", method)],
                            "Top-k s": fastest["topk"], "CLT-k s": fastest["cltk"]}
-    return Statistic(subjects, tuple(gaps))
+    return Statistic(subjects, tuple(gaps), failed=failed)
 
 
 def sooner(numbers: Numbers) -> bool:
@@ -143,6 +149,8 @@ TOLERANCE_TEXT = (f"gap = how much worse than dense's final (mean over seeds) <=
                    f"{ABSOLUTE_TOLERANCE[keys.ACCURACY]:g} absolute for accuracy and top-5 (1 point), "
                    f"{RELATIVE_TOLERANCE:.0%} of dense's value for other metrics (perplexity, HR@K, NDCG@K)")
 
+DIVERGED_TEXT = "a run of the method that diverged fails, named with the step and reason it diverged at"
+
 
 def reach_claim(sparsifier: str) -> Claim:
     name = NAMES[sparsifier]
@@ -152,8 +160,8 @@ def reach_claim(sparsifier: str) -> Claim:
         source=_REACH_SOURCES[sparsifier],
         needs=f"{name} and dense runs at the same W, model, data and settings, evaluated to the end ({experiment('convergence')})",
         statistic="final task metric (last evaluation, mean over seeds) of the method and of dense, per W and density",
-        criterion=TOLERANCE_TEXT + ", at every W, context and density measured",
-        measure=lambda study: gaps_to_dense(study, study.runs_of(sparsifier), name),
+        criterion=TOLERANCE_TEXT + ", at every W, context and density measured; " + DIVERGED_TEXT,
+        measure=lambda study: gaps_to_dense(study, study.runs_of(sparsifier), name, study.diverged_of(sparsifier)),
         holds=reaches,
         studies=STUDIES,
     )
@@ -170,7 +178,7 @@ def sooner_claim(sparsifier: str) -> Claim:
               f"{keys.ELAPSED} in their evaluation rows ({experiment('convergence')})",
         statistic=f"target = the worst final task metric among {name}, Top-k and CLT-k (a level each reaches); "
                   f"s = mean {keys.ELAPSED} over seeds at the first evaluation reaching it (Top-k, CLT-k: fastest label)",
-        criterion=f"{name}'s s < Top-k's s and < CLT-k's s at every W, context and density measured",
+        criterion=f"{name}'s s < Top-k's s and < CLT-k's s at every W, context and density measured; " + DIVERGED_TEXT,
         measure=lambda study: times_to_target(study, sparsifier),
         holds=sooner,
         studies=STUDIES,

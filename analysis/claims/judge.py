@@ -1,8 +1,11 @@
 """Judging: a claim's statistic on a study, then its criterion on each measured subject.
 
-A run that diverged (analysis.divergence) is never measured: the claims that read its method
-name it in the verdict's reason ("diverged, left out: ..."), so a claim whose runs all diverged is
-NOT_MEASURABLE, never judged on their numbers. The rule that turns subjects into one verdict: NOT_MEASURABLE when no subject could be measured
+A run that diverged (analysis.divergence) is never averaged in. A claim that its method
+converges (reaches dense, reaches a target sooner) counts it as a subject that fails, with the
+step and reason it diverged at as its numbers (Statistic.failed, analysis/claims/diverged.py): a
+diverged run is evidence that the method did not converge there. Every other claim that reads
+its method names it in the verdict's reason ("diverged, left out: ..."), so such a claim whose
+runs all diverged is NOT_MEASURABLE, never judged on their numbers. The rule that turns subjects into one verdict: NOT_MEASURABLE when no subject could be measured
 (the reason says what the study lacks); otherwise DOES_NOT_HOLD when any measured subject fails
 the criterion, HOLDS when every one passes. Subjects that could not be measured beside measured
 ones are named in the verdict's reason, never silently dropped. Subjects a statistic reports
@@ -26,13 +29,14 @@ def judge(claim: Claim, study: Study) -> Verdict:
     study.start_reading()
     statistic = claim.measure(study)
     held = {name: bool(claim.holds(numbers)) for name, numbers in statistic.subjects.items()}
+    held.update({name: False for name in statistic.failed})  # diverged: the method did not converge
     diverged = study.diverged_read()  # left out of the statistic: their numbers are no result
     gaps = "; ".join([*statistic.gaps, *([f"diverged, left out: {'; '.join(diverged)}"] if diverged else [])])
     if not held:
         return Verdict(claim, Outcome.NOT_MEASURABLE, {}, {}, gaps or "nothing in the study to measure", scope)
     outcome = Outcome.HOLDS if all(held.values()) else Outcome.DOES_NOT_HOLD
     # Reported subjects keep their numbers beside the judged ones, with no entry in `held`.
-    measured = {**statistic.subjects, **statistic.reported}
+    measured = {**statistic.subjects, **statistic.failed, **statistic.reported}
     return Verdict(claim, outcome, measured, held, f"not measured: {gaps}" if gaps else "", scope)
 
 

@@ -18,8 +18,11 @@ MARKDOWN, JSON = "claims.md", "claims.json"
 DOCS = "docs/claims.md"
 
 
-def number(value: float) -> str:
-    """4 significant digits; inf as "inf" (a target never reached), NaN as "-"."""
+def number(value: float | str) -> str:
+    """4 significant digits; inf as "inf" (a target never reached), NaN as "-"; text (why a run
+    diverged) as it is."""
+    if isinstance(value, str):
+        return value
     if isinstance(value, float) and math.isnan(value):
         return "-"
     if isinstance(value, float) and math.isinf(value):
@@ -74,7 +77,7 @@ def _brief(outcome: str, reason: str | None, held: dict[str, bool], measured: di
     return text
 
 
-def _number_of(value: float | None) -> float:
+def _number_of(value: float | str | None) -> float | str:
     return math.nan if value is None else value  # claims.json's null: a number that was not finite
 
 
@@ -128,7 +131,8 @@ def markdown_text(verdicts: list[Verdict], study: Study, paths: list[str]) -> st
         "",
         f"Study: {', '.join(f'`{p}`' for p in paths)}: {len(study.runs)} finished runs judged"
         + (f" ({study.left_out} not finished, left out)" if study.left_out else "")
-        + (f"; {len(study.diverged)} diverged, left out (named in the verdicts of the claims that read them)"
+        + (f"; {len(study.diverged)} diverged, never averaged in (failing the convergence claims of their method, "
+           "named as left out by the other claims that read them)"
            if len(study.diverged) else "") + ".",
         "",
         f"Verdicts: {counts(verdicts)}. Each claim, its statistic and why its criterion: {DOCS}.",
@@ -145,7 +149,9 @@ def markdown_text(verdicts: list[Verdict], study: Study, paths: list[str]) -> st
     return "\n".join(lines)
 
 
-def _json_number(value: float) -> float | None:
+def _json_number(value: float | str) -> float | str | None:
+    if isinstance(value, str):
+        return value  # why a run diverged (analysis/claims/diverged.py)
     return float(value) if finite(value) else None  # null, never NaN or Infinity
 
 

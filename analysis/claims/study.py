@@ -49,7 +49,9 @@ def settled_rule(key: str) -> str:
     return (f"the later half of a run's logged rows holding {key}, counted when it holds "
             f">= {SETTLED_MIN_ROWS} rows from step >= {SETTLED_FROM_STEP}")
 
-DIVERGED_COLUMNS = ("run_id", "sparsifier", "method", "workers", "seed", "cfg.tag", "why")
+# A diverged run's columns (and every sparsifier knob): enough to name it, and for a convergence
+# claim to place it beside its method's measured subjects (analysis/claims/diverged.py).
+DIVERGED_COLUMNS = ("run_id", "sparsifier", "method", "density", "workers", "seed", "context", "cfg.tag", "why")
 
 # The runs-table columns the claims read (and every sparsifier knob, `cfg.sparsifier.*`).
 RUN_COLUMNS = ("run_id", "method", "sparsifier", "density", "workers", "context", "task_metric",
@@ -93,10 +95,12 @@ class Study:
     steps: pd.DataFrame
     epochs: pd.DataFrame
     left_out: int = 0
-    # Finished runs that diverged (analysis.divergence): never judged, named by the claims that
-    # would have read them. Columns: run_id, sparsifier, method, workers, seed, cfg.tag, why.
+    # Finished runs that diverged (analysis.divergence): never averaged in. A convergence claim
+    # counts its method's against it (analysis/claims/diverged.py); every other claim that reads
+    # their method names them as left out. Columns: DIVERGED_COLUMNS and the sparsifier knobs.
     diverged: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=DIVERGED_COLUMNS))
     _read: set[str] = field(default_factory=set, repr=False)  # sparsifiers runs_of was asked for
+    _counted: set[str] = field(default_factory=set, repr=False)  # diverged run_ids a claim judged (count_against)
     _order: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     _settings: pd.DataFrame | None = field(default=None, repr=False)
     _cache: dict[tuple, pd.Series | pd.DataFrame] = field(default_factory=dict, repr=False)
@@ -108,8 +112,11 @@ class Study:
         runs = tables.runs
         done = runs[runs["status"] == FINISHED].reset_index(drop=True) if "status" in runs.columns else runs.iloc[0:0]
         why = done["run_id"].map(diverged_reasons(tables)).fillna("") if len(done) else pd.Series(dtype=object)
-        diverged = done[why != ""].assign(why=why[why != ""])
-        diverged = diverged.reindex(columns=DIVERGED_COLUMNS).reset_index(drop=True)
+        # A diverged run's context is labelled among every finished run: the setting that tells it
+        # apart (a larger lr) is named in it.
+        diverged = done[why != ""].assign(why=why[why != ""], context=context_labels(done)[why != ""])
+        knobs = [c for c in diverged.columns if c.startswith(KNOB_PREFIX)]
+        diverged = diverged.reindex(columns=[*DIVERGED_COLUMNS, *knobs]).reset_index(drop=True)
         done = done[why == ""].reset_index(drop=True) if len(done) else done
         settings = done  # every setting column, for the contexts of a claim's own runs (scoped)
         done = done.assign(context=context_labels(done))
@@ -175,13 +182,24 @@ class Study:
         return cached
 
     def start_reading(self) -> None:
-        """Forget which sparsifiers were read: a claim's measure starts (analysis.claims.judge)."""
-        self._read = set()
+        """Forget which sparsifiers were read and which diverged runs were counted: a claim's
+        measure starts (analysis.claims.judge)."""
+        self._read, self._counted = set(), set()
+
+    def diverged_of(self, *sparsifiers: str) -> pd.DataFrame:
+        """The diverged runs of these sparsifiers (DIVERGED_COLUMNS and their knobs)."""
+        return self.diverged[self.diverged["sparsifier"].isin(sparsifiers)]
+
+    def count_against(self, run_ids) -> None:
+        """These diverged runs were judged (as failing subjects of a convergence claim): they
+        are in the claim's numbers, so diverged_read no longer names them as left out."""
+        self._counted.update(run_ids)
 
     def diverged_read(self) -> list[str]:
         """The diverged runs of the sparsifiers read since start_reading, one line each
-        ("micro W=4 seed 0: diverged at step 5: ..."): left out of what the claim measured."""
-        rows = self.diverged[self.diverged["sparsifier"].isin(self._read)]
+        ("micro W=4 seed 0: diverged at step 5: ..."): left out of what the claim measured
+        (those it counted against itself are in its numbers instead)."""
+        rows = self.diverged[self.diverged["sparsifier"].isin(self._read) & ~self.diverged["run_id"].isin(self._counted)]
         return [f"{row.method} W={format_knob(row.workers)} seed {format_knob(row.seed)}: {row.why}"
                 for row in rows.itertuples(index=False)]
 

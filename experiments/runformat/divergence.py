@@ -75,3 +75,13 @@ def diverged(losses: Series, accuracies: Series = (), classes: int | None = None
 def describe(record: dict | None) -> str:
     """"diverged at step 120: ..." for a finding, "" for None."""
     return f"diverged at step {record['at_step']}: {record['why']}" if record else ""
+
+
+def parse(text: str) -> dict | None:
+    """describe's inverse: {"at_step", "why"} from "diverged at step 120: ...", None for "" or
+    text in another form (the claims show a diverged run's step and reason as numbers)."""
+    head, _, why = text.partition(": ")
+    prefix = "diverged at step "
+    if not head.startswith(prefix) or not head[len(prefix):].lstrip("-").isdigit():
+        return None
+    return {"at_step": int(head[len(prefix):]), "why": why}

@@ -17,7 +17,7 @@ import pytest
 
 from analysis.claims import BY_ID, CLAIMS, Outcome, Verdict, judge_paths, judge_tables
 from analysis.claims.__main__ import main as claims_main
-from analysis.claims.output import brief_table, brief_text
+from analysis.claims.output import brief_table, brief_text, claim_records
 from analysis.claims.deft import lpt_bound, replay_deviation
 from analysis.synthetic import SyntheticRun, write_run, write_sweep
 from experiments.runformat import metric_keys as k
@@ -162,13 +162,18 @@ def _blow_up(workers, rows):
 
 def test_runs_that_diverged_are_left_out_and_named_never_judged(all_hold):
     """Every MiCRO run's loss ten times its first value from its sixth row on: diverged
-    (experiments/runformat/divergence.py). Its claims are NOT_MEASURABLE with the runs named, never
-    judged on their numbers; claims that do not read MiCRO's runs keep their verdicts."""
+    (experiments/runformat/divergence.py). Its claims that are not about convergence are
+    NOT_MEASURABLE with the runs named, never judged on their numbers; its convergence claims fail
+    on them; claims that do not read MiCRO's runs keep their verdicts."""
     root, before = all_hold
     verdicts, study = judge_tables(study_tables(root, on("micro", _blow_up)))
     after = {verdict.claim.id: verdict for verdict in verdicts}
     assert len(study.diverged) == 2 and set(study.diverged["sparsifier"]) == {"micro"}
-    for claim_id in [c for c in BY_ID if "micro" in c.split(".")]:
+    for claim_id in ("convergence.dense.micro", "convergence.sooner.micro"):
+        assert after[claim_id].outcome is Outcome.DOES_NOT_HOLD, claim_id
+        assert list(after[claim_id].held) == [f"micro | mlp/synthetic | d=0.01 | W={w} | seed 0" for w in (2, 4)]
+        assert "diverged" not in after[claim_id].reason.replace("that did not diverge", "")  # named in its numbers
+    for claim_id in [c for c in BY_ID if "micro" in c.split(".") and not c.startswith("convergence.")]:
         assert after[claim_id].outcome is Outcome.NOT_MEASURABLE, claim_id
         assert "diverged, left out: micro W=2 seed 0: diverged at step 60: training loss" in after[claim_id].reason
     assert after["balance.exdyna"].outcome is Outcome.NOT_MEASURABLE  # ExDyna's balance is against MiCRO's
@@ -186,6 +191,47 @@ def test_a_claim_judged_beside_a_diverged_run_says_so_in_its_summary_row(all_hol
     assert density.outcome is Outcome.HOLDS and list(density.held) == ["micro | mlp/synthetic | d=0.01 | W=2"]
     assert brief_text(density) == "1 of 1 hold; 1 diverged run(s) left out"
     assert "diverged, left out: micro W=4 seed 0: diverged at step 60" in density.reason
+
+
+@pytest.mark.parametrize("claim_id", ["convergence.dense.micro", "convergence.sooner.micro"])
+def test_a_diverged_run_fails_its_methods_convergence_claim(claim_id, all_hold):
+    """MiCRO's W = 4 run diverged: ac091f3 left it out, and the claim held on W = 2 alone. It is
+    evidence that MiCRO did not converge there: the claim fails on it, with its step and reason as
+    its numbers, never an accuracy averaged from it; W = 2 is judged as before."""
+    root, before = all_hold
+    verdicts, _ = judge_tables(study_tables(root, on("micro", _blow_up, only_workers=4)))
+    verdict = {v.claim.id: v for v in verdicts}[claim_id]
+    healthy, diverged = "micro | mlp/synthetic | d=0.01 | W=2", "micro | mlp/synthetic | d=0.01 | W=4 | seed 0"
+    assert verdict.outcome is Outcome.DOES_NOT_HOLD
+    assert verdict.held == {healthy: True, diverged: False}
+    assert verdict.measured[healthy] == before[claim_id].measured[healthy]
+    assert verdict.measured[diverged]["diverged at step"] == 60
+    assert verdict.measured[diverged]["why"].startswith("training loss over 3 times its first logged value (2)")
+    assert verdict.reason == ""  # named in its numbers, not as left out
+    assert brief_text(verdict).startswith(f"1 of 2 hold; fails: {diverged}: diverged at step=60, why=training loss")
+    record = claim_records([verdict])[0]
+    assert record["measured"][diverged]["diverged at step"] == 60 and record["held"][diverged] is False
+    json.dumps(record, allow_nan=False)  # claims.json takes the reason as text
+
+
+def test_a_diverged_run_of_dgcs_full_recipe_fails_dgc_dense(all_hold):
+    """dgc.dense is a convergence claim too: a DGC run with warm-up and clipping that diverged fails it."""
+    root, _ = all_hold
+    verdicts, _ = judge_tables(study_tables(root, on("dgc", _blow_up, only_workers=4)))
+    verdict = {v.claim.id: v for v in verdicts}["dgc.dense"]
+    assert verdict.outcome is Outcome.DOES_NOT_HOLD and list(verdict.held.values()) == [True, False]
+    failing = [name for name, ok in verdict.held.items() if not ok][0]
+    assert "W=4 | seed 0" in failing and verdict.measured[failing]["diverged at step"] == 60
+
+
+def test_a_diverged_dense_run_is_left_out_of_the_convergence_claims_and_named(all_hold):
+    """Only the method's own diverged runs count against its convergence claim: dense's W = 4 run
+    diverged, so W = 4 has no dense baseline and is named; W = 2 holds as before."""
+    root, _ = all_hold
+    verdicts, _ = judge_tables(study_tables(root, on("dense", _blow_up, only_workers=4)))
+    verdict = {v.claim.id: v for v in verdicts}["convergence.dense.micro"]
+    assert verdict.outcome is Outcome.HOLDS and list(verdict.held) == ["micro | mlp/synthetic | d=0.01 | W=2"]
+    assert "diverged, left out: dense W=4 seed 0: diverged at step 60" in verdict.reason
 
 
 def test_without_dense_runs_nothing_is_compared_with_dense(tmp_path):

@@ -361,7 +361,7 @@ MUTANTS = (
            "        guard.restore_update(model, optimizer)\n", "", ("tests/test_skip_nonfinite.py",)),
     Mutant("replica_checksum_blames_nan_on_the_exchange", "experiments/engine/rank/train.py",
            "    if len(non_finite) == len(checksums):", "    if False:", ("tests/test_finite.py",)),
-    Mutant("infinity_passes_validation", "experiments/engine/launcher/knob_types.py",
+    Mutant("infinity_passes_validation", "experiments/runformat/knob_types.py",
            "if isinstance(number, float) and not math.isfinite(number):",
            "if isinstance(number, float) and math.isnan(number):", ("tests/test_bad_input.py",)),
     Mutant("machines_averaged_together", "analysis/settings.py",

@@ -34,8 +34,17 @@ import torch.distributed as dist
 from experiments.engine.core.collective_costs import shift_pairs, tree_round_pairs
 from experiments.engine.core.network import NetworkModel
 from experiments.engine.core.traffic import TrafficMeter
+from experiments.runformat.errors import require
 
 REDUCTIONS = ("ring", "rank_order")
+
+
+def check_reduction(reduction: str) -> None:
+    """The one check of a `reduction` value (run.py's validation, the DDP hook, RankCollectives):
+    raises ConfigError naming the key."""
+    require(reduction in REDUCTIONS,
+            f"reduction must be ring or rank_order, got {reduction}: ring is the default, "
+            "rank_order sums every value reduction in rank order (bitwise equal hosted or distributed)")
 
 
 class RankCollectives:
@@ -50,8 +59,7 @@ class RankCollectives:
         network: NetworkModel | None = None,
         reduction: str = "ring",
     ) -> None:
-        if reduction not in REDUCTIONS:
-            raise ValueError(f"reduction must be one of {', '.join(REDUCTIONS)}, got {reduction}")
+        check_reduction(reduction)
         self.reduction = reduction
         self.world_size = world_size
         self.local_ranks = local_ranks
@@ -98,6 +106,20 @@ class RankCollectives:
         rows = [row for block in per_process for row in block.unbind(0)]  # rank order 0..W-1
         return sum_in_rank_order(out if out is not None else torch.empty_like(parts[0]), rows)
 
+    def sum_gathered_over_ranks(self, accs: list[torch.Tensor], indices: torch.Tensor) -> torch.Tensor:
+        """`sum_over_ranks` of every hosted rank's acc[indices], into one new tensor. Where the
+        process may sum its ranks itself (ring, or every rank hosted here) it adds each rank's
+        gather into one buffer in rank order through one scratch buffer, the same additions as
+        gathering all L first (which held L copies of |indices|: gigabytes at W = 64-256)."""
+        if self.reduction == "rank_order" and self.processes > 1:
+            gathered = [acc.index_select(0, indices) for acc in accs]  # each rank's own, for the gather
+            return self.sum_over_ranks(gathered, gathered[0])
+        total = accs[0].index_select(0, indices)
+        scratch = torch.empty_like(total) if len(accs) > 1 else None
+        for acc in accs[1:]:
+            total.add_(torch.index_select(acc, 0, indices, out=scratch))
+        return self.sum_over_ranks([total], total)
+
     def broadcast(self, tensor: torch.Tensor | None, root: int, dtype: torch.dtype, device: torch.device,
                   shape: tuple[int, ...] | None = None) -> torch.Tensor:
         """A tensor from rank `root` to all ranks; `tensor` is read only where `root` is hosted.
@@ -116,7 +138,10 @@ class RankCollectives:
             if self.processes > 1:
                 dist.broadcast(header, src=self.process_of(root))
             shape = (int(header.item()),)
-        payload = tensor.to(dtype) if is_root_here else torch.empty(shape, dtype=dtype, device=device)
+        # The root's tensor may be built on the CPU (DEFT's and Accordion's plans): NCCL carries
+        # only tensors on the group's device, so the payload goes there before it is sent.
+        payload = (tensor.to(device=device, dtype=dtype) if is_root_here
+                   else torch.empty(shape, dtype=dtype, device=device))
         self.meter.broadcast(shape[0], _row_bytes(shape, dtype), root)
         if self.processes > 1:
             dist.broadcast(payload, src=self.process_of(root))

@@ -14,6 +14,7 @@ from experiments.engine.core import positions
 from experiments.engine.core.error_feedback import keep_residual
 from experiments.engine.core.exchange import INDEX_DTYPE, ExchangeRequest, ExchangeResult, exchange
 from experiments.engine.core.phases import NO_CLOCK, PhaseClock
+from experiments.engine.core.stopwatch import Stopwatch
 from experiments.engine.core.world import World
 from sparsifiers.common.base import Sparsifier
 from sparsifiers.common.capabilities import AveragedInputs, capable, leader_of, shared_of
@@ -39,6 +40,8 @@ class SparsifyOutcome:
 
 
 def elapsed_ms(world: World, start: float) -> float:
+    """Host time since `start`, after the device's queue drained (one sync: phases 1 and 6;
+    phases 2-5 read a Stopwatch once per step instead)."""
     world.synchronize()
     return (time.perf_counter() - start) * 1e3
 
@@ -69,12 +72,14 @@ def sparsify_and_exchange(
         mean = world.comm.sum_over_ranks(inputs).div_(world.world_size)
         for sparsifier in sparsifiers:
             sparsifier.receive_average(mean, step)
-    leader, plan, plan_ms = leader_of(method, step), None, 0.0
+    # Times are marks read after one synchronize at the end of the step (stopwatch.py).
+    watch = Stopwatch(world.device)
+    leader, plan, plan_marks = leader_of(method, step), None, None
     if leader is not None:
-        start = time.perf_counter()
+        start = watch.mark()
         here = ranks.index(leader) if leader in ranks else None
         mine = sparsifiers[here].make_plan(accs[here], step) if here is not None else None
-        plan_ms = elapsed_ms(world, start)
+        plan_marks = (start, watch.mark())
         # Plans travel as int32 (like indices: every model here has < 2**31 elements); a plan
         # whose length every rank knows travels without its size header.
         length = method.plan_length(step)
@@ -83,11 +88,10 @@ def sparsify_and_exchange(
     clock.mark("plan")
 
     # 3. select: timed per rank, so max and mean over ranks mean what they say.
-    selections, select_ms = [], []
-    for rank, sparsifier, acc in zip(ranks, sparsifiers, accs):
-        start = time.perf_counter()
+    selections, select_marks = [], [watch.mark()]
+    for sparsifier, acc in zip(sparsifiers, accs):
         selections.append(sparsifier.select(acc, step, plan))
-        select_ms.append(elapsed_ms(world, start) + (plan_ms if rank == leader else 0.0))
+        select_marks.append(watch.mark())
     clock.mark("select")
 
     acc_norms = [float(acc.norm()) for acc in accs] if measure_norms else None
@@ -98,11 +102,16 @@ def sparsify_and_exchange(
     # 4. exchange, with the coordinates every rank adds unexchanged (DEFT's common units) and
     # the counts every rank knows (then no size header travels): the same on every rank by
     # contract, so the first hosted rank's stand for all.
-    start = time.perf_counter()
+    exchange_start = watch.mark()
     request = ExchangeRequest(selections, accs, out, world.comm, sparsifiers, step, leader, shared_of(method, step),
                               method.known_counts(step), clock)
     result = exchange(method.exchange, request)
-    exchange_ms = elapsed_ms(world, start)
+    exchange_end = watch.mark()
+    watch.settle(world.synchronize)
+    plan_ms = watch.ms(*plan_marks) if plan_marks is not None else 0.0
+    select_ms = [watch.ms(begin, end) + (plan_ms if rank == leader else 0.0)
+                 for rank, begin, end in zip(ranks, select_marks, select_marks[1:])]
+    exchange_ms = watch.ms(exchange_start, exchange_end)
 
     # 5. feedback: what was transmitted leaves the residual; acc = transmitted + residual exactly.
     feedback = Feedback(step=step, counts=result.counts, aggregated=result.aggregated)

@@ -5,7 +5,8 @@ waits for the GPU's queue to drain).
 A host sync is an operation that needs a device value on the host: `.item()`, `int(t)`,
 `float(t)` (aten._local_scalar_dense), an output whose size depends on the data (nonzero, boolean
 masks, masked_select, unique, repeat_interleave without output_size), and a copy between devices
-(`.cpu()`, `torch.tensor(data, device=cuda)`: blocking copies synchronize their stream). On the
+(`.cpu()`, `torch.tensor(data, device=cuda)`: blocking copies synchronize their stream), and
+`torch.cuda.synchronize` itself, which is no aten operation (counted by wrapping it). On the
 CPU the same code dispatches the same operations, so the counts are measured there by
 construction, except cross-device copies, which exist only where there are two devices
 (`copies` counts them on CUDA). Used by tests/test_exchange_syncs.py (bounds independent of W),
@@ -27,6 +28,8 @@ SYNCING = frozenset({
     "aten.masked_select", "aten._unique", "aten._unique2", "aten.unique_dim", "aten.unique_consecutive",
     "aten.equal", "aten.is_nonzero",
 })
+
+CUDA_SYNCHRONIZE = "torch.cuda.synchronize"  # a host sync outside dispatch (SyncCounter.__enter__)
 
 
 def _name(func: Any) -> str:
@@ -63,6 +66,23 @@ class SyncCounter(TorchDispatchMode):
         self.copies = 0
         self.sync_ops: Counter[str] = Counter()
         self.op_names: Counter[str] = Counter()
+
+    def __enter__(self) -> "SyncCounter":
+        # torch.cuda.synchronize is no aten operation, so dispatch never sees it: it is counted
+        # by wrapping it while the counter is active (whatever it is now: tests fake it on CPUs).
+        self._synchronize = torch.cuda.synchronize
+
+        def counted_synchronize(*args, **kwargs):
+            self.syncs += 1
+            self.sync_ops[CUDA_SYNCHRONIZE] += 1
+            return self._synchronize(*args, **kwargs)
+
+        torch.cuda.synchronize = counted_synchronize
+        return super().__enter__()
+
+    def __exit__(self, *exc) -> None:
+        torch.cuda.synchronize = self._synchronize
+        return super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

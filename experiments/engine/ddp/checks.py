@@ -13,10 +13,10 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from experiments.engine.core.collectives import REDUCTIONS
+from experiments.engine.core.collectives import check_reduction
 from experiments.engine.ddp.methods import Method
 from experiments.runformat.errors import ConfigError, require
-from sparsifiers.common.kernels import BACKENDS
+from sparsifiers.common.kernels import check_backend
 from sparsifiers.common.layout import Layout
 
 
@@ -37,9 +37,11 @@ def check_model(model: Any) -> None:
 
 
 def check_settings(reduction: str, kernels: str, log_every: int) -> None:
-    require(reduction in REDUCTIONS, f"reduction={reduction} is not one of {', '.join(REDUCTIONS)}")
-    require(kernels in BACKENDS, f"kernels={kernels} is not one of {', '.join(BACKENDS)}")
-    require(isinstance(log_every, int) and log_every >= 1, f"log_every must be a positive integer, got {log_every}")
+    """The hook's own settings; `reduction` and `kernels` are run.py's keys, checked as run.py checks them."""
+    check_reduction(reduction)
+    check_backend(kernels)
+    require(isinstance(log_every, int) and not isinstance(log_every, bool) and log_every >= 1,
+            f"log_every must be a positive integer, got {log_every!r}: set e.g. log_every=10")
 
 
 def check_optimizer(method: Method, optimizer: torch.optim.Optimizer | None) -> None:

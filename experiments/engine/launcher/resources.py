@@ -9,7 +9,9 @@ One process hosting L ranks of a model with N gradient elements (float32) needs 
     + N x 4 bytes x SCRATCH_VECTORS (full-size scratch, shared by the hosted ranks)
 
 (on a GPU, one per process, all but the first line; untested here: no GPU) and a node runs `processes / nnodes` such processes. The formula counts only what is surely
-allocated (it is a lower bound), so what it refuses would certainly not fit.
+allocated (it is a lower bound), so what it refuses would certainly not fit. The union
+exchange's sum (at most 2 |U| <= 2 N floats however many ranks are hosted: one buffer and one
+scratch, collectives.py) is left out for that reason: |U| depends on the data.
 experiments/studies/benchmarks/hosted_memory.py measures real sessions beside the same formula.
 """
 from __future__ import annotations

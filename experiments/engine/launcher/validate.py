@@ -13,12 +13,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments.engine.rank.build import RUNTIME_ARGUMENTS, knobs, target_of
 from experiments.engine.rank.checkpoint import check_config as check_checkpoint_config
-from experiments.engine.core.collectives import REDUCTIONS
+from experiments.engine.core.collectives import check_reduction
 from experiments.runformat.errors import ConfigError, require
-from experiments.engine.launcher.knob_types import accepted_parameters, check_finite, check_knob_types
+from experiments.runformat.knob_types import accepted_parameters, check_finite, check_knobs
 from experiments.engine.launcher.launcher_checks import check_launcher
 from experiments.runformat.runtime import WANDB_MODES, processes_of, wandb_mode, wandb_mode_origin
-from sparsifiers.common.kernels import BACKENDS, compiled_available
+from sparsifiers.common.kernels import check_backend
 from sparsifiers.common.layout import Layout
 
 GROUPS = ("sparsifier", "model", "dataset", "optimizer", "schedule")
@@ -133,16 +133,8 @@ def _check_choices(cfg: DictConfig) -> None:
         f"the environment variable WANDB_MODE={os.environ.get('WANDB_MODE')} must be offline, online or disabled "
         "(it wins over logger.wandb_mode): set one of those, or unset it",
     )
-    require(cfg.kernels in BACKENDS, f"kernels must be auto, torch or compiled, got {cfg.kernels}: auto is the default")
-    require(
-        cfg.kernels != "compiled" or compiled_available(),
-        "kernels=compiled needs numba, which is not installed: pip install numba, or kernels=auto",
-    )
-    require(
-        cfg.reduction in REDUCTIONS,
-        f"reduction must be ring or rank_order, got {cfg.reduction}: ring is the default, "
-        "rank_order sums every value reduction in rank order (bitwise equal hosted or distributed)",
-    )
+    check_backend(cfg.kernels)  # the DDP hook's check too: one message
+    check_reduction(cfg.reduction)
     require(
         cfg.on_nonfinite in ("fail", "skip"),
         f"on_nonfinite must be fail or skip, got {cfg.on_nonfinite}: fail is the default",
@@ -164,15 +156,8 @@ def check_group_knobs(group: str, node: DictConfig) -> None:
         target = target_of(node)
     except Exception as error:
         raise ConfigError(f"{group}._target_={node._target_} cannot be imported ({error})") from None
-    accepted = accepted_parameters(target)
-    if accepted is not None:
-        accepted = [name for name in accepted if name not in RUNTIME_ARGUMENTS[group]]
-        for key in knobs(node):
-            require(
-                key in accepted,
-                f"{group}.{key} is not a knob of {group}={node.get('name', '?')}; its knobs: {', '.join(accepted)}",
-            )
-    check_knob_types(group, target, knobs(node))  # types from the signature, ranges from knob_types.RANGES
+    # Names from the signature, types too, ranges from knob_types.RANGES: the DDP hook's check.
+    check_knobs(group, node.get("name", "?"), target, knobs(node), RUNTIME_ARGUMENTS[group])
 
 
 def _check_dataset_available(cfg: DictConfig) -> None:

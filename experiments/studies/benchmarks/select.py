@@ -47,14 +47,17 @@ SCANS_WHOLE = chosen("threshold", "sage")  # scan all N (W times the N / W copy)
 TOPK_METHODS = chosen("topk", "deft", "cltk")
 
 
-def median_ms(function, repeats: int, device: torch.device | str = "cpu") -> float:
+def median_ms(function, repeats: int, device: torch.device | str = "cpu", before=None) -> float:
     """The median of `repeats` calls; on CUDA each call is timed between two synchronizations
-    (after one untimed call), so a time is the kernels' and not their launch."""
+    (after one untimed call), so a time is the kernels' and not their launch. `before`, if
+    given, runs untimed before each call (`fresh_step`)."""
     synchronize = _synchronizer(device)
     if synchronize is not None:
         function()
     times = []
     for _ in range(repeats):
+        if before is not None:
+            before()
         if synchronize is not None:
             synchronize()
         start = time.perf_counter()
@@ -63,6 +66,14 @@ def median_ms(function, repeats: int, device: torch.device | str = "cpu") -> flo
             synchronize()
         times.append((time.perf_counter() - start) * 1e3)
     return statistics.median(times)
+
+
+def fresh_step(acc: torch.Tensor):
+    """Makes each timed repeat a fresh step's: a select caches what it derives from acc at a
+    step (DEFT's unit norms, keyed by step and acc's version), so a repeat at the same step
+    would skip that pass over N. Multiplying by 1 in place bumps acc's version and keeps its
+    bits (-0.0 and NaN included)."""
+    return lambda: acc.mul_(1)
 
 
 def _synchronizer(device: torch.device | str):
@@ -129,9 +140,9 @@ def time_method(name: str, workers: int, acc: torch.Tensor, layout, density: flo
     plan_ms = None
     sparsifier.precondition(acc)
     if leader_of(sparsifier, step) is not None:
-        plan_ms = median_ms(lambda: sparsifier.make_plan(acc, step), repeats, acc.device)
+        plan_ms = median_ms(lambda: sparsifier.make_plan(acc, step), repeats, acc.device, fresh_step(acc))
     plan = sparsifier.make_plan(acc, step) if leader_of(sparsifier, step) is not None else None
-    select_ms = median_ms(lambda: sparsifier.select(acc, step, plan), repeats, acc.device)
+    select_ms = median_ms(lambda: sparsifier.select(acc, step, plan), repeats, acc.device, fresh_step(acc))
     return select_ms, plan_ms
 
 

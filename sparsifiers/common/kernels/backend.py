@@ -37,13 +37,19 @@ def compiled_available() -> bool:
     return True
 
 
+def check_backend(name: str) -> None:
+    """The one check of a `kernels` value (run.py's validation, the DDP hook, set_backend):
+    raises ConfigError naming the key."""
+    if name not in BACKENDS:
+        raise ConfigError(f"kernels must be {', '.join(BACKENDS[:-1])} or {BACKENDS[-1]}, got {name}: auto is the default")
+    if name == "compiled" and not compiled_available():
+        raise ConfigError("kernels=compiled needs numba, which is not installed: pip install numba, or kernels=auto")
+
+
 def set_backend(name: str) -> None:
     """Chooses the kernels' implementation for this process; raises ConfigError naming the key."""
     global _backend
-    if name not in BACKENDS:
-        raise ConfigError(f"kernels must be auto, torch or compiled, got {name}: auto is the default")
-    if name == "compiled" and not compiled_available():
-        raise ConfigError("kernels=compiled needs numba, which is not installed: pip install numba, or kernels=auto")
+    check_backend(name)
     _backend = name
 
 

@@ -87,8 +87,7 @@ def allreduce_at(
     (|C|, the coordinates of U no rank selected). Distinct indices make index_copy_
     deterministic; the index_* ops are the same arithmetic as advanced indexing at about half
     the cost."""
-    gathered = [acc.index_select(0, indices) for acc in accs]  # fresh tensors: sum into the first
-    values = comm.sum_over_ranks(gathered, gathered[0])
+    values = comm.sum_gathered_over_ranks(accs, indices)  # a fresh tensor, divided in place below
     clock.mark("value_exchange")
     out.zero_()
     out.index_copy_(0, indices, values.div_(comm.world_size))

@@ -1,5 +1,9 @@
 """Types and ranges of the knobs of group nodes (sparsifier, model, dataset, optimizer, schedule).
 
+Applied by run.py's validation (experiments/engine/launcher/validate.py) and by the DDP hook
+(experiments/engine/ddp/methods.py), so a bad knob fails with the same line in both; here, on the
+bottom floor (standard library only), because the hook ships in a wheel without the launcher.
+
 Group nodes are built by `_target_`, so the schema cannot type their knobs. The target's own
 signature can: each knob is checked against the parameter's annotation (or, where there is none,
 the type of its default), so that `sparsifier.density=abc` or `sparsifier.error_feedback=maybe`
@@ -15,9 +19,9 @@ import math
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Collection, Mapping
 
-from experiments.runformat.errors import ConfigError
+from experiments.runformat.errors import ConfigError, require
 
 
 @dataclass(frozen=True)
@@ -211,3 +215,15 @@ def check_knob_types(group: str, target: Any, values: dict[str, Any]) -> None:
     for key, value in values.items():
         annotation, default = declared.get(key, (inspect.Parameter.empty, inspect.Parameter.empty))
         check_knob(group, key, value, annotation, default)
+
+
+def check_knobs(group: str, name: str, target: Any, values: Mapping[str, Any], passed: Collection[str] = ()) -> None:
+    """The whole check of one group node's knobs (`name`: its option, for messages): each is a
+    named parameter of `target` (`passed`: those its builder passes, which are no knobs; a key
+    starting with `_`, and `name`, never are), then of its type and range (check_knob_types)."""
+    accepted = accepted_parameters(target)
+    known = None if accepted is None else [key for key in accepted if key not in passed]
+    for key in values:
+        unknown = key.startswith("_") or key == "name" or key in passed or (known is not None and key not in known)
+        require(not unknown, f"{group}.{key} is not a knob of {group}={name}; its knobs: {', '.join(known or accepted or ())}")
+    check_knob_types(group, target, dict(values))
