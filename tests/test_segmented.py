@@ -19,7 +19,8 @@ from sparsifiers.accordion import Accordion
 from sparsifiers.deft import DEFT
 from sparsifiers.common.kernels import ExactTopK
 from sparsifiers.common.kernels.backend import batched_path, simulated_gpu
-from sparsifiers.common.kernels.classed_topk import classed_topk, size_class, supports, unit_topk
+from sparsifiers.common.kernels.classed_plan import classes
+from sparsifiers.common.kernels.classed_topk import classed_topk, supports, unit_topk
 from sparsifiers.common.kernels.segmented import ranges, segmented_topk, tiles, unit_norms
 from sparsifiers.common.layout import Layout
 from sparsifiers.randomk import GOLDEN, MASK64, RandomK, hashes, mix_int
@@ -83,7 +84,7 @@ def test_classed_topk_pads_rows_and_ties_across_a_long_run() -> None:
     # index wins, and no padding is ever taken.
     x = torch.tensor([1.0, -1.0, 1.0, 2.0, 1.0, -1.0, 1.0, 0.0, -0.0, 1.0, 1.0, 1.0, -1.0])
     starts, lengths, ks = [10, 0, 3, 7], [3, 3, 4, 2], [3, 2, 2, 1]
-    assert [size_class(n) for n in lengths] == [2, 2, 2, 1]
+    assert classes(lengths) == [[0, 1, 2, 3]]  # one class, padded to 4
     assert classed_topk(x, starts, lengths, ks).tolist() == [10, 11, 12, 0, 1, 3, 4, 7]
     assert torch.equal(classed_topk(x, starts, lengths, ks), loop_topk(x, starts, lengths, ks))
 
