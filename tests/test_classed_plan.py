@@ -14,7 +14,7 @@ from hypothesis import given, settings
 
 from experiments.studies.benchmarks.op_counts import count_ops
 from sparsifiers.common.kernels import classed_plan
-from sparsifiers.common.kernels.classed_plan import KEY_BYTES, OPS_PER_CLASS, classes, row_layout
+from sparsifiers.common.kernels.classed_plan import JOIN_OPS, KEY_BYTES, OPS_PER_CLASS, classes, row_layout
 from sparsifiers.common.kernels.classed_topk import classed_topk
 from tests.test_segmented import loop_topk, units_and_values
 
@@ -23,7 +23,8 @@ def modelled_us(lengths: list[int], grouped: list[list[int]]) -> float:
     """The model's cost of a grouping, as classes() weighs it: operations and padded ranked bytes."""
     launch_us, us_per_byte = classed_plan._costs()
     padded = sum(len(units) * max(lengths[u] for u in units) for units in grouped)
-    return (OPS_PER_CLASS * len(grouped) + (len(grouped) > 1)) * launch_us + padded * KEY_BYTES * us_per_byte
+    joined = (JOIN_OPS * len(grouped) + 1) if len(grouped) > 1 else 0  # a view per class and the cat
+    return (OPS_PER_CLASS * len(grouped) + joined) * launch_us + padded * KEY_BYTES * us_per_byte
 
 
 def contiguous_groupings(lengths: list[int]):

@@ -88,12 +88,12 @@ def test_deft_at_resnet152_dispatches_at_most_1_2_times_what_it_does_at_resnet18
         assert large.syncs + large_plan.syncs <= small.syncs + small_plan.syncs
 
 
-def test_classed_topk_adds_three_operations_per_class_and_none_per_unit() -> None:
-    # Units of 2^19 and 2^20 elements rank apart (padding 2^19 keys to 2^20 reads dearer in the
-    # selection model than a class's 3 operations and the cat), small units join a larger one:
+def test_classed_topk_adds_operations_per_class_and_none_per_unit() -> None:
+    # Units of 2^20 and 2^21 elements rank apart (padding 2^20 keys to 2^21 reads dearer in the
+    # selection model than a class's operations and the cat), small units join a larger one:
     # the count depends on the classes, not the units. A layout seen before is cached
     # (kernels/classed_plan.py): building it costs 6 operations more, 11 where rows are padded.
-    x = gradient_like(1 << 23)
+    x = gradient_like(1 << 24)
 
     def ops(lengths: list[int]) -> tuple[int, int]:
         starts = [sum(lengths[:i]) for i in range(len(lengths))]
@@ -108,8 +108,8 @@ def test_classed_topk_adds_three_operations_per_class_and_none_per_unit() -> Non
     one, build = ops([1 << 19] * 2)  # (a single unit takes torch's own path through repeat_interleave)
     assert one <= 25 and build == 6
     assert ops([1 << 19] * 12) == (one, build)
-    assert classes([1 << 19, 1 << 20]) == [[0], [1]]
-    assert ops([1 << 19, 1 << 20]) == ops([1 << 20, 1 << 19] * 3) == (one + 3 + 1, build)  # + the tops' cat
+    assert classes([1 << 20, 1 << 21]) == [[0], [1]]
+    assert ops([1 << 20, 1 << 21]) == ops([1 << 21, 1 << 20] * 3) == (one + 2 + 2 + 1, build)  # + views, the cat
     assert classes([3, 5, 9, 17, 33000]) == [[0, 1, 2, 3, 4]]
     assert ops([3, 5, 9, 17, 33000]) == (one, build + 5)  # padded: the mask (a spread, a compare), the fill (2), the clamp
 

@@ -24,7 +24,8 @@ import torch
 from sparsifiers.common.kernels.segmented import _spread, _upload
 
 KEY_BYTES = 8  # one int64 key per padded slot
-OPS_PER_CLASS = 3  # as_strided, topk, view (classed_topk.py)
+OPS_PER_CLASS = 2  # as_strided, topk (classed_topk.py)
+JOIN_OPS = 1  # per class where there are several: a view of its tops (then one cat joins them)
 PADDING = torch.iinfo(torch.int64).max  # a padded slot's key base: its key stays above every real one
 CACHED_PER_ELEMENT = 1  # cached padded slots, at most, per element of the values (8-16 bytes each)
 
@@ -54,7 +55,7 @@ def classes(lengths: list[int]) -> list[list[int]]:
         rows = 0
         for i in range(j - 1, -1, -1):  # the last class holds distinct[i:j], padded to distinct[j - 1]
             rows += count[i]
-            cost = best[i] + OPS_PER_CLASS * launch_us + rows * distinct[j - 1] * KEY_BYTES * us_per_byte
+            cost = best[i] + (OPS_PER_CLASS + JOIN_OPS) * launch_us + rows * distinct[j - 1] * KEY_BYTES * us_per_byte
             if cost < best[j]:
                 best[j], cut[j] = cost, i
     bounds, j = [], len(distinct)
@@ -62,7 +63,7 @@ def classes(lengths: list[int]) -> list[list[int]]:
         bounds.append((cut[j], j))
         j = cut[j]
     single = OPS_PER_CLASS * launch_us + len(lengths) * distinct[-1] * KEY_BYTES * us_per_byte if distinct else 0.0
-    if len(bounds) > 1 and single <= best[-1] + launch_us:  # more than one class also costs the tops' cat
+    if len(bounds) > 1 and single <= best[-1] + launch_us:  # several classes: their views and the cat too
         bounds = [(0, len(distinct))]
     group = {length: g for g, (i, j) in enumerate(reversed(bounds)) for length in distinct[i:j]}
     grouped: list[list[int]] = [[] for _ in bounds]

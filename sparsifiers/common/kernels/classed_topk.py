@@ -20,8 +20,9 @@ once, with torch.topk, which on a GPU is a radix select (about one pass per digi
        selected slots' units); the index is key mod 2^32; one sort of (unit << 40 | index) over
        the k_l's sum puts each unit's indices in order.
 
-About 17 operations plus 3 per class (one more to join two or more) on a cached layout, 6 more
-(11 where a row is padded) to build one; none syncs the host: every size is known on the host.
+About 16 operations plus 2 per class (as_strided, topk) on a cached layout, and where there are
+two classes or more one view per class and a cat to join their tops; 6 more (11 where a row is
+padded) to build a layout. None syncs the host: every size is known on the host.
 Needs float32, float16 or bfloat16 values (the bits of |x| fit beside a 32-bit index) and fewer
 than 2^32 elements; anything else takes segmented_topk (`unit_topk` chooses).
 """
@@ -92,12 +93,13 @@ def classed_topk(values: torch.Tensor, starts: list[int], lengths: list[int], ks
     tops, row_start = [], 0
     for units, width, k_class in zip(layout.classes, layout.widths, k_classes):
         matrix = key.as_strided((len(units), width), (width, 1), row_start)
-        tops.append(torch.topk(matrix, k_class, dim=1, largest=False, sorted=True).values.view(-1))
+        tops.append(torch.topk(matrix, k_class, dim=1, largest=False, sorted=True).values)
         row_start += len(units) * width
-    top = tops[0] if len(tops) == 1 else torch.cat(tops)
-    # Each unit's first k_u keys, in the order given; the index is the key mod 2^32.
+    # Each unit's first k_u keys, in the order given; the index is the key mod 2^32. One class's
+    # tops are read in place (torch.take reads a matrix as flat), several are joined first.
     unit = torch.repeat_interleave(k_unit, output_size=chosen)  # each selected slot's unit
     where = torch.arange(chosen, device=device).add_(take.index_select(0, unit))
-    selected = top.index_select(0, where).bitwise_and_((1 << KEY_SHIFT) - 1)
+    top = tops[0] if len(tops) == 1 else torch.cat([t.view(-1) for t in tops])
+    selected = torch.take(top, where).bitwise_and_((1 << KEY_SHIFT) - 1)
     ordered = torch.sort(selected.add_(unit, alpha=1 << INDEX_BITS)).values
     return torch.bitwise_and(ordered, (1 << INDEX_BITS) - 1, out=out)
