@@ -30,8 +30,8 @@ WORKERS = (1, 16)
 # method: (ops, syncs) of rank 0's select, then of the leader's plan where there is one.
 BOUNDS = {
     "topk": ((9, 1), None),
-    # DEFT and Accordion: one torch.topk per size class since issue #48 (kernels/classed_topk.py),
-    # 3 operations each, the classes bounded by the log of the size range (test below).
+    # DEFT and Accordion: one torch.topk per class of lengths since issue #48 (kernels/classed_topk.py),
+    # 2-3 operations each, at most one class per distinct length (the model's cheapest grouping, test below).
     "deft": ((42, 2), (4, 1)),  # a follower: its own unit norms (one sync for k_l) and the plan's decode
     "micro": ((8, 1), None),
     "exdyna": ((8, 1), None),

@@ -1,6 +1,6 @@
 """The batched (GPU) paths of issues #36 and #48 against the per-unit loops they replace, on CPU
 tensors (`simulated_gpu` makes them take the GPU's choice): segmented top-k (two sorts) and classed
-top-k (one torch.topk per size class) against ExactTopK unit by unit on inputs with ties, zeros,
+top-k (one torch.topk per class of lengths) against ExactTopK unit by unit on inputs with ties, zeros,
 NaN and inf, units of one element, k_l = size and k_l = 0 refused; the unit norms
 against linalg.vector_norm bit for bit; DEFT and Accordion through the production step, batched
 beside the loop, selecting exactly the same indices in the same order; Random-k's device-free

@@ -1,5 +1,5 @@
 """DEFT's per-unit top-k on its own, the two batched paths side by side (issue #48): classed_topk
-(one torch.topk per size class, what a GPU runs now) and segmented_topk (two sorts of the share,
+(one torch.topk per class of lengths, what a GPU runs now) and segmented_topk (two sorts of the share,
 what it ran before), on rank 0's bin of DEFT at the CIFAR ResNet-18 layout, d = 0.001. Each W's
 two answers are checked equal, then each is timed: the median of `--repeats` calls, every call
 between two synchronizations on CUDA. The GPU check runs it (gpu_check.sh, OUT/unit_topk.txt).

@@ -17,7 +17,7 @@ model's units would launch ~25 kernels and sync the host once per unit.
 
 The per-unit loop (ExactTopK unit by unit) stays the reference and the CPU's path;
 tests/test_segmented.py proves the two equal. Since issue #48 a GPU ranks each unit once instead
-(classed_topk.py: one torch.topk per size class); segmented_topk stays beside it as a second
+(classed_topk.py: one torch.topk per class of similar lengths); segmented_topk stays beside it as a second
 reference and as the fallback where its int64 keys do not fit (float64, 2^32 elements or more).
 """
 from __future__ import annotations
