@@ -32,7 +32,7 @@ BOUNDS = {
     "topk": ((9, 1), None),
     # DEFT and Accordion: one torch.topk per class of lengths since issue #48 (kernels/classed_topk.py),
     # 2-3 operations each, at most one class per distinct length (the model's cheapest grouping, test below).
-    "deft": ((42, 2), (4, 1)),  # a follower: its own unit norms (one sync for k_l) and the plan's decode
+    "deft": ((36, 2), (4, 1)),  # a follower: its own unit norms (one sync for k_l) and the plan's decode
     "micro": ((8, 1), None),
     "exdyna": ((8, 1), None),
     "cltk": ((9, 1), (9, 1)),
@@ -44,7 +44,7 @@ BOUNDS = {
     "randomk": ((42, 1), None),  # its k-th smallest draw position: topk and max (kthvalue was one op, one CUDA block)
     "threshold": ((7, 1), None),
     "sage": ((16, 3), None),
-    "accordion": ((40, 0), None),
+    "accordion": ((30, 0), None),
 }
 OVERRIDES = {"oktopk": ("sparsifier.warmup_steps=0",)}  # its warm-up selects nothing
 
