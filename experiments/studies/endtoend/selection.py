@@ -69,6 +69,9 @@ def count_select(sparsifier, acc: torch.Tensor, workers: int, settle: int = SETT
             # unit norms) and must not find it cached on itself.
             planner = copy.deepcopy(sparsifier) if leader not in (None, 0) else sparsifier
             plan = planner.make_plan(acc, step) if leader is not None else None
+            # The steady state: the rank met this select's layout before (DEFT's bin recurs every W
+            # steps), so what is cached per layout (kernels/classed_plan.py) is cached.
+            copy.deepcopy(sparsifier).select(acc, step, plan)
             with SyncCounter(count_bytes=True) as counter:
                 sparsifier.select(acc, step, plan)
     finally:
