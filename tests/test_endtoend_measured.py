@@ -17,7 +17,7 @@ from experiments.studies.endtoend.compute import ComputeProfile, StepWork
 from experiments.studies.endtoend.extrapolate import fit_statistics
 from experiments.studies.endtoend.model import Method, Study
 from experiments.studies.endtoend.selection import log_interpolate
-from experiments.studies.endtoend.selection_model import SelectCost, SelectionModel, fit
+from sparsifiers.common.kernels.selection_model import SelectCost, SelectionModel, fit
 from experiments.studies.endtoend.studies import QUICKSTART
 from experiments.engine.core.network import NetworkModel
 

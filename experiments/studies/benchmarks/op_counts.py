@@ -13,7 +13,7 @@ masked_select, unique, boolean indexing, repeat_interleave without output_size),
 
 Beside the counts, the bytes the select's operations hold and the ranked bytes among them (topk,
 sort, kthvalue), and what the end-to-end selection model calibrated on the H200 reads from the
-three (experiments/studies/endtoend/selection_model.py; docs/speed.md, "Operations per select").
+three (sparsifiers/common/kernels/selection_model.py; docs/speed.md, "Operations per select").
 """
 from __future__ import annotations
 
@@ -145,9 +145,7 @@ def count_select(name: str, layout, workers: int, acc: torch.Tensor, density: fl
 def main() -> None:
     from experiments.studies.benchmarks.resnet18_layout import resnet18_cifar_layout
     from experiments.studies.benchmarks.select import at_operating_point, gradient_like
-    from experiments.studies.endtoend.compute import ComputeProfile
-    from experiments.studies.endtoend.selection import RANKING
-    from experiments.studies.endtoend.selection_model import SelectCost
+    from sparsifiers.common.kernels.selection_model import RANKING, SelectCost, calibrated
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--methods", default=",".join(names(selects=True)), help="default: every method that selects")
@@ -159,7 +157,7 @@ def main() -> None:
     args = parser.parse_args()
     layout = resnet18_cifar_layout()
     acc = at_operating_point(gradient_like(layout.numel), args.density)
-    model = ComputeProfile.load("h200").selection_model
+    model = calibrated("h200")
     print(f"ops / host syncs per select (torch path, as on CUDA), ResNet-18 layout ({len(layout.segments)} tensors), "
           f"{'a first visit to the layout' if args.cold else 'the layout met before (steady state)'}; "
           f"bytes, ranked bytes and the selection model's ms: {model.describe()}")

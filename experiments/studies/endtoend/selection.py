@@ -27,7 +27,7 @@ import math
 import torch
 
 from experiments.engine.core.sync_count import SyncCounter
-from experiments.studies.endtoend.selection_model import SelectCost, SelectionModel, fit
+from sparsifiers.common.kernels.selection_model import RANKING, SelectCost, SelectionModel, fit
 from sparsifiers import registry
 
 SETTLE_STEPS = 8  # as the selection benchmark: adaptive thresholds settle before the count
@@ -35,7 +35,6 @@ SAME_LAYOUT = 0.01  # a measurement applies to a study whose N is within 1% of t
 
 
 # The ops that rank their input (a radix select or sort on a GPU) rather than stream it.
-RANKING = ("aten.topk", "aten.sort", "aten.kthvalue")
 
 
 def count_select(sparsifier, acc: torch.Tensor, workers: int, settle: int = SETTLE_STEPS) -> SelectCost:

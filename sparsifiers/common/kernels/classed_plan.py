@@ -3,7 +3,7 @@ padded rows' gather positions and key bases, built once per layout and kept.
 
     classes      Units grouped by length into contiguous runs of their sorted distinct lengths,
                  each run one class padded to its longest unit. The grouping minimises the
-                 end-to-end selection model's cost (experiments/studies/endtoend/selection_model.py,
+                 end-to-end selection model's cost (sparsifiers/common/kernels/selection_model.py,
                  the H200 profile's constants): OPS_PER_CLASS operations per class (one more
                  to join the classes' tops) against the padded keys' ranked bytes. A small
                  dynamic programme over the distinct lengths (ResNet-18 has about 15).
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from sparsifiers.common.kernels.segmented import _spread, _upload
+from sparsifiers.common.kernels.selection_model import calibrated
 
 KEY_BYTES = 8  # one int64 key per padded slot
 OPS_PER_CLASS = 2  # as_strided, topk (classed_topk.py)
@@ -37,10 +38,8 @@ CACHED_PER_ELEMENT = 4
 @functools.cache
 def _costs() -> tuple[float, float]:
     """(us per operation, us per ranked byte) of the calibrated selection model (conf/compute_profile/h200.yaml)."""
-    from experiments.studies.endtoend.compute import ComputeProfile
-
-    model = ComputeProfile.load("h200").selection_model
-    assert model is not None and model.ranking_gbs, "the h200 profile holds the calibrated selection model"
+    model = calibrated("h200")
+    assert model.ranking_gbs, "the h200 profile calibrates the ranking ops' throughput"
     return model.launch_us, 1e6 / (model.ranking_gbs * 1e9)
 
 
