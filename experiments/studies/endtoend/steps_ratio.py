@@ -105,8 +105,9 @@ def _interval(values: list[float], censored: bool) -> tuple[float | None, float 
     return (None, low, math.inf) if censored else (mean, low, mean + half)
 
 
-def _final(curve: list[tuple[int, float]]) -> float:
-    return curve[-1][1] if curve else math.nan
+def _mean_final(run_ids, curves: dict) -> float:
+    """The mean over runs of each run's last evaluated accuracy (NaN for a run never evaluated)."""
+    return statistics.fmean(curves[i][-1][1] if curves.get(i) else math.nan for i in run_ids)
 
 
 def _best_dense(runs: pd.DataFrame, curves: dict, where: str) -> tuple[str, float]:
@@ -114,7 +115,7 @@ def _best_dense(runs: pd.DataFrame, curves: dict, where: str) -> tuple[str, floa
     dense = runs[runs["sparsifier"].map(_is_dense)]
     if dense.empty:
         raise ValueError(f"runs in {where} hold no dense baseline: add sparsifier=dense runs of the same workload")
-    finals = dense.groupby("sparsifier")["run_id"].agg(lambda ids: statistics.fmean(_final(curves.get(i, [])) for i in ids))
+    finals = dense.groupby("sparsifier")["run_id"].agg(lambda ids: _mean_final(ids, curves))
     name = str(finals.idxmax())
     return name, float(finals.max())
 
@@ -151,7 +152,7 @@ def steps_ratios_from_runs(run_dirs: Iterable[Path], tolerance: float = DEFAULT_
     for method, group in runs[~runs["sparsifier"].map(_is_dense)].groupby("sparsifier"):
         ratio = _ratio(str(method), _seed_steps(group, curves, target, diverged), dense, workload,
                        source or f"runs in {where}", f"target {target:.4f} ({dense_name}'s final {final:.4f} less {tolerance:g})")
-        ratios[str(method)] = replace(ratio, final=statistics.fmean(_final(curves.get(i, [])) for i in group["run_id"]))
+        ratios[str(method)] = replace(ratio, final=_mean_final(group["run_id"], curves))
     return ratios
 
 
