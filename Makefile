@@ -91,8 +91,10 @@ data:
 # for the analysis, cached and cold. MODE=memory: peak memory of hosted ranks beside the estimate.
 # MODE=ddp: a torchvision ResNet-18 in real DDP, DDP's own all-reduce beside the sparsebench hook.
 # MODE=startup: where a quickstart run's wall time goes besides training (run.py, 3 repeats).
-# DEVICE=cuda (select and step): the same on the GPU, synchronized; select writes JSON with ARGS="--out F".
-# MODE=ops: torch operations and host syncs per select of every method, the GPU path counted on the CPU.
+# DEVICE=cuda (select, step and unit_topk): the same on the GPU, synchronized; select writes JSON with ARGS="--out F".
+# MODE=ops: torch operations, host syncs and bytes per select of every method, the GPU path counted on the
+# CPU, and the H200 selection model's reading of them. MODE=unit_topk: DEFT's per-unit top-k, the
+# size classes beside the sorts they replaced (DEVICE=cuda: on the GPU).
 MODE ?= select
 DEVICE ?=
 DEVICE_ARG := $(if $(DEVICE), --device $(DEVICE))
@@ -111,8 +113,10 @@ else ifeq ($(MODE),startup)
 	$(PY) -m experiments.studies.benchmarks.startup $(ARGS)
 else ifeq ($(MODE),ops)
 	$(PY) -m experiments.studies.benchmarks.op_counts $(ARGS)
+else ifeq ($(MODE),unit_topk)
+	$(PY) -m experiments.studies.benchmarks.unit_topk$(DEVICE_ARG) $(ARGS)
 else
-	$(error MODE must be select, step, load, memory, ddp, startup or ops, got $(MODE))
+	$(error MODE must be select, step, load, memory, ddp, startup, ops or unit_topk, got $(MODE))
 endif
 
 # Everything issue 36 measures on CUDA, on a machine with a GPU (docs/speed.md, "On a GPU"):

@@ -39,7 +39,8 @@ from sparsifiers.common.base import SelectionScope, Sparsifier
 from sparsifiers.common.exchange_kinds import ExchangeKind
 from sparsifiers.common.kernels import ExactTopK
 from sparsifiers.common.kernels.backend import batched_path
-from sparsifiers.common.kernels.segmented import segmented_topk, unit_norms
+from sparsifiers.common.kernels.classed_topk import unit_topk
+from sparsifiers.common.kernels.segmented import unit_norms
 from sparsifiers.common.layout import Layout
 
 INITIAL_NORM = 1e-8  # prev_l before the first detection (the released value)
@@ -177,9 +178,9 @@ class Accordion(Sparsifier):
         if self._indices.device != acc.device or self._indices.numel() < count:
             self._indices = torch.empty(max(count, self.k), dtype=torch.int64, device=acc.device)  # once: k is the largest
         if batched_path(acc):
-            # GPUs: every parameter in a fixed number of ops, no host sync (kernels/segmented.py).
-            segmented_topk(acc, [start for start, _ in self.segments], [end - start for start, end in self.segments],
-                           ks, out=self._indices[:count])
+            # GPUs: every parameter in a bounded number of ops, no host sync (kernels/classed_topk.py).
+            unit_topk(acc, [start for start, _ in self.segments], [end - start for start, end in self.segments],
+                      ks, out=self._indices[:count])
         else:
             position = 0
             for (start, end), k_l in zip(self.segments, ks):

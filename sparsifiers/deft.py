@@ -51,7 +51,8 @@ from sparsifiers.common.deft_allocation import (
 )
 from sparsifiers.common.kernels import ExactTopK
 from sparsifiers.common.kernels.backend import batched_path
-from sparsifiers.common.kernels.segmented import ranges, segmented_topk, tiles, unit_norms
+from sparsifiers.common.kernels.classed_topk import unit_topk
+from sparsifiers.common.kernels.segmented import ranges, tiles, unit_norms
 from sparsifiers.common.layout import Layout
 
 NORM_MODES = ("local", "global")
@@ -177,12 +178,15 @@ class DEFT(Sparsifier):
         count = sum(ks[unit] for unit in mine) + sum(self.sizes[unit] for unit in whole)
         self._ensure_buffers(acc, count)
         selected = sum(ks[unit] for unit in mine)
+        selection = self._indices[:count]
         if batched_path(acc):
-            # GPUs: every unit of the bin in a fixed number of ops, no host sync (kernels/segmented.py).
-            segmented_topk(acc, [self.units[unit][0] for unit in mine], [self.sizes[unit] for unit in mine],
-                           [ks[unit] for unit in mine], out=self._indices[:selected])
-            ranges([self.units[unit][0] for unit in whole], [self.sizes[unit] for unit in whole], acc.device,
-                   out=self._indices[selected:count])
+            # GPUs: every unit of the bin in a bounded number of ops, no host sync (kernels/classed_topk.py).
+            # No view more than needed: each is an operation, and the GPU path is launch-bound.
+            unit_topk(acc, [self.units[unit][0] for unit in mine], [self.sizes[unit] for unit in mine],
+                      [ks[unit] for unit in mine], out=selection[:selected] if whole else selection)
+            if whole:  # the leader's common units, whole
+                ranges([self.units[unit][0] for unit in whole], [self.sizes[unit] for unit in whole], acc.device,
+                       out=selection[selected:])
         else:
             # The reference, and the CPU's path (the compiled top-k unit by unit).
             position = 0
@@ -196,7 +200,7 @@ class DEFT(Sparsifier):
                 torch.arange(start, end, out=self._indices[position : position + end - start])
                 position += end - start
         self._scanned = sum(self.sizes[unit] for unit in mine)
-        return self._indices[:count]
+        return selection
 
     # -- 5. exchange: the common units, added by every rank ------------------------------------
     def shared_indices(self, step: int) -> torch.Tensor | None:

@@ -16,7 +16,7 @@ BENCHMARKS = REPO / "experiments" / "studies" / "benchmarks"
 # MODE -> the module it runs, and the arguments the Makefile adds before ARGS.
 MODES = {"select": ("select", ""), "step": ("step", " --hosted 64"), "load": ("load", ""),
          "memory": ("hosted_memory", ""), "ddp": ("ddp_hook", ""), "startup": ("startup", ""),
-         "ops": ("op_counts", "")}
+         "ops": ("op_counts", ""), "unit_topk": ("unit_topk", "")}
 PACKAGES = ("analysis", "experiments", "sparsifiers", "models", "datasets")
 
 
@@ -50,7 +50,7 @@ def test_make_bench_runs_the_modes_module(mode):
 def test_an_unknown_mode_names_the_modes():
     result = make_bench("loads", dry_run=True)
     assert result.returncode != 0
-    assert "MODE must be select, step, load, memory, ddp, startup or ops, got loads" in result.stderr
+    assert "MODE must be select, step, load, memory, ddp, startup, ops or unit_topk, got loads" in result.stderr
 
 
 def test_make_bench_load_runs_at_tiny_sizes():
@@ -61,7 +61,8 @@ def test_make_bench_load_runs_at_tiny_sizes():
     assert [line.split()[0] for line in lines[-3:]] == ["parse", "cold", "cached"]
 
 
-@pytest.mark.parametrize("mode, module, added", [("select", "select", ""), ("step", "step", " --hosted 64")])
+@pytest.mark.parametrize("mode, module, added", [("select", "select", ""), ("step", "step", " --hosted 64"),
+                                                ("unit_topk", "unit_topk", "")])
 def test_device_goes_to_select_and_step_as_an_argument(mode, module, added):
     command = ["make", "-s", "-n", "-o", ".venv/.installed", "bench", f"MODE={mode}", f"PY={sys.executable}",
                "DEVICE=cuda", "ARGS=--repeats 1"]
@@ -70,7 +71,7 @@ def test_device_goes_to_select_and_step_as_an_argument(mode, module, added):
     assert result.stdout.strip() == f"{sys.executable} -m experiments.studies.benchmarks.{module}{added} --device cuda --repeats 1"
 
 
-@pytest.mark.parametrize("module", ["select", "step"])
+@pytest.mark.parametrize("module", ["select", "step", "unit_topk"])
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a GPU is here: cuda is not refused")
 def test_device_cuda_without_a_gpu_is_refused_in_one_line_exit_2(module):
     result = subprocess.run([sys.executable, "-m", f"experiments.studies.benchmarks.{module}", "--device", "cuda"], cwd=REPO,

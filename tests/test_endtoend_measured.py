@@ -17,7 +17,7 @@ from experiments.studies.endtoend.compute import ComputeProfile, StepWork
 from experiments.studies.endtoend.extrapolate import fit_statistics
 from experiments.studies.endtoend.model import Method, Study
 from experiments.studies.endtoend.selection import log_interpolate
-from experiments.studies.endtoend.selection_model import SelectCost, SelectionModel, fit
+from sparsifiers.common.kernels.selection_model import SelectCost, SelectionModel, fit
 from experiments.studies.endtoend.studies import QUICKSTART
 from experiments.engine.core.network import NetworkModel
 
@@ -127,9 +127,11 @@ def test_selection_is_counted_on_the_gpus_path():
     layout = Layout.from_shapes((str(i), (n,)) for i, n in enumerate([4000, 300, 2000, 50, 1000] * 4))
     overrides = ["sparsifier=deft", "dataset=synthetic", "model=mlp"]
     few, many = (count_method(overrides, layout, 0.01, w) for w in (4, 64))
-    assert few.ops == many.ops and few.ranked > 0
+    # Ops vary only with the classes of the rank's bin and whether its layout is cached (a few,
+    # kernels/classed_topk.py), not with its unit count.
+    assert abs(few.ops - many.ops) <= 4 and few.ranked > 0
     acc = at_operating_point(gradient_like(layout.numel), 0.01)
-    assert bench_count("deft", layout, 4, acc, 0.01)[0].ops == few.ops
+    assert bench_count("deft", layout, 4, acc, 0.01, warm=True)[0].ops == few.ops
 
 
 def test_measure_compute_refuses_cuda_without_a_gpu(tmp_path, capsys):

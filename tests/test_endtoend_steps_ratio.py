@@ -16,8 +16,11 @@ import yaml
 from scipy.stats import t as student_t
 
 from analysis.load import load_runs
+from experiments.runformat.run_dir import ANALYSIS_CACHE, CONFIG, ENV, SUMMARY
+from experiments.studies.endtoend import report
 from experiments.studies.endtoend.convergence import convergence_sweeps
 from experiments.studies.endtoend.studies import CALIBRATED, QUICKSTART, RESNET18
+from experiments.studies.endtoend.verdicts import ratio_json
 from experiments.studies.endtoend.steps_ratio import (StepsRatio, _curves, _steps_to, reported_ratios,
                                                       steps_ratios_from_runs)
 
@@ -46,12 +49,12 @@ def loose(sweep) -> float:
 
 def copy_of(sweep: Path, tmp_path: Path) -> Path:
     target = tmp_path / "runs"
-    shutil.copytree(sweep, target, ignore=shutil.ignore_patterns("report", ".analysis_cache"))
+    shutil.copytree(sweep, target, ignore=shutil.ignore_patterns("report", ANALYSIS_CACHE))
     return target
 
 
 def edit(path: Path, change) -> None:
-    """Apply `change` to a run's config.yaml or env.json."""
+    """Apply `change` to a run's config or env record."""
     if path.suffix == ".yaml":
         data = yaml.safe_load(path.read_text())
         change(data)
@@ -76,15 +79,18 @@ def test_the_ratio_is_the_paired_t_interval_of_per_seed_ratios(sweep, loose):
     assert ratio.mean == pytest.approx(mean)
     assert ratio.low == pytest.approx(max(0.0, mean - half)) and ratio.high == pytest.approx(mean + half)
     assert ratio.workload == "mlp on digits" and ratio.source.startswith("runs in ")
+    assert ratio.final == pytest.approx(statistics.fmean(curves[i][-1][1] for i in runs[runs.sparsifier == "deft"].run_id))
 
 
 def test_a_diverged_run_never_reaches_the_target(sweep, loose, tmp_path):
     runs = copy_of(sweep, tmp_path)
-    summary = next(runs.glob("*_deft_w4_s1")) / "summary.json"
+    summary = next(runs.glob("*_deft_w4_s1")) / SUMMARY
     edit(summary, lambda data: data.update(diverged={"at_step": 4, "why": "test"}))
     ratio = steps_ratios_from_runs([runs], tolerance=loose)["deft"]
     assert (ratio.seeds, ratio.reached, ratio.mean, ratio.high) == (3, 2, None, math.inf)
     assert ratio.low is not None and ratio.low >= 0
+    text = report.ratio_text(ratio_json(ratio))  # the page: the censored ratio's bound and how far short it ended
+    assert text == f"at least {ratio.low:.2f}, 2 of 3 seeds reached the target, final accuracy {ratio.final:.2%}"
 
 
 @pytest.mark.parametrize("what, change, message", [
@@ -95,7 +101,7 @@ def test_a_diverged_run_never_reaches_the_target(sweep, loose, tmp_path):
 def test_runs_that_differ_are_refused(sweep, tmp_path, what, change, message):
     runs = copy_of(sweep, tmp_path)
     run = next(runs.glob("*_deft_w4_s0"))
-    edit(run / ("env.json" if what == "device" else "config.yaml"), change)
+    edit(run / (ENV if what == "device" else CONFIG), change)
     with pytest.raises(ValueError, match=message):
         steps_ratios_from_runs([runs])
 
@@ -135,10 +141,10 @@ def test_steps_from_reads_a_study_folder_by_its_convergence_sweep(sweep, loose, 
     from experiments.studies.endtoend.verdicts import given_ratios
 
     study = tmp_path / "long"
-    shutil.copytree(sweep, study / "convergence", ignore=shutil.ignore_patterns("report", ".analysis_cache"))
+    shutil.copytree(sweep, study / "convergence", ignore=shutil.ignore_patterns("report", ANALYSIS_CACHE))
     statistics_run = next((study / "convergence").glob("*_deft_w4_s0"))
     shutil.copytree(statistics_run, study / "statistics" / "0_deft_w2_s0")  # another W: read alone, refused
-    edit(study / "statistics" / "0_deft_w2_s0" / "config.yaml", lambda c: c["sparsifier"].update(density=0.001))
+    edit(study / "statistics" / "0_deft_w2_s0" / CONFIG, lambda c: c["sparsifier"].update(density=0.001))
     (ratio,) = given_ratios(study, tolerance=loose)
     assert (ratio.method, ratio.seeds, ratio.source) == ("deft", 3, "runs in long/convergence")
     assert ratio == steps_ratios_from_runs([study / "convergence"], tolerance=loose, source=ratio.source)["deft"]
@@ -146,7 +152,7 @@ def test_steps_from_reads_a_study_folder_by_its_convergence_sweep(sweep, loose, 
 
 def test_a_refused_steps_from_stops_make_endtoend_before_any_run(sweep, tmp_path):
     runs = copy_of(sweep, tmp_path)
-    edit(next(runs.glob("*_deft_w4_s0")) / "config.yaml", lambda c: c["sparsifier"].update(density=0.001))
+    edit(next(runs.glob("*_deft_w4_s0")) / CONFIG, lambda c: c["sparsifier"].update(density=0.001))
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
     result = subprocess.run([sys.executable, "-m", "experiments.studies.endtoend", "--quick", "--steps-from", str(runs),

@@ -22,6 +22,7 @@ from hydra.utils import get_object
 import experiments.engine.core.hosted as hosted_module
 import experiments.engine.core.sparsify as sparsify_module
 import experiments.engine.core.step as step_module
+import experiments.engine.core.stopwatch as stopwatch_module
 from experiments.runformat import metric_keys as keys
 from experiments.engine.core.network import NetworkModel
 from experiments.engine.core.world import init_world
@@ -261,7 +262,7 @@ def test_each_timing_covers_exactly_its_phases(method, tmp_path, monkeypatch):
     leader's plan 40 ms (added to the leader's select time), the exchange 7 ms; the step is
     their sum. Every time/* key of every row is that, exactly."""
     clock = FakeClock()
-    for module in (step_module, sparsify_module):  # compute and update; plan, select, exchange
+    for module in (step_module, sparsify_module, stopwatch_module):  # compute and update; plan, select, exchange
         monkeypatch.setattr(module, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
     accumulate, exchange, backward = hosted_module.accumulate, sparsify_module.exchange, torch.Tensor.backward
     backwards = []  # the ranks run one after the other: the i-th backward of a step is rank i's

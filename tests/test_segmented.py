@@ -1,6 +1,7 @@
-"""The batched (GPU) paths of issue #36 against the per-unit loops they replace, on CPU tensors
-(`simulated_gpu` makes them take the GPU's choice): segmented top-k against ExactTopK unit by unit
-on inputs with ties, zeros, NaN and inf, units of one element and k_l = size; the unit norms
+"""The batched (GPU) paths of issues #36 and #48 against the per-unit loops they replace, on CPU
+tensors (`simulated_gpu` makes them take the GPU's choice): segmented top-k (two sorts) and classed
+top-k (one torch.topk per class of lengths) against ExactTopK unit by unit on inputs with ties, zeros,
+NaN and inf, units of one element, k_l = size and k_l = 0 refused; the unit norms
 against linalg.vector_norm bit for bit; DEFT and Accordion through the production step, batched
 beside the loop, selecting exactly the same indices in the same order; Random-k's device-free
 generator against a plain Python splitmix64."""
@@ -18,6 +19,8 @@ from sparsifiers.accordion import Accordion
 from sparsifiers.deft import DEFT
 from sparsifiers.common.kernels import ExactTopK
 from sparsifiers.common.kernels.backend import batched_path, simulated_gpu
+from sparsifiers.common.kernels.classed_plan import classes
+from sparsifiers.common.kernels.classed_topk import classed_topk, supports, unit_topk
 from sparsifiers.common.kernels.segmented import ranges, segmented_topk, tiles, unit_norms
 from sparsifiers.common.layout import Layout
 from sparsifiers.randomk import GOLDEN, MASK64, RandomK, hashes, mix_int
@@ -45,12 +48,20 @@ def units_and_values(draw):
     return x, [units[u][0] for u in chosen], [units[u][1] - units[u][0] for u in chosen], ks
 
 
+def loop_topk(x: torch.Tensor, starts: list[int], lengths: list[int], ks: list[int]) -> torch.Tensor:
+    """The reference: ExactTopK unit by unit, in the order given."""
+    return torch.cat([ExactTopK()(x[s : s + n], k, offset=s).clone() for s, n, k in zip(starts, lengths, ks)])
+
+
 @settings(max_examples=300, deadline=None)
-@given(units_and_values())
-def test_segmented_topk_is_exact_topk_unit_by_unit(case) -> None:
+@given(units_and_values(), st.sampled_from([torch.float32, torch.float16, torch.bfloat16]))
+def test_segmented_and_classed_topk_are_exact_topk_unit_by_unit(case, dtype) -> None:
     x, starts, lengths, ks = case
-    expected = torch.cat([ExactTopK()(x[s : s + n], k, offset=s).clone() for s, n, k in zip(starts, lengths, ks)])
+    expected = loop_topk(x, starts, lengths, ks)
     assert torch.equal(segmented_topk(x, starts, lengths, ks), expected)
+    assert torch.equal(classed_topk(x, starts, lengths, ks), expected)
+    low = x.to(dtype)  # the magnitude bits of 16-bit floats, and their own ties and infinities
+    assert torch.equal(classed_topk(low, starts, lengths, ks), loop_topk(low, starts, lengths, ks))
     assert torch.equal(ranges(starts, lengths, x.device), torch.cat([torch.arange(s, s + n) for s, n in zip(starts, lengths)]))
 
 
@@ -60,6 +71,40 @@ def test_segmented_topk_takes_whole_units_and_refuses_bad_k() -> None:
     with pytest.raises(ValueError, match="1 <= k <= 2"):
         segmented_topk(x, [3], [2], [3])
     assert segmented_topk(x, [], [], []).numel() == 0
+    assert classed_topk(x, [3, 0], [2, 3], [2, 3]).tolist() == [3, 4, 0, 1, 2]
+    for k in (3, 0):  # k_l = 0 is refused as ExactTopK refuses it: a unit always selects something
+        with pytest.raises(ValueError, match="1 <= k <= 2"):
+            classed_topk(x, [3], [2], [k])
+    assert classed_topk(x, [], [], []).numel() == 0
+
+
+def test_classed_topk_pads_rows_and_ties_across_a_long_run() -> None:
+    # Units of one class with different lengths (padding), the padded one at the end of x (its
+    # padding runs past the end), and runs of equal magnitudes straddling each k_l-th: the lower
+    # index wins, and no padding is ever taken.
+    x = torch.tensor([1.0, -1.0, 1.0, 2.0, 1.0, -1.0, 1.0, 0.0, -0.0, 1.0, 1.0, 1.0, -1.0])
+    starts, lengths, ks = [10, 0, 3, 7], [3, 3, 4, 2], [3, 2, 2, 1]
+    assert classes(lengths) == [[0, 1, 2, 3]]  # one class, padded to 4
+    assert classed_topk(x, starts, lengths, ks).tolist() == [10, 11, 12, 0, 1, 3, 4, 7]
+    assert torch.equal(classed_topk(x, starts, lengths, ks), loop_topk(x, starts, lengths, ks))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_classed_topk_ranks_nan_as_inf_and_minus_zero_as_zero(dtype) -> None:
+    # NaN's bits lie above inf's: unclamped, a NaN would outrank an inf of lower index.
+    x = torch.tensor([0.0, math.inf, -math.nan, -math.inf, math.nan, -0.0, 0.0, 1.0], dtype=dtype)
+    for k in range(1, 9):
+        assert torch.equal(classed_topk(x, [0], [8], [k]), loop_topk(x, [0], [8], [k])), k
+    assert classed_topk(x, [0], [8], [2]).tolist() == [1, 2]
+    assert classed_topk(x, [4, 0], [4, 4], [3, 1]).tolist() == [4, 5, 7, 1]
+
+
+def test_unit_topk_falls_back_to_the_sorts_where_the_keys_do_not_fit() -> None:
+    x = torch.tensor([0.5, -2.0, 2.0, 1.0], dtype=torch.float64)
+    assert not supports(x) and supports(x.float()) and supports(x.half())
+    assert unit_topk(x, [0, 2], [2, 2], [1, 1]).tolist() == [1, 2]
+    with pytest.raises(ValueError, match="float32, float16 or bfloat16"):
+        classed_topk(x, [0], [4], [1])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

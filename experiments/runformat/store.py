@@ -32,10 +32,11 @@ class RunStore:
         return read_json(self.path(name))
 
     def set_status(self, status: str, name: str = STATUS, **details: Any) -> None:
-        """Rewrites status.json (or a node's own status file, `name`), keeping `started` and `resumes`."""
+        """Rewrites status.json (or a node's own status file, `name`), keeping `started`, `resumes`
+        and `damaged_checkpoints` (those resume= skipped, experiments/engine/launcher/resume.py)."""
         previous = self.read_json(name) or {}
         record = {"status": status, "updated": time.time(), **details}
-        for key in ("started", "resumes"):  # facts of the whole run, not of one attempt
+        for key in ("started", "resumes", "damaged_checkpoints"):  # facts of the whole run, not of one attempt
             if key in previous:
                 record.setdefault(key, previous[key])
         self.write_json(name, record)

@@ -229,14 +229,14 @@ MUTANTS = (
     Mutant("eval_every_steps_evaluates_the_last_step_twice", "experiments/engine/rank/train.py",
            "            if not at_loop_end:\n", "            if True:\n", ("tests/test_training_loop.py",)),
     Mutant("plan_time_left_out_of_the_leaders_selection", "experiments/engine/core/sparsify.py",
-           "        select_ms.append(elapsed_ms(world, start) + (plan_ms if rank == leader else 0.0))",
-           "        select_ms.append(elapsed_ms(world, start))", ("tests/test_full_step.py",)),
+           "    select_ms = [watch.ms(begin, end) + (plan_ms if rank == leader else 0.0)",
+           "    select_ms = [watch.ms(begin, end)", ("tests/test_full_step.py",)),
     Mutant("compute_time_only_after_backward", "experiments/engine/core/step.py",
            "            loss.backward()\n", "            loss.backward()\n        start = time.perf_counter()\n", ("tests/test_full_step.py",)),
     Mutant("exchange_timed_before_it_runs", "experiments/engine/core/sparsify.py",
            "    result = exchange(method.exchange, request)\n"
-           "    exchange_ms = elapsed_ms(world, start)",
-           "    exchange_ms = elapsed_ms(world, start)\n"
+           "    exchange_end = watch.mark()",
+           "    exchange_end = watch.mark()\n"
            "    result = exchange(method.exchange, request)", ("tests/test_full_step.py",)),
     Mutant("compute_mean_is_the_max", "experiments/engine/core/metrics.py",
            "        keys.COMPUTE_MEAN: float(column[\"compute_ms\"].mean()),", "        keys.COMPUTE_MEAN: float(column[\"compute_ms\"].max()),", ("tests/test_full_step.py",)),

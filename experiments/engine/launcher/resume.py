@@ -2,8 +2,11 @@
 
 The run goes on with the config it was started with (its config.yaml, not a new composition),
 from its newest complete checkpoint (experiments/engine/rank/checkpoint.py), or from step 0 if it stopped
-before the first one. metrics.jsonl keeps the steps the checkpoint had seen; the lines logged
-after it move to metrics.dropped.jsonl, so no step appears twice. The W&B run is the same one
+before the first one. Each checkpoint's files are checked against its marker first
+(experiments/runformat/checkpoint_integrity.py): a damaged one is skipped with one line saying why,
+left in place and named in status.json (`damaged_checkpoints`); if every one is damaged, the
+resume is refused before any process starts. metrics.jsonl keeps the steps the checkpoint had
+seen; the lines logged after it move to metrics.dropped.jsonl, so no step appears twice. The W&B run is the same one
 (its id is in env.json). A resume is recorded in env.json (`resumes`) and status.json.
 """
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from experiments.runformat.checkpoint_integrity import SKIP_VARIABLE, Damage, newest_intact
 from experiments.runformat.errors import ConfigError
 from experiments.engine.launcher.launch import run_to_end
 from experiments.runformat.run_dir import CONFIG, ENV, ERROR_FILES, RESUME_LOCK
@@ -94,18 +98,47 @@ def resume(directory: str) -> dict[str, Any]:
 
     validate(cfg)  # the data, the output directory and W&B may have changed since
     steps = complete_steps(store.dir)
-    from_step = steps[-1] if steps else 0
+    from_step, damaged = _intact_start(store, directory, steps)
     env = store.read_json(ENV)
     resumes = env.setdefault("resumes", [])
     resumes.append({"time": time.time(), "from_step": from_step, "host": socket.gethostname(), "argv": sys.argv})
     store.write_json(ENV, env)
     store.set_aside([path.name for path in store.dir.glob(ERROR_FILES)], f"resume-{len(resumes)}")
-    store.set_status("running", pid=os.getpid(), host=socket.gethostname(), resumed=time.time(), resumes=len(resumes))
+    store.set_status("running", pid=os.getpid(), host=socket.gethostname(), resumed=time.time(), resumes=len(resumes),
+                     **_damage_field(damaged))
     print(f"resuming {store.dir} from step {from_step}" + ("" if steps else " (no checkpoint yet)"), flush=True)
     try:
         return run_to_end(cfg, store, env, existed=True)
     finally:
         lock.close()
+
+
+def _intact_start(store: RunStore, directory: str, steps: list[int]) -> tuple[int, list[Damage]]:
+    """The step to resume from (the newest intact checkpoint; 0 if there is no checkpoint) and
+    the damaged checkpoints newer than it; ConfigError if there are checkpoints and none is intact.
+    The workers learn the damaged steps through SKIP_VARIABLE, so they load exactly this one."""
+    if not steps:
+        return 0, []
+    step, damaged = newest_intact(store.dir, steps)
+    if damaged:
+        os.environ[SKIP_VARIABLE] = ",".join(str(found.step) for found in damaged)
+    if step is None:
+        previous = {key: value for key, value in store.status().items() if key != "updated"}
+        store.set_status(previous.pop("status"), **previous, **_damage_field(damaged))
+        named = "; ".join(f"step {found.step}: {found.reason}" for found in damaged)
+        raise ConfigError(f"resume={directory}: no intact checkpoint to resume from ({named}).\n"
+                          "They are left in place (status.json names them): restore the files, or start the run again")
+    if damaged:
+        named = "; ".join(f"step {found.step}: {found.reason}" for found in damaged)
+        print(f"skipping damaged checkpoint {named}; resuming from step {step}", flush=True)
+    return step, damaged
+
+
+def _damage_field(damaged: list[Damage]) -> dict[str, Any]:
+    """status.json's `damaged_checkpoints`: each skipped checkpoint's step and why (none: no field)."""
+    if not damaged:
+        return {}
+    return {"damaged_checkpoints": [{"step": found.step, "reason": found.reason} for found in damaged]}
 
 
 def _lock(store: RunStore, directory: str):

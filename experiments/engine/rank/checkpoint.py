@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
+from experiments.runformat.checkpoint_integrity import marker_files, skipped_steps
 from experiments.runformat.errors import ConfigError
 from experiments.engine.rank.summary import SummaryAccumulator
 from experiments.runformat.run_dir import (CHECKPOINT_MARKER, CHECKPOINT_STEPS, CHECKPOINTS, checkpoint_process_file,
@@ -61,6 +62,12 @@ def complete_steps(run_dir: Path) -> list[int]:
     return sorted(step for step, d in steps if step is not None and (d / CHECKPOINT_MARKER).exists())
 
 
+def usable_steps(run_dir: Path) -> list[int]:
+    """complete_steps without those `resume=` found damaged (checkpoint_integrity.SKIP_VARIABLE)."""
+    skipped = skipped_steps(os.environ)
+    return [step for step in complete_steps(run_dir) if step not in skipped]
+
+
 @dataclass
 class Resumed:
     """A checkpoint loaded by this process: the step to run next and the state to restore."""
@@ -77,7 +84,7 @@ def load_agreed(run_dir: Path, world) -> Resumed | None:
     """The newest checkpoint that every process of the job has, loaded, or None (a fresh run).
     Processes agree through one tiny gather, so that a marker one node saw and another did not
     (a crash between the two) cannot make them resume at different steps."""
-    mine = [s for s in complete_steps(run_dir) if _process_file(run_dir, s, world.process_index).exists()]
+    mine = [s for s in usable_steps(run_dir) if _process_file(run_dir, s, world.process_index).exists()]
     newest = torch.tensor([[float(mine[-1] if mine else -1)]], dtype=torch.float64, device=world.device)
     agreed = int(world.comm.gather_stats(newest).min().item())
     if agreed < 0:
@@ -110,45 +117,54 @@ class Checkpointer:
         self.run_dir, self.world = Path(run_dir), world
         self.steps_per_epoch, self.total_steps = steps_per_epoch, total_steps
         self.resumed_at = resumed_at
+        self.damaged = skipped_steps(os.environ)  # those resume= skipped
 
     def due(self, step: int) -> bool:
         """Before `step` runs. Never at step 0 (nothing to keep), after the last step (the run
-        is over), or at the step a run just resumed from (that checkpoint is on disk)."""
-        if step == 0 or step >= self.total_steps or step == self.resumed_at:
-            return False
+        is over), at the step a run just resumed from (that checkpoint is on disk), or at one
+        `resume=` found damaged."""
+        if step == 0 or step >= self.total_steps or step == self.resumed_at or step in self.damaged:
+            return False  # a damaged checkpoint stays as it is, for a look: never overwritten
         return bool(self.every and step % self.every == 0) or (self.at_epoch_start and step % self.steps_per_epoch == 0)
 
-    def save(self, step: int, session, accumulator: SummaryAccumulator, elapsed_s: float, guard=None) -> None:
+    def save(self, step: int, session, accumulator: SummaryAccumulator, elapsed_s: float, guard=None,
+             watch=None) -> None:
         directory = step_dir(self.run_dir, step)
         directory.mkdir(parents=True, exist_ok=True)
         path = _process_file(self.run_dir, step, self.world.process_index)
         temp = path.with_name(f".{path.name}.tmp")
         with open(temp, "wb") as handle:
-            torch.save(capture(session, accumulator, step, elapsed_s, self.world, guard), handle)
+            torch.save(capture(session, accumulator, step, elapsed_s, self.world, guard, watch), handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temp, path)
         # Every process has its file in place once this gather returns: only then the marker.
         self.world.comm.gather_stats(torch.zeros(1, 1, dtype=torch.float64, device=self.world.device))
         if int(os.environ.get("LOCAL_RANK", 0)) == 0:  # one writer per node (run dirs need not be shared)
-            write_atomic(directory / CHECKPOINT_MARKER, json.dumps({"step": step, "processes": self.world.processes}) + "\n")
+            # Sizes and SHA-256s hashed now, before the marker vouches for them: resume= checks them.
+            files = marker_files(directory, self.world.processes)
+            marker = {"step": step, "processes": self.world.processes, "files": files}
+            write_atomic(directory / CHECKPOINT_MARKER, json.dumps(marker) + "\n")
             self._prune()
 
     def _prune(self) -> None:
-        """Keeps the newest `keep` marked checkpoints; unmarked ones older than those go too."""
-        marked = complete_steps(self.run_dir)
+        """Keeps the newest `keep` marked checkpoints; unmarked ones older than those go too.
+        Those `resume=` found damaged are neither counted nor deleted (they stay for a look)."""
+        marked = usable_steps(self.run_dir)
+        damaged = skipped_steps(os.environ)
         kept = set(marked[-self.keep:])
         oldest_kept = min(kept)
         for directory in (self.run_dir / CHECKPOINTS).glob(CHECKPOINT_STEPS):
             step = checkpoint_step_of(directory.name)
-            if step is not None and step not in kept and (step in marked or step < oldest_kept):
+            if step is not None and step not in kept | damaged and (step in marked or step < oldest_kept):
                 (directory / CHECKPOINT_MARKER).unlink(missing_ok=True)  # unmarked first: never half a checkpoint
                 shutil.rmtree(directory, ignore_errors=True)
 
 
-def capture(session, accumulator: SummaryAccumulator, step: int, elapsed_s: float, world, guard=None) -> dict[str, Any]:
+def capture(session, accumulator: SummaryAccumulator, step: int, elapsed_s: float, world, guard=None,
+            watch=None) -> dict[str, Any]:
     """This process's state before `step` (tensors are serialized as they are now); `guard`,
-    on_nonfinite=skip's SkipGuard, keeps its counters."""
+    on_nonfinite=skip's SkipGuard, keeps its counters; `watch`, the TargetWatch, its band."""
     state = {
         "format": FORMAT,
         "step": step,
@@ -170,6 +186,7 @@ def capture(session, accumulator: SummaryAccumulator, step: int, elapsed_s: floa
         "rng": {"torch": torch.get_rng_state()},
         "accumulator": vars(accumulator),
         "skip_guard": None if guard is None else guard.state_dict(),
+        "target": None if watch is None else watch.state_dict(),
         "elapsed_s": elapsed_s,
     }
     if world.device.type == "cuda":
@@ -177,8 +194,9 @@ def capture(session, accumulator: SummaryAccumulator, step: int, elapsed_s: floa
     return state
 
 
-def restore(state: dict[str, Any], session, accumulator: SummaryAccumulator, world, guard=None) -> None:
-    """Puts a captured state back, in place (param.grad views and buffers stay bound)."""
+def restore(state: dict[str, Any], session, accumulator: SummaryAccumulator, world, guard=None, watch=None) -> None:
+    """Puts a captured state back, in place (param.grad views and buffers stay bound). A file
+    written before the band was checkpointed has no `target`: the watch starts far, as it did then."""
     session.model.load_state_dict(state["model"])
     session.optimizer.load_state_dict(state["optimizer"])
     for index, (replica, saved) in enumerate(zip(session.replicas, state["ranks"], strict=True)):
@@ -191,6 +209,8 @@ def restore(state: dict[str, Any], session, accumulator: SummaryAccumulator, wor
     vars(accumulator).update(state["accumulator"])
     if guard is not None and state["skip_guard"] is not None:
         guard.load_state_dict(state["skip_guard"])
+    if watch is not None and state.get("target") is not None:
+        watch.load_state_dict(state["target"])
 
 
 def _on(value: Any, device: torch.device) -> Any:

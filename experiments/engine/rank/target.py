@@ -10,8 +10,9 @@ value would read the crossing to `eval_every_steps` again. With `stop_at_target`
 the first evaluation that reaches the target: the steps after it would not change the steps to
 the target.
 
-A resumed run starts far from the target again (this state is not checkpointed): its next regular
-evaluation finds the band again.
+Whether the run is near (and so its next evaluation step) and where it reached the target go into
+each checkpoint (`state_dict`): a run resumed inside the band evaluates at the same steps, with the
+same values, as one never stopped.
 
 Only the process hosting rank 0 evaluates. With several processes the others learn of the stop
 from a one-value gather at every step rank 0 could have evaluated at (a multiple of either
@@ -37,6 +38,13 @@ class TargetWatch:
         self.higher_is_better = task_metric(metric).higher_is_better is not False
         self.near_target = False  # an evaluation on rank 0 came within eval_near (it stays: docstring)
         self.reached_at: int | None = None  # the steps done at the first evaluation that reached the target
+
+    def state_dict(self) -> dict[str, bool | int | None]:
+        """What a checkpoint keeps: the band (the next evaluation step follows from it) and the reach."""
+        return {"near_target": self.near_target, "reached_at": self.reached_at}
+
+    def load_state_dict(self, state: dict[str, bool | int | None]) -> None:
+        self.near_target, self.reached_at = bool(state["near_target"]), state["reached_at"]
 
     def _gap(self, value: float) -> float:
         """How far `value` is short of the target (<= 0: reached)."""

@@ -87,7 +87,7 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path, resumed: Resumed |
             break
         _start_epoch(session, epoch, steps_per_epoch)
         if resumed is not None:  # after start_epoch: the checkpoint was taken after it too
-            restore(resumed.state, session, log.accumulator, world, guard)
+            restore(resumed.state, session, log.accumulator, world, guard, watch)
             log.started -= resumed.state["elapsed_s"]
             resumed = None
         skip = step - epoch * steps_per_epoch
@@ -95,7 +95,7 @@ def train(cfg: DictConfig, world: World, sink, run_dir: Path, resumed: Resumed |
         log.start_epoch(epoch, epoch_steps)
         for batches in islice(zip(*(r.batches.epoch(epoch) for r in session.replicas)), skip, skip + epoch_steps):
             if checkpoints.due(step):
-                checkpoints.save(step, session, log.accumulator, log.elapsed(), guard)
+                checkpoints.save(step, session, log.accumulator, log.elapsed(), guard, watch)
             logging_step = step % cfg.logger.log_every == 0 or step == total_steps - 1
             world.comm.meter.reset()
             lr = _set_learning_rate(session, epoch + (step - epoch * steps_per_epoch) / steps_per_epoch)

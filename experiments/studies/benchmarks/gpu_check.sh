@@ -11,7 +11,9 @@
 #  3. the tests that need or change with a GPU: the layouts' device pins, the exchanges' syncs and
 #     the rank-order accumulation on CUDA, the hosted-vs-processes command line, the NCCL hook,
 #     env.json's GPU section, the benchmarks' device plumbing  -> OUT/tests.txt
-#  4. hosted ResNet-18 (3x32x32 synthetic), W = 16 on one GPU, Top-k, DEFT, MiCRO, ExDyna: the share
+#  4. DEFT's per-unit top-k (issue 48): classed_topk beside the sorts it replaced, rank 0's bin at
+#     W = 1, 2, 4, 16, 64, checked equal on the GPU                -> OUT/unit_topk.txt
+#  5. hosted ResNet-18 (3x32x32 synthetic), W = 16 on one GPU, Top-k, DEFT, MiCRO, ExDyna: the share
 #     of the step outside the ranks' forward/backward (target <= 10%), and the host syncs and
 #     operations of one hosted step                            -> OUT/hosted.txt, OUT/runs/
 # A step that fails is reported and the others still run; the exit code says whether all passed.
@@ -42,6 +44,8 @@ step tests "$OUT/tests.txt" "$PY" -m pytest -q -p no:cacheprovider -x \
   "tests/test_deterministic_reduction.py::test_the_command_line_logs_the_same_metrics_hosted_and_in_processes" \
   tests/test_ddp_hook.py::test_nccl_processes_on_gpus_equal_sparsebench_step
 step "bench tests" "$OUT/bench_tests.txt" "$PY" -m pytest -q -p no:cacheprovider tests/test_benchmarks_entry.py -k "device or json or synchron"
+step "unit topk" "$OUT/unit_topk.txt" make -s -o .venv/.installed bench MODE=unit_topk DEVICE=cuda PY="$PY" \
+  ARGS="--workers 1,2,4,16,64 --repeats 15"
 
 runs=()
 for method in topk deft micro exdyna; do

@@ -10,6 +10,10 @@ masked_select, unique, boolean indexing, repeat_interleave without output_size),
 `.tolist()`/`.numpy()` (no aten op on a CPU tensor: caught at the Python API by a function mode).
 
     make bench MODE=ops   # = python -m experiments.studies.benchmarks.op_counts [--methods deft,topk] [--workers 1,16]
+
+Beside the counts, the bytes the select's operations hold and the ranked bytes among them (topk,
+sort, kthvalue), and what the end-to-end selection model calibrated on the H200 reads from the
+three (sparsifiers/common/kernels/selection_model.py; docs/speed.md, "Operations per select").
 """
 from __future__ import annotations
 
@@ -56,10 +60,14 @@ class _HostReads(TorchFunctionMode):
 
 class count_ops:
     """Context manager: `with count_ops() as counts: ...` counts what the block dispatches, with
-    the kernels' torch path and the GPU's choices forced (see the module docstring)."""
+    the kernels' torch path and the GPU's choices forced (see the module docstring); with
+    `count_bytes`, the bytes of their tensors too (SyncCounter's)."""
+
+    def __init__(self, count_bytes: bool = False) -> None:
+        self.count_bytes = count_bytes
 
     def __enter__(self) -> Counts:
-        self.counts = Counts()
+        self.counts = Counts(count_bytes=self.count_bytes)
         self._backend = current_backend()
         set_backend("torch")
         self._gpu = simulated_gpu()
@@ -77,10 +85,14 @@ class count_ops:
 
 
 def count_select(name: str, layout, workers: int, acc: torch.Tensor, density: float = 0.001,
-                 settle: int = 4, overrides: tuple[str, ...] = ()) -> tuple[Counts, Counts | None]:
+                 settle: int = 4, overrides: tuple[str, ...] = (), count_bytes: bool = False,
+                 warm: bool = False) -> tuple[Counts, Counts | None]:
     """Rank 0's select (a follower's, W > 1) of `name` after `settle` steps on `acc`, counted; and
     the leader's plan when the method has one at that step (None otherwise). Like the selection
-    benchmark, the settle steps feed back as if every rank selected what rank 0 did."""
+    benchmark, the settle steps feed back as if every rank selected what rank 0 did. `warm`: as
+    in a run's steady state, the counted select's layout was met before (a rank's DEFT bin recurs
+    every W steps, after 4 settle steps not yet at W > 4): one uncounted select on a copy first
+    fills what is cached per layout (kernels/classed_plan.py)."""
     from experiments.engine.launcher.compose import compose_job
     from experiments.engine.rank.build import build_sparsifier
     from sparsifiers.common.capabilities import leader_of
@@ -109,7 +121,9 @@ def count_select(name: str, layout, workers: int, acc: torch.Tensor, density: fl
                 else:
                     plan = sparsifier.make_plan(acc, step) if leader is not None else None
                 if count_it:
-                    with count_ops() as select_counts:
+                    if warm:
+                        copy.deepcopy(sparsifier).select(acc, step, plan)
+                    with count_ops(count_bytes) as select_counts:
                         selection = sparsifier.select(acc, step, plan)
                 else:
                     selection = sparsifier.select(acc, step, plan)
@@ -131,21 +145,29 @@ def count_select(name: str, layout, workers: int, acc: torch.Tensor, density: fl
 def main() -> None:
     from experiments.studies.benchmarks.resnet18_layout import resnet18_cifar_layout
     from experiments.studies.benchmarks.select import at_operating_point, gradient_like
+    from sparsifiers.common.kernels.selection_model import RANKING, SelectCost, calibrated
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--methods", default=",".join(names(selects=True)), help="default: every method that selects")
     parser.add_argument("--workers", default="1,16")
     parser.add_argument("--density", type=float, default=0.001)
     parser.add_argument("--repeats", type=int, default=1, help="ignored: counts do not vary (the modes' common option)")
+    parser.add_argument("--cold", action="store_true",
+                        help="count a rank's first visit to its layout (default: the steady state, count_select's warm)")
     args = parser.parse_args()
     layout = resnet18_cifar_layout()
     acc = at_operating_point(gradient_like(layout.numel), args.density)
-    print(f"ops / host syncs per select (torch path, as on CUDA), ResNet-18 layout ({len(layout.segments)} tensors)")
+    model = calibrated("h200")
+    print(f"ops / host syncs per select (torch path, as on CUDA), ResNet-18 layout ({len(layout.segments)} tensors), "
+          f"{'a first visit to the layout' if args.cold else 'the layout met before (steady state)'}; "
+          f"bytes, ranked bytes and the selection model's ms: {model.describe()}")
     for name in args.methods.split(","):
         for w in (int(x) for x in args.workers.split(",")):
-            select, plan = count_select(name, layout, w, acc, args.density)
+            select, plan = count_select(name, layout, w, acc, args.density, count_bytes=True, warm=not args.cold)
+            cost = SelectCost(select.ops, float(select.bytes), float(sum(select.bytes_by_op[op] for op in RANKING)))
             extra = f"   plan: {plan.ops} ops, {plan.syncs} syncs" if plan is not None else ""
-            print(f"{name:<12} W={w:<3} select: {select.ops:>5} ops, {select.syncs:>4} syncs{extra}")
+            print(f"{name:<12} W={w:<3} select: {select.ops:>5} ops, {select.syncs:>4} syncs, {cost.bytes / 1e6:8.1f} MB, "
+                  f"{cost.ranked / 1e6:7.1f} MB ranked, modelled {model.ms(cost):6.3f} ms{extra}")
 
 
 if __name__ == "__main__":

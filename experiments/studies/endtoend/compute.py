@@ -37,7 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from experiments.studies.endtoend.selection_model import SelectionModel
+from sparsifiers.common.kernels.selection_model import SelectionModel
 from experiments.runformat.errors import ConfigError
 from experiments.engine.launcher.environment import REPO_ROOT
 
@@ -139,9 +139,7 @@ class ComputeProfile:
                 selection_model = other.selection_model.on(node["gpu"], number("memory_bandwidth_gbs"),
                                                            other.memory_bandwidth_gbs)
             else:
-                selection_model = SelectionModel(float(model["launch_us"]), float(model["bandwidth_gbs"]),
-                                                 str(model.get("calibrated_on", node["gpu"])),
-                                                 float(model["ranking_gbs"]) if model.get("ranking_gbs") else None)
+                selection_model = SelectionModel.from_node(model, node["gpu"])
         return cls(node["name"], node["gpu"], number("peak_tflops"), number("efficiency"), number("launch_us"),
                    dict(node.get("measured_ms") or {}), number("memory_bandwidth_gbs"),
                    {str(m): {int(w): float(ms) for w, ms in row.items()} for m, row in (node.get("selection_ms") or {}).items()},

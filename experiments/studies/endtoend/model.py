@@ -33,7 +33,7 @@ from experiments.studies.endtoend.extrapolate import Statistics
 from experiments.studies.endtoend.ledger import at_workers, sent_bytes_max
 from experiments.studies.endtoend.runs import RunStats
 from experiments.studies.endtoend.selection import SAME_LAYOUT, log_interpolate
-from experiments.studies.endtoend.selection_model import SelectCost
+from sparsifiers.common.kernels.selection_model import SelectCost
 from sparsifiers.registry import names
 
 # The dense baselines: the sparsifiers are compared with the fastest of them.

@@ -66,7 +66,8 @@ def ratio_text(ratio: dict[str, Any]) -> str:
     seeds = f"{ratio['seeds']} seed{'s' if ratio['seeds'] != 1 else ''}"
     if ratio["mean"] is None:
         bound = "" if ratio["low"] is None else f"at least {ratio['low']:.2f}, "
-        return f"{bound}{ratio['reached']} of {seeds} reached the target"
+        final = "" if ratio.get("final") is None else f", final accuracy {ratio['final']:.2%}"
+        return f"{bound}{ratio['reached']} of {seeds} reached the target{final}"
     high = "open" if ratio["high"] is None else f"{ratio['high']:.2f}"
     spread = "" if ratio["low"] is None else f" ({ratio['low']:.2f}-{high})"
     return f"{ratio['mean']:.2f}{spread}, {seeds}"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable
 
@@ -49,6 +49,7 @@ class StepsRatio:
     reached: int
     source: str  # "laptop convergence sweep" | "runs in DIR" | "reported: <citation>"
     note: str = ""
+    final: float | None = None  # the method's mean final accuracy over its seeds: how far short a censored one ends
 
 
 def reported_ratios() -> dict[str, StepsRatio]:
@@ -103,8 +104,9 @@ def _interval(values: list[float], censored: bool) -> tuple[float | None, float 
     return (None, low, math.inf) if censored else (mean, low, high)
 
 
-def _final(curve: list[tuple[int, float]]) -> float:
-    return curve[-1][1] if curve else math.nan
+def _mean_final(run_ids, curves: dict) -> float:
+    """The mean over runs of each run's last evaluated accuracy (NaN for a run never evaluated)."""
+    return statistics.fmean(curves[i][-1][1] if curves.get(i) else math.nan for i in run_ids)
 
 
 def _best_dense(runs: pd.DataFrame, curves: dict, where: str) -> tuple[str, float]:
@@ -112,7 +114,7 @@ def _best_dense(runs: pd.DataFrame, curves: dict, where: str) -> tuple[str, floa
     dense = runs[runs["sparsifier"].map(_is_dense)]
     if dense.empty:
         raise ValueError(f"runs in {where} hold no dense baseline: add sparsifier=dense runs of the same workload")
-    finals = dense.groupby("sparsifier")["run_id"].agg(lambda ids: statistics.fmean(_final(curves.get(i, [])) for i in ids))
+    finals = dense.groupby("sparsifier")["run_id"].agg(lambda ids: _mean_final(ids, curves))
     name = str(finals.idxmax())
     return name, float(finals.max())
 
@@ -147,9 +149,9 @@ def steps_ratios_from_runs(run_dirs: Iterable[Path], tolerance: float = DEFAULT_
     workload = f"{runs['model'].iloc[0]} on {runs['dataset'].iloc[0]}"
     ratios = {}
     for method, group in runs[~runs["sparsifier"].map(_is_dense)].groupby("sparsifier"):
-        ratios[str(method)] = _ratio(str(method), _seed_steps(group, curves, target, diverged), dense, workload,
-                                     source or f"runs in {where}",
-                                     f"target {target:.4f} ({dense_name}'s final {final:.4f} less {tolerance:g})")
+        ratio = _ratio(str(method), _seed_steps(group, curves, target, diverged), dense, workload,
+                       source or f"runs in {where}", f"target {target:.4f} ({dense_name}'s final {final:.4f} less {tolerance:g})")
+        ratios[str(method)] = replace(ratio, final=_mean_final(group["run_id"], curves))
     return ratios
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from experiments.studies.reproduce.studies import Sweep
 from sparsifiers import registry
-from sparsifiers.registry import names
+from sparsifiers.registry import chosen, names
 
 # The methods with a threshold_start: one sweep each (the default sparsifier has no threshold_start).
 CALIBRATED = names(calibrated_start=True)
@@ -81,13 +81,15 @@ QUICKSTART = StudySpec(
     name="quickstart", title="the quickstart workload (CNN, Fashion-MNIST, 71,802 parameters): the test suite's cut-down run",
     experiment="endtoend/quickstart", statistics="endtoend/quickstart_statistics", base_workers=2,
     # a split method with a plan (statistics), dense (and its overlapped twin), PowerSGD's bucketed exchange
-    methods="dense,powersgd", sparsifiers=("deft",), settle=10, until=40, metric="eval/accuracy",
+    methods=",".join(chosen("dense", "powersgd")), sparsifiers=chosen("deft"),
+    settle=10, until=40, metric="eval/accuracy",
     quick_base=("dataset=digits", "max_steps=14", "logger=local"),
     # two seeds of DEFT: the extrapolation check's mean and standard error over them (check.py)
     quick_statistics=("dataset=digits", "max_steps=14", "workers=2,4", "seed=0,1", "logger=local", "sparsifier=deft"))
 RESNET18 = StudySpec(
     name="resnet18", title="ResNet-18 (the papers' CIFAR-10 layout, 11.2 M parameters)",
     experiment="endtoend/resnet18", statistics="endtoend/resnet18_statistics", base_workers=2,
-    methods="dense,dense_bf16,dense_fp16,powersgd", sparsifiers=("topk", "deft"), settle=2, until=5, metric="eval/accuracy",
+    methods=",".join(chosen("dense", "dense_bf16", "dense_fp16", "powersgd")), sparsifiers=chosen("topk", "deft"),
+    settle=2, until=5, metric="eval/accuracy",
     stands_for="resnet18_cifar10")
 STUDIES = {study.name: study for study in (QUICKSTART, RESNET18)}

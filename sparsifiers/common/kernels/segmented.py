@@ -16,7 +16,9 @@ model's units would launch ~25 kernels and sync the host once per unit.
                      No host sync: every size is known on the host.
 
 The per-unit loop (ExactTopK unit by unit) stays the reference and the CPU's path;
-tests/test_segmented.py proves the two equal.
+tests/test_segmented.py proves the two equal. Since issue #48 a GPU ranks each unit once instead
+(classed_topk.py: one torch.topk per class of similar lengths); segmented_topk stays beside it as a second
+reference and as the fallback where its int64 keys do not fit (float64, 2^32 elements or more).
 """
 from __future__ import annotations
 
@@ -68,13 +70,18 @@ def ranges(starts: list[int], lengths: list[int], device: torch.device, out: tor
     return out.add_(_spread(first - before, length, total))
 
 
+def check_ks(lengths: list[int], ks: list[int]) -> None:
+    """Refuses a unit's k outside 1..its length, as ExactTopK does (host integers: no op, no sync)."""
+    for length, k in zip(lengths, ks):
+        if not 1 <= k <= length:
+            raise ValueError(f"top-k needs 1 <= k <= {length}, got k = {k}")
+
+
 def segmented_topk(values: torch.Tensor, starts: list[int], lengths: list[int], ks: list[int],
                    out: torch.Tensor | None = None) -> torch.Tensor:
     """For each unit u (values[starts[u] : starts[u] + lengths[u]]), its exact top-ks[u] global
     indices, increasing; the units' results concatenated in the order given (module docstring)."""
-    for length, k in zip(lengths, ks):
-        if not 1 <= k <= length:  # as ExactTopK (host integers: no op, no sync)
-            raise ValueError(f"top-k needs 1 <= k <= {length}, got k = {k}")
+    check_ks(lengths, ks)
     device, units = values.device, len(starts)
     total, chosen = sum(lengths), sum(ks)
     if out is None:

@@ -1,11 +1,20 @@
 """The modelled GPU's selection time from what one `select` dispatches (experiments/studies/endtoend/selection.py
 counts it): `SelectCost` (ops, bytes, ranked bytes), `SelectionModel` (ms = ops x launch_us +
 streamed bytes / bandwidth + ranked bytes / ranking) and its fit to a GPU's measured selection.
-A module of its own so that a compute profile (compute.py) can hold a model without importing
-the counting, which needs compute.py's profiles."""
+It lies beside the kernels because they are planned by it too (classed_plan.py weighs a size
+class's operations against its padded bytes with it), and everything above reads it from here:
+the end-to-end study's compute profiles (compute.py), make bench MODE=ops."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+# The ops that rank their input (a radix select or a sort on a GPU): their bytes are ranked bytes.
+RANKING = ("aten.topk", "aten.sort", "aten.kthvalue")
+PROFILES = Path(__file__).resolve().parents[3] / "conf" / "compute_profile"
 
 
 @dataclass(frozen=True)
@@ -27,6 +36,12 @@ class SelectionModel:
     bandwidth_gbs: float  # effective: what the streaming ops move per second
     calibrated_on: str
     ranking_gbs: float | None = None  # effective: what the ranking ops get through per second (None: as streaming)
+
+    @classmethod
+    def from_node(cls, model: dict[str, Any], gpu: str) -> "SelectionModel":
+        """A profile's own calibration (its `selection_model:` mapping)."""
+        return cls(float(model["launch_us"]), float(model["bandwidth_gbs"]), str(model.get("calibrated_on", gpu)),
+                   float(model["ranking_gbs"]) if model.get("ranking_gbs") else None)
 
     def ms(self, cost: SelectCost) -> float:
         ranking = self.ranking_gbs or self.bandwidth_gbs
@@ -73,3 +88,14 @@ def fit(costs: list[SelectCost], measured_ms: list[float]) -> tuple[float, float
         raise ValueError("the selection model cannot be fitted: no positive bandwidth explains the measurements")
     launch, inverse_bw, inverse_ranking = best[1]
     return float(launch), 1.0 / float(inverse_bw), (1.0 / float(inverse_ranking) if inverse_ranking > 0 else None)
+
+
+def calibrated(profile: str) -> SelectionModel:
+    """The selection model a compute profile calibrated itself (conf/compute_profile/<profile>.yaml),
+    read without the end-to-end study's profile machinery (compute.py), which lies above the kernels."""
+    node = yaml.safe_load((PROFILES / f"{profile}.yaml").read_text())
+    model = node.get("selection_model")
+    if not isinstance(model, dict):
+        raise ValueError(f"compute_profile {profile} holds no calibration of its own (selection_model: {model!r})")
+    return SelectionModel.from_node(model, node["gpu"])
+
