@@ -67,8 +67,12 @@ def test_each_property_reads_the_numbers_of_the_paper_claim_it_generalises(synth
     # The threshold baseline drifts (its paper claim holds): the generic density verdict fails.
     assert paper(study, "density.threshold").outcome is Outcome.HOLDS
     assert judged(study, "threshold")["density"].outcome is Outcome.DOES_NOT_HOLD
-    # Top-k's selections are all k: no imbalance, balanced against MiCRO.
-    assert judged(study, "topk")["balance"].outcome is Outcome.HOLDS
+    # Top-k's selections are all k: no imbalance, balanced against MiCRO; but their union builds up
+    # with W (1.5 k at W = 2, 2.5 k at W = 4), so build-up and the settled density fail.
+    topk = judged(study, "topk")
+    assert topk["balance"].outcome is Outcome.HOLDS
+    assert topk["buildup"].outcome is topk["density"].outcome is Outcome.DOES_NOT_HOLD
+    assert [numbers["worst |U|/k"] for numbers in topk["buildup"].measured.values()] == [2.5]
 
 
 def test_a_method_two_points_below_dense_fails_the_accuracy_property(synthetic):
