@@ -18,6 +18,7 @@ from matplotlib.colors import to_hex
 
 from analysis import measured, scorecard
 from analysis.figures.scorecard import HIGHLIGHT, measure_figure, measured as measured_bars
+from experiments.runformat import run_dir as run_files
 from experiments.studies.compare.__main__ import main
 from experiments.studies.compare.battery import QUICK, Scale, applicable_workers
 from experiments.studies.compare.pays import STEP
@@ -167,7 +168,7 @@ def test_the_leaderboard_covers_every_registered_method_and_renders_again_from_i
             assert cell == {key: one[key] for key in ("value", "rank", "of", "verdict")}, (row["method"], prop)
             if cell["value"] is not None:  # measured: its part's runs are listed, and there
                 part = board["measures"][prop]["part"]
-                assert row["runs"][part] and all((out / run / "summary.json").is_file() for run in row["runs"][part])
+                assert row["runs"][part] and all((out / run / run_files.SUMMARY).is_file() for run in row["runs"][part])
     text = (pages / "leaderboard.md").read_text()
     assert f"at commit `{record['provenance']['commit']}`" in text and record["provenance"]["machine"] in text
     assert "| `top2k` |" in text and "2 (#3, fails)" in text  # the cheater's traffic: last of three (MiCRO's beside)

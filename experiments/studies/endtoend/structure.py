@@ -31,12 +31,12 @@ from experiments.engine.core.positions import bin_edges
 from sparsifiers.common.deft_allocation import allocate, common_units, encode_plan, make_units, unit_cost, unit_k
 from sparsifiers.exdyna import move_blocks
 from sparsifiers.common.layout import Layout, even_splits
-from sparsifiers.registry import names
+from sparsifiers.registry import chosen, names
 
 # The methods whose runs are replayed at other W: each rank selects in its own partition, by a
 # rule this module runs (Structure.at). Another partitioned method (a user's own, registered
 # through SPARSEBENCH_METHODS) has no rule here: its statistics are fitted like any method's.
-REPLAYED = ("micro", "exdyna", "deft")
+REPLAYED = chosen("micro", "exdyna", "deft")
 SPLIT_METHODS = tuple(name for name in names(partitioned=True) if name in REPLAYED)
 
 
