@@ -40,6 +40,11 @@ class Method:
     # Its density is set by a threshold steered toward the target (it logs sparsifier/threshold),
     # not by a count. Ok-Topk logs its local threshold too, but it stands for a top-k's count: not one.
     thresholded: bool = False
+    # Its threshold carries over from step to step, moved by a rule toward the target (MiCRO's and
+    # ExDyna's lambda, SAGE's rescaling): it needs steps to settle before its selection is typical.
+    # A thresholded method whose threshold is fixed (hard threshold) or found afresh every step
+    # (DGC's sample, Gaussian-k's fit, SIDCo's at its default fixed stages) is not steered.
+    steered: bool = False
     partitioned: bool = False  # each rank selects in its own part of the vector: disjoint selections
     precision: str = "fp32"  # the dense presets' wire type (the YAML's `precision`)
     overlap: bool = False  # the cluster model overlaps its all-reduce with backward (the YAML's `overlap`)
@@ -104,11 +109,11 @@ METHODS: tuple[Method, ...] = (
     Method("dgc", "sparsifiers.dgc.DGC", "DGC", thresholded=True),
     Method("cltk", "sparsifiers.cltk.CLTK", "CLT-k"),
     Method("threshold", "sparsifiers.threshold.HardThreshold", "hard threshold", thresholded=True),
-    Method("sage", "sparsifiers.sage.Sage", "SAGE", thresholded=True),
+    Method("sage", "sparsifiers.sage.Sage", "SAGE", thresholded=True, steered=True),
     Method("gaussiank", "sparsifiers.gaussiank.GaussianK", "Gaussian-k", thresholded=True),
     Method("randomk", "sparsifiers.randomk.RandomK", "Random-k"),
-    Method("micro", "sparsifiers.micro.Micro", "MiCRO", thresholded=True, partitioned=True),
-    Method("exdyna", "sparsifiers.exdyna.ExDyna", "ExDyna", thresholded=True, partitioned=True),
+    Method("micro", "sparsifiers.micro.Micro", "MiCRO", thresholded=True, steered=True, partitioned=True),
+    Method("exdyna", "sparsifiers.exdyna.ExDyna", "ExDyna", thresholded=True, steered=True, partitioned=True),
     Method("deft", "sparsifiers.deft.DEFT", "DEFT", partitioned=True),
     Method("sidco", "sparsifiers.sidco.SIDCo", "SIDCo", thresholded=True),
     Method("accordion", "sparsifiers.accordion.Accordion", "Accordion"),

@@ -115,9 +115,18 @@ def test_every_method_is_priced_by_the_end_to_end_model(battery):
 
 @pytest.mark.slow
 def test_a_second_call_reruns_nothing(battery, again):
-    _, _, _, records = battery
+    """Every part of the first call is in the study's ledger with its seconds (schedule.py), so the
+    second starts no run and composes no sweep's jobs again."""
+    out, _, _, records = battery
     printed, _ = again
-    assert "run 1/" not in printed and "0 to run" in printed and "selection, partitioned_topk: already done, reused" in printed
+    assert "run 1/" not in printed and "python run.py -m" not in printed
+    assert "7 sweeps already done here" in printed and "selection, partitioned_topk: already done, reused" in printed
+    ledger = json.loads((out / "parts.json").read_text())
+    parts = sorted((entry["method"], entry["part"]) for entry in ledger["parts"].values())
+    assert parts == sorted([("dense", "convergence"), ("dense baselines", "per-step baselines"),
+                            *((method, part) for method in (*METHODS, "micro") for part in ("statistics", "per-step", "convergence")),
+                            *((method, "selection") for method in METHODS), ("micro", "selection, steered")])
+    assert all(entry["seconds"] > 0 for entry in ledger["parts"].values()) and ledger["wall_s"] > 0
     assert records["dense"]["measures"]["traffic"]["text"].startswith("NOT_MEASURABLE: not applicable, because dense")
 
 

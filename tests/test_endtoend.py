@@ -323,33 +323,6 @@ def test_a_missing_steps_from_folder_is_refused_before_anything_runs(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_sweeps_run_two_at_a_time_and_the_first_failure_stops_the_others(monkeypatch, tmp_path):
-    """run_sweeps: `jobs` sweeps at once, in order; a failed sweep's error is raised after the
-    running ones are told to stop (stop_all) and the queued ones are never started."""
-    import threading
-    import time
-
-    from experiments.studies.endtoend import __main__ as driver
-    from experiments.studies.reproduce.studies import Sweep
-
-    started, stopped, lock = [], threading.Event(), threading.Lock()
-
-    def fake_run_sweep(sweep, out, number, total, cancelled):
-        with lock:
-            started.append(number)
-        if number == 1:
-            time.sleep(0.2)  # the second is running by now
-            raise SystemExit(f"{sweep.name} failed")
-        stopped.wait(5)  # runs until stop_all tells it to end
-
-    monkeypatch.setattr(driver, "run_sweep", fake_run_sweep)
-    monkeypatch.setattr(driver, "stop_all", stopped.set)
-    sweeps = [Sweep(f"s{i}", f"study/s{i}", (), "") for i in range(1, 5)]
-    with pytest.raises(SystemExit, match="s1 failed"):
-        driver.run_sweeps(sweeps, tmp_path, jobs=2)
-    assert sorted(started) == [1, 2] and stopped.is_set()
-
-
 ENDTOEND_JOBS = {"resnet18/statistics_topk": 5, "resnet18/statistics_deft": 5, "resnet18/statistics_micro": 5,
                  "resnet18/statistics_exdyna": 5, "resnet18/base": 4}
 

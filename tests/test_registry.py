@@ -160,3 +160,37 @@ def test_methods_kept_outside_sparsifiers_are_registered_in_every_process_throug
         assert yaml.safe_load((tmp_path / "sparsifier" / "partitioned_topk.yaml").read_text())["_target_"] == \
             "tests.helpers.partitioned_topk.PartitionedTopK"
     assert not registry.is_method("top2k")
+
+
+# The knobs that keep a thresholded method's history out of the final step's input: DGC's momentum
+# (its velocity would carry the history into acc) and warm-up (a schedule by epoch, not a threshold).
+HISTORY_FREE_INPUT = {"dgc": {"momentum": 0.0, "warmup": False}}
+
+
+def _threshold_after(name: str, history_scale: float) -> float:
+    """Rank 0's logged threshold at a last step whose input is the same whatever came before (the
+    residuals zeroed, the same gradients), after 6 steps of gradients scaled by `history_scale`."""
+    from tests.helpers.stepped_ranks import SteppedRanks, noise
+
+    layout = Layout.from_shapes([("a", (3000,)), ("b", (1000,))])
+    knobs = {**_conf()[name], "density": 0.01, **HISTORY_FREE_INPUT.get(name, {})}
+    cfg = OmegaConf.create({"workers": 2, "seed": 0, "sparsifier": knobs})
+    world = SteppedRanks([build_sparsifier(cfg, layout, rank=rank) for rank in range(2)])
+    history = noise(layout.numel, 2, seed=1, scale=history_scale)
+    for step in range(6):
+        world.step(next(history), step)
+    for residual in world.residuals:
+        residual.zero_()
+    world.step(next(noise(layout.numel, 2, seed=2)), 6)
+    return float(world.sparsifiers[0].metrics()["sparsifier/threshold"])
+
+
+@pytest.mark.parametrize("name", registry.names(thresholded=True))
+def test_a_steered_threshold_carries_its_history_and_no_other_does(name):
+    """`steered` decides how long the compare battery's selection replay settles a method
+    (experiments/studies/compare/battery.py): a steered threshold is moved from step to step, so
+    after histories far below and far above the target the same last step sees different
+    thresholds; every other thresholded method's is fixed or found afresh from that step's input."""
+    below, above = _threshold_after(name, 1e-4), _threshold_after(name, 1e4)
+    assert (below != above) == registry.method(name).steered, (name, below, above)
+    assert set(registry.names(steered=True)) <= set(registry.names(thresholded=True))

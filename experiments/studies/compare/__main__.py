@@ -2,13 +2,14 @@
 the standard battery for each named method, then every method's generic verdicts and scorecard.
 
     python -m experiments.studies.compare (--method NAME[,NAME...] | --baseline) [--out DIR] [--quick] [--skip-runs]
-        [--publish] [KEY=VALUE ...]
+        [--publish] [--jobs 2] [KEY=VALUE ...]
 
 1. refuses an unknown method name, or a bad override, before any run starts (exit 2);
 2. runs the battery (experiments/studies/compare/battery.py) for each named method and for the
    field (below; the test suite's: the references the verdicts compare with, dense for accuracy
-   and MiCRO for balance): every part a folder of `--out` already holds done is reused, so a
-   second call runs only a new method's runs;
+   and MiCRO for balance): the untimed sweeps `--jobs` at a time (default: one per core, at most
+   2), then each selection replay alone (schedule.py); every part a folder of `--out` already
+   holds done is reused, so a second call runs only a new method's runs;
 3. judges the generic verdicts (analysis/claims/generic.py) of every method the folder holds and
    writes, per method, `<out>/records/<name>.json` and the scorecard `<out>/scorecards/<name>.md`
    (every measure with its rank among all those methods, each verdict; analysis/scorecard.py);
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -39,9 +41,12 @@ from analysis.figures.scorecard import measure_figure
 from analysis.load import load_runs
 from experiments.engine.launcher.environment import REPO_ROOT
 from experiments.runformat.errors import ConfigError
-from experiments.studies.compare.battery import LAPTOP, QUICK, VERDICT_FOLDERS, Scale, refusal, run_method, statistics_sweep
+from experiments.studies.compare.battery import (LAPTOP, QUICK, VERDICT_FOLDERS, Scale, per_step_baselines, plan_method,
+                                                 refusal, statistics_sweep)
 from experiments.studies.compare.baseline import battery_of, estimate_s, keyed_folder
+from experiments.studies.compare.schedule import Ledger, run_battery, threads_override
 from experiments.studies.compare.pays import per_step
+from experiments.studies.endtoend.__main__ import MAX_JOBS
 from experiments.studies.compare.publish import publish, run_folders
 from experiments.studies.reproduce.sweeps import minutes, say_if_busy, start_study
 from sparsifiers import registry
@@ -57,6 +62,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None,
                         help="the study's folder (default outputs/compare/<commit>_<cpu>_<gpu>/, reused by every call there)")
     parser.add_argument("--quick", action="store_true", help="the test suite's cut-down battery")
+    parser.add_argument("--jobs", type=int, default=min(MAX_JOBS, os.cpu_count() or 1),
+                        help=f"untimed sweeps run at once (default: one per core, at most {MAX_JOBS}); "
+                        "each selection replay runs alone")
     parser.add_argument("--skip-runs", action="store_true", help="judge and write what --out already holds")
     parser.add_argument("--publish", action="store_true", help="write the leaderboard of every method --out holds "
                         "to docs/measured/leaderboard.md (and .html)")
@@ -116,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     options = parse(argv)
     overrides, scale = tuple(options.overrides), QUICK if options.quick else LAPTOP
     try:
+        if options.jobs < 1:
+            raise ConfigError(f"--jobs {options.jobs}: expected at least 1 (untimed sweeps run at once)")
         methods = checked_methods(options, overrides, scale)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -123,29 +133,40 @@ def main(argv: list[str] | None = None) -> int:
     out = start_study(options.out or keyed_folder(COMPARE_OUT), "compare")
     started = time.monotonic()
     refused = json.loads((out / REFUSED).read_text()) if (out / REFUSED).is_file() else {}
+    ledger = Ledger(out) if out.is_dir() else None
     if not options.skip_runs:
         say_if_busy("the selection-time measure times it")
         battery = battery_of(methods, scale)
+        print(f"checking the jobs of {len(battery)} methods (run.py's validation at every W)", flush=True)
+        per_step_overrides = (threads_override(options.jobs),)
+        plans = [plan_method(method, out, scale, overrides, per_step_overrides) for method in battery]
+        baselines = per_step_baselines(plans, scale, overrides, per_step_overrides)
+        out.mkdir(parents=True, exist_ok=True)
+        refused.update({plan.method: plan.refused for plan in plans})
+        (out / REFUSED).write_text(json.dumps(refused, indent=2) + "\n")
+        ledger = Ledger(out)
         if scale is LAPTOP:
-            print(f"the battery of {len(battery)} methods in {out}: about {minutes(estimate_s(battery, out))} here "
-                  "(each part still to run at its measured cost, docs/compare.md)", flush=True)
-        for number, method in enumerate(battery, 1):
-            print(f"[{number}/{len(battery)}] {method}", flush=True)
-            refused[method] = run_method(method, out, scale, overrides, number, len(battery))
-            (out / REFUSED).write_text(json.dumps(refused, indent=2) + "\n")
+            print(f"the battery of {len(battery)} methods in {out}: about "
+                  f"{minutes(estimate_s(plans, baselines, ledger, options.jobs))} here (each part still to run at its "
+                  f"measured cost, {options.jobs} sweeps at a time, each selection replay alone: docs/compare.md)", flush=True)
+        try:
+            run_battery(plans, baselines, out, overrides, options.jobs, ledger)
+        finally:  # a stopped study's sessions add up to its wall time
+            ledger.add_wall(time.monotonic() - started)
     elif not out.is_dir():
         print(f"error: --skip-runs: {out} does not exist", file=sys.stderr)
         return 2
     pages, records = write_cards(out, refused, scale, overrides)
     for method in methods or list(pages):
         print(f"scorecard: {pages[method]}" if method in pages else f"{method}: no finished runs in {out}")
-    wall = time.monotonic() - started
-    print(f"make compare: {minutes(wall)}, results in {out}")
+    print(f"make compare: {minutes(time.monotonic() - started)}, results in {out}")
     if options.publish:
-        # A folder judged again (--skip-runs) did not time its runs: its page says no wall time.
+        # The wall time of every session that ran the folder's parts (its ledger); a folder whose
+        # runs no session timed (judged again from runs made elsewhere) has none.
         given = sys.argv[1:] if argv is None else argv
         command = "python -m experiments.studies.compare " + " ".join(given)
-        print(f"published: {publish(out, records, command, None if options.skip_runs else wall, options.pages)}")
+        wall = ledger.wall_s if ledger is not None and ledger.wall_s > 0 else None
+        print(f"published: {publish(out, records, command, wall, options.pages)}")
     return 0
 
 

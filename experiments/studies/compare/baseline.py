@@ -7,9 +7,9 @@ by configuration, experiments/studies/compare/battery.py); a call at another com
 machine gets a new folder, and runs them. A stopped study resumes: run_sweep keeps the finished
 jobs of a sweep (make reproduce's resume), a selection replay that did not finish runs again.
 
-Before it runs, the study says what it expects to take: the methods without a record in the
-folder, each priced by ESTIMATE_S, the per-part wall times measured on this project's 2-core
-machine.
+Before it runs, the study says what it expects to take: each part the folder's ledger does not hold
+(schedule.py), priced by ESTIMATE_S, the per-part wall times measured on this project's 2-core
+machine; a stopped study is priced for what it still lacks.
 """
 from __future__ import annotations
 
@@ -17,18 +17,18 @@ import re
 from pathlib import Path
 
 from experiments.engine.launcher.environment import _git, cpu_model
-from experiments.studies.compare.battery import Scale
-from experiments.studies.compare.pays import PerStepScale
+from experiments.studies.compare.battery import Plan, Scale
+from experiments.studies.compare.schedule import Ledger, pending_sweeps
+from experiments.studies.reproduce.studies import Sweep
 from sparsifiers import registry
 
 # Seconds per part of the battery and method, measured on the shared 2-core machine (docs/compare.md,
-# "What it costs"): statistics at W = 2-16, the selection replay (a thresholded method settles its
-# threshold for 400 steps first), three convergence seeds, the ResNet-18 statistics runs at W = 2-32
-# (Top-k's: 149 s); and once, the dense baselines' ResNet-18 runs at W = 2 (43 s).
-ESTIMATE_S = {"statistics": 68, "selection": 72, "selection, thresholded": 188, "convergence": 76, "per-step": 150,
-              "per-step baselines": 43}
-
-
+# "What it costs"), each untimed part's while another ran beside it (schedule.py): statistics at
+# W = 2-16, three convergence seeds, the ResNet-18 statistics runs at W = 2-32, and once the dense
+# baselines' ResNet-18 runs at W = 2; each selection replay alone (a steered method settles its
+# threshold for 400 steps first).
+ESTIMATE_S = {"statistics": 68, "convergence": 76, "per-step": 150, "per-step baselines": 43,
+              "selection": 72, "selection, steered": 188}
 def slug(text: str | None) -> str:
     """A name's letters and digits, dashes between (a folder name on every file system)."""
     return re.sub(r"[^A-Za-z0-9]+", "-", text or "unknown").strip("-").lower()[:40]
@@ -51,20 +51,12 @@ def keyed_folder(root: Path) -> Path:
     return root / study_key(gpu_names())
 
 
-def estimate_s(methods: list[str], out: Path) -> float:
-    """The expected wall time of the methods' battery: ESTIMATE_S for each part of each method that
-    has no record in `out` yet (a method with one ran whole: its parts are reused), and the dense
-    baselines' per-step runs once when the folder has none."""
-    total = 0.0 if (out / PerStepScale().study.name / "base").is_dir() else ESTIMATE_S["per-step baselines"]
-    for method in methods:
-        if (out / "records" / f"{method}.json").is_file():
-            continue
-        entry = registry.method(method)
-        total += ESTIMATE_S["convergence"]
-        if entry.selects:
-            total += ESTIMATE_S["statistics"] + ESTIMATE_S["per-step"]
-            total += ESTIMATE_S["selection, thresholded" if entry.thresholded else "selection"]
-    return total
+def estimate_s(plans: list[Plan], baselines: list[tuple[str, Sweep]], ledger: Ledger, jobs: int) -> float:
+    """The expected wall time of what the plans still need: ESTIMATE_S of each untimed sweep the
+    ledger lacks, `jobs` of them at a time, and of each selection replay not done, one at a time."""
+    untimed = sum(ESTIMATE_S[part] for part, _, _ in pending_sweeps(plans, baselines, ledger))
+    timed = sum(ESTIMATE_S[plan.replay.part] for plan in plans if plan.replay is not None and not plan.replay.done())
+    return untimed / jobs + timed
 
 
 def battery_of(methods: list[str], scale: Scale) -> list[str]:

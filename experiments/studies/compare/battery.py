@@ -13,11 +13,13 @@ Per method, four parts, each cached by configuration in the study's folder:
   W = 2 to 32) and its dense baselines', priced by its model on the default H200 clusters
   (pays.py): the break-even.
 
-A sweep's runs are reused when they are done (experiments/studies/reproduce/sweeps.py: a job whose
-run directory records the same overrides), a selection folder when every run in it is; so a
-second call runs only what a new method needs. A worker count the method refuses (its
-constructor's ConfigError, as run.py's validation raises it before launch) is left out of the
-sweep and recorded as not applicable with that reason.
+Here each method's parts are planned (plan_method), every W checked by run.py's validation first:
+a worker count the method refuses (its constructor's ConfigError, raised before launch) is left
+out of the sweep and recorded as not applicable with that reason. schedule.py runs the plans: the
+untimed sweeps a few at a time, each replay alone. A sweep's runs are reused when they are done
+(the study's ledger; experiments/studies/reproduce/sweeps.py: a job whose run directory records
+the same overrides), a selection folder when every run in it is; so a second call runs only what
+a new method needs.
 """
 from __future__ import annotations
 
@@ -28,11 +30,10 @@ from pathlib import Path
 from experiments.engine.launcher.compose import compose_job
 from experiments.engine.launcher.validate import validate
 from experiments.runformat.errors import ConfigError
-from experiments.studies.compare.pays import QUICK_PER_STEP, PerStepScale, run_per_step
+from experiments.studies.compare.pays import QUICK_PER_STEP, PerStepScale, base_sweep, per_step_sweep
 from experiments.studies.reproduce import selection
 from experiments.studies.reproduce.__main__ import selection_done
 from experiments.studies.reproduce.studies import CONVERGENCE, QUICK_ARGS, STATISTICS, Sweep
-from experiments.studies.reproduce.sweeps import run_sweep
 from sparsifiers import registry
 
 SEEDS = (0, 1, 2)  # convergence: the generic accuracy verdict averages them (issue 47 asks for >= 3)
@@ -102,17 +103,52 @@ def applicable_workers(method: str, scale: Scale, overrides: tuple[str, ...]) ->
 
 
 def selection_settle(method: str) -> dict[str, int]:
-    """The replay's settle steps for `method`: the study's own for the papers' threshold methods,
-    the longest of them for any other thresholded method (its threshold must settle too)."""
-    thresholded = registry.method(method).thresholded
-    return {method: selection.SETTLE_STEPS.get(method, max(selection.SETTLE_STEPS.values()) if thresholded
+    """The replay's settle steps for `method`: the study's own for the papers' steered methods, the
+    longest of them for any other steered method (its threshold must settle too: registry
+    `steered`), the default for the rest (a threshold fixed or found afresh each step has nothing
+    to settle: DGC's select, 80-110 ms here, over 400 steps at W = 2-16 would cost 50 minutes)."""
+    steered = registry.method(method).steered
+    return {method: selection.SETTLE_STEPS.get(method, max(selection.SETTLE_STEPS.values()) if steered
                                                else selection.DEFAULT_SETTLE)}
 
 
-def run_selection(method: str, out: Path, scale: Scale, overrides: tuple[str, ...], say=print) -> dict[str, str]:
-    """The selection replay of `method` into out/selection/<method>, unless it is done there;
-    returns the worker counts it refused (not applicable), by part."""
-    folder = out / SELECTION_FOLDER / method
+@dataclass(frozen=True)
+class Replay:
+    """One method's selection replay into out/selection/<method>: the battery's timed part, run
+    alone (schedule.py)."""
+
+    method: str
+    folder: Path
+    options: dict
+
+    @property
+    def part(self) -> str:
+        return "selection, steered" if registry.method(self.method).steered else "selection"
+
+    def done(self) -> bool:
+        return selection_done(self.folder, self.options)
+
+    def run(self, overrides: tuple[str, ...], say=print) -> None:
+        if self.folder.exists():  # stopped part-way: the replay runs whole, into an empty folder
+            shutil.rmtree(self.folder)
+        say(f"    selection, {self.method}: the replay at W={list(self.options['workers'])}")
+        selection.run_selection_study(self.folder, **self.options, overrides=overrides, progress=lambda line: say(f"    {line}"))
+
+
+@dataclass
+class Plan:
+    """What the battery runs for one method: its untimed sweeps by part (statistics, per-step,
+    convergence), its replay (None: it has no selection, or fewer than two W to time), and the
+    parts it refused, each with run.py's reason."""
+
+    method: str
+    sweeps: list[tuple[str, Sweep]]
+    replay: Replay | None
+    refused: dict[str, str]
+
+
+def replay_of(method: str, out: Path, scale: Scale, overrides: tuple[str, ...]) -> tuple[Replay | None, dict[str, str]]:
+    """The method's selection replay at the W it accepts, and the W it refused (not applicable)."""
     options = {"settle_steps": selection_settle(method), **scale.selection, "methods": (method,)}
     refused, accepted = {}, []
     for workers in options["workers"]:
@@ -125,26 +161,34 @@ def run_selection(method: str, out: Path, scale: Scale, overrides: tuple[str, ..
             refused[f"selection at W={workers}"] = why
     options["workers"] = tuple(accepted)
     if len(accepted) < 2:  # no slope from one W: the verdict says so
-        return refused
-    if selection_done(folder, options):
-        say(f"    selection, {method}: already done, reused")
-        return refused
-    if folder.exists():  # stopped part-way: the replay runs whole, into an empty folder
-        shutil.rmtree(folder)
-    say(f"    selection, {method}: the replay at W={accepted}")
-    selection.run_selection_study(folder, **options, overrides=overrides, progress=lambda line: say(f"    {line}"))
-    return refused
+        return None, refused
+    return Replay(method, out / SELECTION_FOLDER / method, options), refused
 
 
-def run_method(method: str, out: Path, scale: Scale, overrides: tuple[str, ...], number: int, total: int) -> dict[str, str]:
-    """Every part of the battery for one method (the parts already done reused); returns what was
-    not applicable, by part, with the reason."""
+def plan_method(method: str, out: Path, scale: Scale, overrides: tuple[str, ...], per_step_overrides: tuple[str, ...]) -> Plan:
+    """Every part of the battery for one method, each W checked by run.py's validation first.
+    `per_step_overrides`: the per-step sweeps' own (the threads each hosted ResNet-18 run takes when
+    sweeps run side by side, schedule.py)."""
+    sweeps: list[tuple[str, Sweep]] = []
     refused: dict[str, str] = {}
+    replay = None
     if registry.method(method).selects:  # a dense baseline has no traffic, density or selection to measure
         workers, refused = applicable_workers(method, scale, overrides)
         if workers:
-            run_sweep(statistics_sweep(method, tuple(workers), scale, overrides), out, number, total)
-        refused.update(run_selection(method, out, scale, overrides))
-        refused.update(run_per_step(method, out, scale.per_step, overrides, refusal, number, total))
-    run_sweep(convergence_sweep(method, scale, overrides), out, number, total)
-    return refused
+            sweeps.append(("statistics", statistics_sweep(method, tuple(workers), scale, overrides)))
+        per_step, refused_per_step = per_step_sweep(method, scale.per_step, (*overrides, *per_step_overrides), refusal)
+        if per_step is not None:
+            sweeps.append(("per-step", per_step))
+        replay, refused_selection = replay_of(method, out, scale, overrides)
+        refused.update(refused_selection)
+        refused.update(refused_per_step)
+    sweeps.append(("convergence", convergence_sweep(method, scale, overrides)))
+    return Plan(method, sweeps, replay, refused)
+
+
+def per_step_baselines(plans: list[Plan], scale: Scale, overrides: tuple[str, ...],
+                       per_step_overrides: tuple[str, ...]) -> list[tuple[str, Sweep]]:
+    """The dense baselines' per-step sweep, once for every method that prices its step (pays.py)."""
+    if not any(part == "per-step" for plan in plans for part, _ in plan.sweeps):
+        return []
+    return [("per-step baselines", base_sweep(scale.per_step, (*overrides, *per_step_overrides)))]

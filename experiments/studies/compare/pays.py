@@ -28,7 +28,6 @@ from experiments.studies.endtoend.compute import ComputeProfile, StepWork
 from experiments.studies.endtoend.model import DENSE_BASELINES
 from experiments.studies.endtoend.studies import QUICKSTART, RESNET18, StudySpec
 from experiments.studies.reproduce.studies import Sweep
-from experiments.studies.reproduce.sweeps import run_sweep
 from sparsifiers import registry
 
 
@@ -66,12 +65,12 @@ def base_sweep(scale: PerStepScale, overrides: tuple[str, ...]) -> Sweep:
     return Sweep(base.name, base.folder, (*args, *overrides), base.serves)
 
 
-def run_per_step(method: str, out: Path, scale: PerStepScale, overrides: tuple[str, ...], refusal,
-                 number: int, total: int) -> dict[str, str]:
-    """The method's statistics at the study's hosted W it accepts (`refusal(args)`: run.py's reason
-    or None), then the dense baselines' (reused once run); returns the refused W, by part."""
+def per_step_sweep(method: str, scale: PerStepScale, overrides: tuple[str, ...], refusal) -> tuple[Sweep | None, dict[str, str]]:
+    """The method's statistics sweep at the study's hosted W it accepts (`refusal(args)`: run.py's
+    reason or None), or None (a dense baseline, priced from the base sweep; or no W accepted), and
+    the refused W, by part. The dense baselines' sweep (base_sweep) runs once beside them."""
     if not registry.method(method).selects:
-        return {}  # a dense baseline: priced from the base sweep
+        return None, {}
     accepted, refused = [], {}
     for workers in scale.workers:
         why = refusal(list(statistics_sweep(method, scale, (workers,), overrides).args))
@@ -79,10 +78,7 @@ def run_per_step(method: str, out: Path, scale: PerStepScale, overrides: tuple[s
             accepted.append(workers)
         else:
             refused[f"per-step factor at W={workers}"] = why
-    if accepted:
-        run_sweep(statistics_sweep(method, scale, tuple(accepted), overrides), out, number, total)
-        run_sweep(base_sweep(scale, overrides), out, number, total)
-    return refused
+    return (statistics_sweep(method, scale, tuple(accepted), overrides) if accepted else None), refused
 
 
 def measured_step(folder: Path, scale: PerStepScale, overrides: tuple[str, ...]) -> tuple[StepWork, float]:

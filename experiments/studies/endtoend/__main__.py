@@ -30,9 +30,7 @@ import json
 import os
 import shutil
 import sys
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -50,7 +48,7 @@ from experiments.studies.endtoend.steps_ratio import DEFAULT_TOLERANCE
 from experiments.studies.endtoend.studies import STUDIES, StudySpec
 from experiments.engine.launcher.compose import compose_job
 from experiments.studies.reproduce.studies import Sweep
-from experiments.studies.reproduce.sweeps import minutes, run_sweep, say_if_busy, start_study, stop_all
+from experiments.studies.reproduce.sweeps import minutes, run_sweeps, say_if_busy, start_study
 
 # H200-class clusters for the measured H200 compute (docs/endtoend.md, "Clusters"): the DGX and the commodity RoCE nodes
 NETWORKS = ("dgx_h200_400g_ib", "h200x8_200gbe_roce", "h200x8_100gbe_roce")
@@ -126,33 +124,6 @@ def selection_costs(spec: StudySpec, quick: bool, study: Study, extra: tuple[str
               and not study.select_ms(m, 4, 0.0)[1].startswith("measured")]
     overrides = [f"experiment={spec.experiment}", *(spec.quick_base if quick else ()), *extra]
     return count_for_study(overrides, needed) if needed else {}
-
-
-def run_sweeps(sweeps: list[Sweep], out: Path, jobs: int) -> None:
-    """Every sweep, `jobs` at a time in the given order, each from its own thread; the first
-    failure stops the others (their runs end as run.py ends a stopped job), none queued starts,
-    and it is raised."""
-    cancelled = threading.Event()
-
-    def one(sweep: Sweep, number: int) -> None:
-        if cancelled.is_set():
-            return
-        try:
-            run_sweep(sweep, out, number, len(sweeps), cancelled)
-        except BaseException:
-            cancelled.set()  # before stop_all: a sweep starting now stops itself (run_sweep)
-            stop_all()
-            raise
-
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(one, sweep, number) for number, sweep in enumerate(sweeps, 1)]
-        try:
-            for future in futures:
-                future.result()
-        except BaseException:  # a sweep failed, Ctrl-C, SIGTERM: the running ones stop, the queued never start
-            cancelled.set()
-            stop_all()
-            raise
 
 
 def parse_pairs(option: str, values: list[str]) -> dict[str, float]:

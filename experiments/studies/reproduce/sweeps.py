@@ -1,5 +1,6 @@
 """Running a study's sweeps: one `python run.py -m ...` after another (or a few at a time, each
-from its own thread: make endtoend --jobs), a progress line per finished run, prefixed with the
+from its own thread, never two in one folder: run_sweeps, for make endtoend and make compare), a
+progress line per finished run, prefixed with the
 sweep's number, every run's own output in the sweep folder's run.log (make reproduce and make
 endtoend both drive their studies through here).
 
@@ -20,6 +21,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from experiments.runformat.caches import keep_caches_out_of_home
@@ -201,6 +204,60 @@ def _launch(sweep: Sweep, args: list[str], folder: Path, progress: _Progress, ca
         tail = (folder / "run.log").read_text().splitlines()[-15:]
         print("\n".join(tail), file=sys.stderr)
         raise SystemExit(f"{sweep.name} failed (exit {code}): its log is {folder / 'run.log'}")
+
+
+def run_sweeps(sweeps: list[Sweep], out: Path, jobs: int,
+               finished: Callable[[Sweep, float], None] | None = None) -> None:
+    """Every sweep, `jobs` at a time, each from its own thread: in the given order, except that a
+    sweep waits while another runs in its folder (the sweep's report reads its whole folder when
+    it ends, and a resumed sweep lists what the folder holds), the next one whose folder is free
+    starting instead. `finished(sweep, seconds)` after each that ends well, from its thread. The
+    first failure stops the others (their runs end as run.py ends a stopped job), none queued
+    starts, and it is raised."""
+    cancelled, free = threading.Event(), threading.Condition()
+    queued, busy = list(enumerate(sweeps, 1)), set()
+
+    def take() -> tuple[int, Sweep] | None:
+        with free:
+            while queued and not cancelled.is_set():
+                ready = next((i for i, (_, sweep) in enumerate(queued) if sweep.folder not in busy), None)
+                if ready is not None:
+                    number, sweep = queued.pop(ready)
+                    busy.add(sweep.folder)
+                    return number, sweep
+                free.wait()
+            return None
+
+    def cancel() -> None:
+        cancelled.set()  # before stop_all: a sweep starting now stops itself (run_sweep)
+        stop_all()
+        with free:
+            free.notify_all()
+
+    def worker() -> None:
+        while (taken := take()) is not None:
+            number, sweep = taken
+            started = time.monotonic()
+            try:
+                run_sweep(sweep, out, number, len(sweeps), cancelled)
+            except BaseException:
+                cancel()
+                raise
+            finally:
+                with free:
+                    busy.discard(sweep.folder)
+                    free.notify_all()
+            if finished is not None:
+                finished(sweep, time.monotonic() - started)
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        workers = [pool.submit(worker) for _ in range(max(1, min(jobs, len(sweeps))))]
+        try:
+            for one in workers:
+                one.result()
+        except BaseException:  # a sweep failed, Ctrl-C, SIGTERM: the running ones stop, the queued never start
+            cancel()
+            raise
 
 
 def stop_all() -> None:

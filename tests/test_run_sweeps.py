@@ -1,0 +1,53 @@
+"""run_sweeps (experiments/studies/reproduce/sweeps.py): sweeps a few at a time, never two in one
+folder, the first failure stopping the others; make endtoend and make compare drive theirs through
+it. run_sweep is replaced by a stand-in that records when each sweep ran: no run starts."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from experiments.studies.reproduce import sweeps as driver
+from experiments.studies.reproduce.studies import Sweep
+
+
+def test_sweeps_run_two_at_a_time_and_the_first_failure_stops_the_others(monkeypatch, tmp_path):
+    """`jobs` sweeps at once, in order; a failed sweep's error is raised after the running ones are
+    told to stop (stop_all) and the queued ones are never started."""
+    started, stopped, lock = [], threading.Event(), threading.Lock()
+
+    def fake_run_sweep(sweep, out, number, total, cancelled):
+        with lock:
+            started.append(number)
+        if number == 1:
+            time.sleep(0.2)  # the second is running by now
+            raise SystemExit(f"{sweep.name} failed")
+        stopped.wait(5)  # runs until stop_all tells it to end
+
+    monkeypatch.setattr(driver, "run_sweep", fake_run_sweep)
+    monkeypatch.setattr(driver, "stop_all", stopped.set)
+    sweeps = [Sweep(f"s{i}", f"study/s{i}", (), "") for i in range(1, 5)]
+    with pytest.raises(SystemExit, match="s1 failed"):
+        driver.run_sweeps(sweeps, tmp_path, jobs=2)
+    assert sorted(started) == [1, 2] and stopped.is_set()
+
+
+def test_two_sweeps_never_share_a_folder_at_once_and_each_finished_one_is_reported(monkeypatch, tmp_path):
+    """Sweeps 1 and 2 write into one folder (make compare's statistics/), 3 into another: 2 waits
+    for 1 while 3 runs beside it; `finished` hears of every sweep, with its seconds."""
+    spans, lock = {}, threading.Lock()
+
+    def fake_run_sweep(sweep, out, number, total, cancelled):
+        begun = time.monotonic()
+        time.sleep(0.15)
+        with lock:
+            spans[sweep.name] = (begun, time.monotonic())
+
+    heard = []
+    monkeypatch.setattr(driver, "run_sweep", fake_run_sweep)
+    sweeps = [Sweep("a", "statistics", (), ""), Sweep("b", "statistics", (), ""), Sweep("c", "convergence", (), "")]
+    driver.run_sweeps(sweeps, tmp_path, jobs=2, finished=lambda sweep, seconds: heard.append((sweep.name, seconds)))
+    assert spans["b"][0] >= spans["a"][1]  # b started after a ended
+    assert spans["c"][0] < spans["a"][1]  # c ran beside a
+    assert sorted(name for name, _ in heard) == ["a", "b", "c"] and all(seconds >= 0.15 for _, seconds in heard)
