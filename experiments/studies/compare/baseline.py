@@ -24,11 +24,13 @@ from sparsifiers import registry
 
 # Seconds per part of the battery and method, measured on the shared 2-core machine (docs/compare.md,
 # "What it costs"), each untimed part's while another ran beside it (schedule.py): statistics at
-# W = 2-16, three convergence seeds, the ResNet-18 statistics runs at W = 2-32, and once the dense
-# baselines' ResNet-18 runs at W = 2; each selection replay alone (a steered method settles its
-# threshold for 400 steps first).
-ESTIMATE_S = {"statistics": 68, "convergence": 76, "per-step": 150, "per-step baselines": 43,
+# W = 2-16, three convergence seeds, the ResNet-18 statistics runs at W = 2-16 (battery.PER_STEP),
+# and once the dense baselines' ResNet-18 runs at W = 2; each selection replay alone (a steered
+# method settles its threshold for 400 steps first).
+ESTIMATE_S = {"statistics": 55, "convergence": 68, "per-step": 100, "per-step baselines": 46,
               "selection": 72, "selection, steered": 188}
+
+
 def slug(text: str | None) -> str:
     """A name's letters and digits, dashes between (a folder name on every file system)."""
     return re.sub(r"[^A-Za-z0-9]+", "-", text or "unknown").strip("-").lower()[:40]

@@ -10,7 +10,7 @@ Per method, four parts, each cached by configuration in the study's folder:
 - selection: the selection replay at ResNet-18 size (experiments/studies/reproduce/selection.py),
   W = 2 to 16, on both kernel paths, in a folder of its own per method;
 - the per-step factor: the ResNet-18 study's statistics runs of `make endtoend` (5 steps at
-  W = 2 to 32) and its dense baselines', priced by its model on the default H200 clusters
+  W = 2 to 16; make endtoend's own reach 32) and its dense baselines', priced by its model on the default H200 clusters
   (pays.py): the break-even.
 
 Here each method's parts are planned (plan_method), every W checked by run.py's validation first:
@@ -53,12 +53,17 @@ class Scale:
     seeds: tuple[int, ...] = SEEDS
     convergence_args: tuple[str, ...] = ()
     selection: dict = field(default_factory=lambda: dict(selection.FULL))
-    per_step: PerStepScale = PerStepScale()
+    per_step: PerStepScale = field(default_factory=lambda: PER_STEP)
     # The methods every scorecard is placed among, run beside the named ones: None, every
     # registered method (the baseline study, baseline.py); the test suite's, the references only.
     field: tuple[str, ...] | None = None
 
 
+# The per-step part's hosted runs at W = 2-16, not make endtoend's 2-32: on 2 cores a ResNet-18
+# run at W = 32 is 160 forward/backward passes, 80-90 s beside another sweep, half of the part and
+# the largest share of the baseline study's hour; the model fits |U| and k_max over the W run and
+# extrapolates beyond (the split methods' from where their coordinates lay, at any W).
+PER_STEP = PerStepScale(workers=(2, 4, 8, 16))
 LAPTOP = Scale()
 # The test suite's: the bundled digits, 420 statistics steps (the later half, 21 logged rows from
 # step 210, is just settled: analysis.claims.study), one seed of a few convergence steps, the

@@ -4,9 +4,9 @@ model (experiments/studies/endtoend: model.py, breakeven.py; docs/endtoend.md).
 
 Runs, into `<out>/<study>/` (the end-to-end study's folder layout, so its model reads them as its
 own): the method's statistics sweep of the ResNet-18 study (studies.py's `statistics_<method>`:
-5 steps at W = 2, 4, 8, 16, 32, from a calibrated start where the method has one), and once for
-every method the study's dense baselines at W = 2 (`base`). Both are cached by configuration as
-every sweep of the battery is. A worker count the method refuses is left out, said as not
+5 steps at the battery's hosted W, 2 to 16 (battery.PER_STEP), from a calibrated start where the
+method has one), and once for every method the study's dense baselines at W = 2 (`base`). Both
+are cached by configuration as every sweep of the battery is. A worker count the method refuses is left out, said as not
 applicable.
 
 Modelled: every method the folder holds at every W on every default cluster (model_study), each
