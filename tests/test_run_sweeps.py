@@ -51,3 +51,22 @@ def test_two_sweeps_never_share_a_folder_at_once_and_each_finished_one_is_report
     assert spans["b"][0] >= spans["a"][1]  # b started after a ended
     assert spans["c"][0] < spans["a"][1]  # c ran beside a
     assert sorted(name for name, _ in heard) == ["a", "b", "c"] and all(seconds >= 0.15 for _, seconds in heard)
+
+
+def test_with_failed_given_a_sweep_whose_runs_failed_is_told_and_the_others_go_on(monkeypatch, tmp_path):
+    """make compare's battery: a sweep's failed runs (a method that diverges) are its method's
+    result; the failure is told to `failed` with run_sweep's reason, the other sweeps still run,
+    and nothing is stopped."""
+    ran, told, stopped = [], [], threading.Event()
+
+    def fake_run_sweep(sweep, out, number, total, cancelled):
+        ran.append(sweep.name)
+        if sweep.name == "randomk":
+            raise SystemExit("statistics, randomk failed (exit 1): its log is statistics/run.log")
+
+    monkeypatch.setattr(driver, "run_sweep", fake_run_sweep)
+    monkeypatch.setattr(driver, "stop_all", stopped.set)
+    sweeps = [Sweep(name, "statistics", (), "") for name in ("randomk", "topk", "deft")]
+    driver.run_sweeps(sweeps, tmp_path, jobs=2, failed=lambda sweep, seconds, why: told.append((sweep.name, why)))
+    assert ran == ["randomk", "topk", "deft"] and not stopped.is_set()
+    assert told == [("randomk", "statistics, randomk failed (exit 1): its log is statistics/run.log")]

@@ -93,8 +93,15 @@ def write_cards(out: Path, refused: dict[str, dict[str, str]], scale: Scale,
                 overrides: tuple[str, ...]) -> tuple[dict[str, Path], dict[str, dict]]:
     """Every method the folder holds, judged; its record and scorecard written. Returns the
     pages and the records."""
-    study = Study.of(load_runs([out / folder for folder in VERDICT_FOLDERS if (out / folder).is_dir()], cache=False))
-    present = sorted(name for name in set(study.runs["sparsifier"]) if registry.is_method(str(name)))
+    tables = load_runs([out / folder for folder in VERDICT_FOLDERS if (out / folder).is_dir()], cache=False)
+    study = Study.of(tables)
+    # A method whose runs diverged or failed is judged too, each failed run named among the parts
+    # it could not run: a method that cannot train at the battery's workload (Random-k's statistics
+    # runs reach a NaN loss) has that as its result, not a blank row.
+    failed = failed_runs(tables.runs, out)
+    ran = {*study.runs["sparsifier"], *study.diverged["sparsifier"], *failed}
+    present = sorted(name for name in ran if registry.is_method(str(name)))
+    refused = {method: {**refused.get(method, {}), **failed.get(method, {})} for method in {*refused, *failed}}
     verdicts = scorecard.field(study, present, per_step(out, scale.per_step, overrides))
     found = scorecard.records(verdicts, refused, measured.provenance([out], None), run_folders(out, study, scale.per_step))
     pages = {}
@@ -106,6 +113,17 @@ def write_cards(out: Path, refused: dict[str, dict[str, str]], scale: Scale,
         pages[method] = out / "scorecards" / f"{method}.md"
         pages[method].write_text(scorecard.page(record))
     return pages, found
+
+
+def failed_runs(runs, out: Path) -> dict[str, dict[str, str]]:
+    """method -> "<part> at W=<W>, seed <s>" -> why, for every run of the folder that failed."""
+    found: dict[str, dict[str, str]] = {}
+    if "status" not in runs.columns:
+        return found
+    for run in runs[runs["status"] == "failed"].itertuples(index=False):
+        part = Path(run.run_id).relative_to(out).parts[0]
+        found.setdefault(str(run.sparsifier), {})[f"{part} at W={run.workers}, seed {run.seed}"] = f"the run failed: {run.error}"
+    return found
 
 
 def figures(records: dict[str, dict], method: str, folder: Path) -> dict[str, str]:

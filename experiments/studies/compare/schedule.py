@@ -8,9 +8,14 @@ convergence runs take one thread each, so two at a time nearly halve their wall 
 ResNet-18 run of the per-step part is given the cores' share (`threads_override`), since two runs
 that each take every core spin against each other (make endtoend's finding: 2-3 s a step, not 0.2).
 
-The ledger. `<out>/parts.json` holds each part that ended well, by its command line (the sweep's
-folder and arguments, the replay's folder and options), with its seconds; and the wall time of
-every session that ran parts. A later call skips a part the ledger holds without composing its
+A sweep whose runs fail (Random-k's statistics runs diverge at the laptop workload's learning rate)
+does not stop the battery: the failure is its method's result, its runs stay in the folder with
+their reasons, which the verdicts name, and the other sweeps go on. Stopping the command stops
+every sweep.
+
+The ledger. `<out>/parts.json` holds each part that ended, by its command line (the sweep's
+folder and arguments, the replay's folder and options), with its seconds and, for a sweep whose
+runs failed, why; and the wall time of every session that ran parts. A later call skips a part the ledger holds without composing its
 jobs again, the estimate of a stopped study prices only the parts it lacks (baseline.py), and the
 leaderboard's header gives the sessions' wall time in all. Delete the study folder to run it again.
 """
@@ -58,10 +63,16 @@ class Ledger:
     def holds(self, key: str) -> bool:
         return key in self.parts
 
-    def record(self, key: str, part: str, method: str, seconds: float) -> None:
+    def record(self, key: str, part: str, method: str, seconds: float, failed: str | None = None) -> None:
+        """A part that ended: well, or with failed runs (`failed`: why; its runs stay in the folder,
+        the verdicts name them, and a later call does not run them again)."""
         with self._lock:
-            self.parts[key] = {"part": part, "method": method, "seconds": round(seconds, 1)}
+            self.parts[key] = {"part": part, "method": method, "seconds": round(seconds, 1),
+                               **({"failed": failed} if failed else {})}
             self._write()
+
+    def failures(self) -> list[str]:
+        return [f"{entry['part']}, {entry['method']}: {entry['failed']}" for entry in self.parts.values() if "failed" in entry]
 
     def add_wall(self, seconds: float) -> None:
         with self._lock:
@@ -94,7 +105,8 @@ def run_battery(plans: list[Plan], baselines: list[tuple[str, Sweep]], out: Path
     todo = pending_sweeps(plans, baselines, ledger)
     part_of = {sweep_key(sweep): (part, method) for part, method, sweep in todo}
     run_sweeps([sweep for _, _, sweep in todo], out, jobs,
-               finished=lambda sweep, seconds: ledger.record(sweep_key(sweep), *part_of[sweep_key(sweep)], seconds))
+               finished=lambda sweep, seconds: ledger.record(sweep_key(sweep), *part_of[sweep_key(sweep)], seconds),
+               failed=lambda sweep, seconds, why: ledger.record(sweep_key(sweep), *part_of[sweep_key(sweep)], seconds, why))
     for plan in plans:
         replay = plan.replay
         if replay is None:
@@ -105,3 +117,5 @@ def run_battery(plans: list[Plan], baselines: list[tuple[str, Sweep]], out: Path
         started = time.monotonic()
         replay.run(overrides, say)
         ledger.record(replay_key(replay, out, overrides), replay.part, plan.method, time.monotonic() - started)
+    for line in ledger.failures():
+        say(f"failed, kept as its method's result (its runs' reasons in the scorecard): {line}")

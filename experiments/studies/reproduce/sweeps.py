@@ -207,13 +207,17 @@ def _launch(sweep: Sweep, args: list[str], folder: Path, progress: _Progress, ca
 
 
 def run_sweeps(sweeps: list[Sweep], out: Path, jobs: int,
-               finished: Callable[[Sweep, float], None] | None = None) -> None:
+               finished: Callable[[Sweep, float], None] | None = None,
+               failed: Callable[[Sweep, float, str], None] | None = None) -> None:
     """Every sweep, `jobs` at a time, each from its own thread: in the given order, except that a
     sweep waits while another runs in its folder (the sweep's report reads its whole folder when
     it ends, and a resumed sweep lists what the folder holds), the next one whose folder is free
     starting instead. `finished(sweep, seconds)` after each that ends well, from its thread. The
     first failure stops the others (their runs end as run.py ends a stopped job), none queued
-    starts, and it is raised."""
+    starts, and it is raised; unless `failed` is given: then a sweep whose run.py ended with failed
+    runs (a run that diverged is a result of its method, make compare's battery) is told to it,
+    `failed(sweep, seconds, why)`, and the others go on. Stopping the driver (Ctrl-C, SIGTERM)
+    always stops every sweep, and the sweeps it stopped are not told as failed."""
     cancelled, free = threading.Event(), threading.Condition()
     queued, busy = list(enumerate(sweeps, 1)), set()
 
@@ -240,6 +244,12 @@ def run_sweeps(sweeps: list[Sweep], out: Path, jobs: int,
             started = time.monotonic()
             try:
                 run_sweep(sweep, out, number, len(sweeps), cancelled)
+            except SystemExit as error:
+                if failed is None or cancelled.is_set():
+                    cancel()
+                    raise
+                failed(sweep, time.monotonic() - started, str(error))
+                continue
             except BaseException:
                 cancel()
                 raise
