@@ -70,3 +70,16 @@ def test_with_failed_given_a_sweep_whose_runs_failed_is_told_and_the_others_go_o
     driver.run_sweeps(sweeps, tmp_path, jobs=2, failed=lambda sweep, seconds, why: told.append((sweep.name, why)))
     assert ran == ["randomk", "topk", "deft"] and not stopped.is_set()
     assert told == [("randomk", "statistics, randomk failed (exit 1): its log is statistics/run.log")]
+
+
+def test_jobs_compose_from_two_threads_at_once():
+    """Two sweeps at a time each compose their jobs (sweeps.started, when their folder holds runs):
+    Hydra's one GlobalHydra per process must not see two compositions at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from experiments.engine.launcher.compose import compose_job
+
+    overrides = [[f"sparsifier={name}", "dataset=digits"] for name in ("topk", "deft", "micro", "dense")] * 3
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        names = list(pool.map(lambda args: compose_job(args).sparsifier.name, overrides))
+    assert names == ["topk", "deft", "micro", "dense"] * 3

@@ -8,6 +8,7 @@ import difflib
 import itertools
 import re
 import sys
+import threading
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -23,6 +24,10 @@ from experiments.engine.launcher.schema import RunConfig, register
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"  # experiments/engine/launcher/ is three below the repository
 MULTIRUN_FLAGS = {"-m", "--multirun"}
+# Hydra's compose API initialises one process-wide GlobalHydra: two threads composing at once (make
+# compare's sweeps, two at a time, each checking its folder) collide ("GlobalHydra is already
+# initialized"), so one composes at a time.
+_COMPOSING = threading.Lock()
 
 
 def job_overrides(args: list[str]) -> list[list[str]]:
@@ -47,10 +52,11 @@ def job_overrides(args: list[str]) -> list[list[str]]:
 
 def compose_job(overrides: list[str]) -> DictConfig:
     """Composes one job's config (Hydra's settings included), translating errors."""
-    register()
     try:
-        with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-            return compose("config", overrides=overrides, return_hydra_config=True)
+        with _COMPOSING:
+            register()
+            with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+                return compose("config", overrides=overrides, return_hydra_config=True)
     except (ConfigCompositionException, MissingConfigException) as error:
         raise ConfigError(translate(error)) from None
 
