@@ -44,11 +44,11 @@ from experiments.runformat.errors import ConfigError
 from experiments.studies.compare.battery import (LAPTOP, QUICK, VERDICT_FOLDERS, Scale, per_step_baselines, plan_method,
                                                  refusal, statistics_sweep)
 from experiments.studies.compare.baseline import battery_of, estimate_s, keyed_folder
-from experiments.studies.compare.schedule import Ledger, run_battery, threads_override
+from experiments.studies.compare.schedule import Ledger, run_battery
 from experiments.studies.compare.pays import per_step
 from experiments.studies.endtoend.__main__ import MAX_JOBS
 from experiments.studies.compare.publish import publish, run_folders
-from experiments.studies.reproduce.sweeps import minutes, say_if_busy, start_study
+from experiments.studies.reproduce.sweeps import minutes, say_if_busy, start_study, threads_override
 from sparsifiers import registry
 
 COMPARE_OUT = REPO_ROOT / "outputs" / "compare"

@@ -5,7 +5,7 @@ are counts and accuracies, which sharing the cores does not change) `jobs` at a 
 one folder (run_sweeps); then each selection replay alone, as it times the selection: a sweep
 beside it would load the cores it is timed on. On this project's 2-core machine the statistics and
 convergence runs take one thread each, so two at a time nearly halve their wall time; each hosted
-ResNet-18 run of the per-step part is given the cores' share (`threads_override`), since two runs
+ResNet-18 run of the per-step part is given the cores' share (sweeps.threads_override), since two runs
 that each take every core spin against each other (make endtoend's finding: 2-3 s a step, not 0.2).
 
 A sweep whose runs fail (Random-k's statistics runs diverge at the laptop workload's learning rate)
@@ -22,7 +22,6 @@ leaderboard's header gives the sessions' wall time in all. Delete the study fold
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -34,11 +33,6 @@ from experiments.studies.reproduce.studies import Sweep
 from experiments.studies.reproduce.sweeps import run_sweeps
 
 PARTS = "parts.json"
-
-
-def threads_override(jobs: int) -> str:
-    """The threads each hosted run takes when `jobs` sweeps share the cores."""
-    return f"launcher.threads_per_process={max(1, (os.cpu_count() or 1) // jobs)}"
 
 
 def sweep_key(sweep: Sweep) -> str:

@@ -48,7 +48,7 @@ from experiments.studies.endtoend.steps_ratio import DEFAULT_TOLERANCE
 from experiments.studies.endtoend.studies import STUDIES, StudySpec
 from experiments.engine.launcher.compose import compose_job
 from experiments.studies.reproduce.studies import Sweep
-from experiments.studies.reproduce.sweeps import minutes, run_sweeps, say_if_busy, start_study
+from experiments.studies.reproduce.sweeps import minutes, run_sweeps, say_if_busy, start_study, threads_override
 
 # H200-class clusters for the measured H200 compute (docs/endtoend.md, "Clusters"): the DGX and the commodity RoCE nodes
 NETWORKS = ("dgx_h200_400g_ib", "h200x8_200gbe_roce", "h200x8_100gbe_roce")
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         # The cores shared between the sweeps at once: left to itself a hosted run takes them all
         # (launcher.threads_per_process: cores / processes), and two such runs side by side spin
         # against each other (OpenMP's waiting threads): a ResNet-18 step took 2-3 s, not 0.2.
-        threads = f"launcher.threads_per_process={max(1, (os.cpu_count() or 1) // options.jobs)}"
+        threads = threads_override(options.jobs)
         sweeps = all_sweeps(names, options.quick)
         run_sweeps([replace(sweep, args=(*sweep.args, threads)) for sweep in sweeps], out, options.jobs)
     elif not out.is_dir():

@@ -206,6 +206,13 @@ def _launch(sweep: Sweep, args: list[str], folder: Path, progress: _Progress, ca
         raise SystemExit(f"{sweep.name} failed (exit {code}): its log is {folder / 'run.log'}")
 
 
+def threads_override(jobs: int) -> str:
+    """The threads each hosted run takes when `jobs` sweeps share the cores: left to itself a
+    hosted run takes them all (launcher.threads_per_process: cores / processes), and two such
+    runs side by side spin against each other (OpenMP's waiting threads)."""
+    return f"launcher.threads_per_process={max(1, (os.cpu_count() or 1) // jobs)}"
+
+
 def run_sweeps(sweeps: list[Sweep], out: Path, jobs: int,
                finished: Callable[[Sweep, float], None] | None = None,
                failed: Callable[[Sweep, float, str], None] | None = None) -> None:
