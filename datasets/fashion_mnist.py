@@ -72,6 +72,7 @@ def check_available(root: str | None = None, download: bool = False, system_dir:
             return
         for key, path in zip(FILES, sources):
             _read_idx(path, SHAPES[key])
+        cache.mark_parsed(NAME, sources)
         return
     where = ", ".join(str(d) for d in candidate_dirs(root, system_dir))
     if not download:

@@ -167,3 +167,25 @@ def test_fashion_mnist_from_the_cache_equals_decoding_and_a_truncated_file_still
         fashion_mnist.check_available(str(root), system_dir=str(tmp_path / "none"))
     with pytest.raises(DatasetCorrupt, match="truncated"):
         fashion_mnist.load(str(root), system_dir=str(tmp_path / "none"))
+
+
+def test_validation_parses_the_same_files_once_per_process_and_a_changed_file_again(tmp_path, monkeypatch):
+    """make compare validates 168 jobs before it runs any, with no cache entry yet on a fresh clone:
+    the files are parsed at the first, and again only when their bytes change."""
+    root = tmp_path / "fmnist"
+    write_fashion_mnist(root)
+    monkeypatch.setenv(cache.CACHE_VARIABLE, "")  # no entry can vouch for them
+    monkeypatch.setattr(cache, "_parsed_here", set())
+    parsed = []
+    read_idx = fashion_mnist._read_idx
+    monkeypatch.setattr(fashion_mnist, "_read_idx", lambda path, shape: parsed.append(path.name) or read_idx(path, shape))
+    for _ in range(3):
+        fashion_mnist.check_available(str(root), system_dir=str(tmp_path / "none"))
+    assert len(parsed) == 4  # the four files, once
+    labels = root / "t10k-labels-idx1-ubyte.gz"
+    with gzip.open(labels, "rb") as handle:
+        content = handle.read()
+    with gzip.open(labels, "wb", compresslevel=1) as handle:
+        handle.write(content[:-10])
+    with pytest.raises(DatasetCorrupt, match="truncated"):
+        fashion_mnist.check_available(str(root), system_dir=str(tmp_path / "none"))

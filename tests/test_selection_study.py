@@ -6,7 +6,9 @@ two kernel paths select identically on the same accumulators."""
 from __future__ import annotations
 
 import copy
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -174,3 +176,44 @@ def test_the_two_kernel_paths_select_identically_on_the_same_accumulators(method
     for mine, other in zip(replay.ranks.sparsifiers, twin.ranks.sparsifiers, strict=True):
         assert mine.state_dict() == other.state_dict()
     assert ours.metrics[keys.DENSITY_ERROR] == theirs.metrics[keys.DENSITY_ERROR]
+
+
+def untimed_rows(run_dir) -> list[dict]:
+    """A run's logged rows without what a clock measured (time/*: select, step, elapsed)."""
+    return [{key: value for key, value in json.loads(line).items() if not key.startswith("time/")}
+            for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_reused_pool_gives_the_runs_a_fresh_pool_gives(tmp_path, monkeypatch):
+    """make compare's battery runs one study per method in one process, each on the pool the
+    first built (shared_gradient_pool): a study on the reused pool writes every untimed number a
+    study on a freshly built pool writes, and a method that owns momentum (DGC: its pool's SGD has
+    none) gets a pool of its own."""
+    monkeypatch.setattr(selection, "_pools", {})
+    methods, workers = ("micro", "randomk"), (2,)
+
+    def study(name: str, methods=methods) -> tuple[Path, list[str]]:
+        lines: list[str] = []
+        selection.selection_study(tmp_path / name, workers, methods, selection.DENSITY, 3, 2, QUICK["model"],
+                                  selection.DATASET, QUICK["pool_size"], lines.append)
+        return tmp_path / name, [line for line in lines if line.startswith("pool:")]
+
+    built, built_says = study("built")
+    reused, reused_says = study("reused")
+    selection._pools.clear()
+    fresh, fresh_says = study("fresh")
+    assert "reused" in reused_says[0] and "reused" not in built_says[0] and "reused" not in fresh_says[0]
+    for run_dir in sorted(fresh.iterdir()):
+        assert untimed_rows(reused / run_dir.name) == untimed_rows(run_dir), run_dir.name
+    _, dgc_says = study("dgc", ("dgc",))
+    assert "reused" not in dgc_says[0] and len(selection._pools) == 2
+    # No registered method draws from torch's global generator; one that did would draw after a
+    # reused pool what it would after a fresh one.
+    selection._pools.clear()
+    cfg = selection.compose_run(selection.run_overrides("micro", 2, "torch", 0, 1, QUICK["model"], selection.DATASET,
+                                                        selection.DENSITY))
+    _, reused = selection.shared_gradient_pool(cfg, QUICK["pool_size"])
+    after_build = torch.rand(3)
+    torch.rand(5)  # anything drawn in between
+    _, reused_now = selection.shared_gradient_pool(cfg, QUICK["pool_size"])
+    assert (reused, reused_now) == (False, True) and torch.equal(torch.rand(3), after_build)

@@ -72,12 +72,13 @@ machine). SETTLE_STEPS is the knob: 300 steps would save about 50 s and leave W 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +94,7 @@ from experiments.engine.core.world import World, init_world
 from experiments.engine.core.flat_grad import bind_flat_grad
 from experiments.engine.launcher.compose import compose_job
 from experiments.engine.launcher.launch import prepare_run_dir
-from experiments.engine.rank.build import build_dataset, build_model, build_optimizer, build_sparsifier
+from experiments.engine.rank.build import build_dataset, build_model, build_optimizer, build_sparsifier, target_of
 from experiments.engine.rank.sinks import JsonlSink
 from experiments.engine.rank.summary import SummaryAccumulator
 from experiments.runformat.run_dir import SUMMARY
@@ -137,8 +138,11 @@ DEFAULT_SETTLE = 10
 # Timed steps per path. Top-k's torch path runs one exact top-k over N per rank and step (about
 # 0.2 s each here: 6 s a step over W = 2..16); MiCRO's and ExDyna's steps are cheap, and their
 # sub-millisecond selections need more of them: on a shared machine a preempted rank adds ~4 ms
-# to the slowest rank's time of a step, more often the more ranks a step has.
-TIMED_STEPS: dict[str, int] = {"topk": 4, "micro": 20, "exdyna": 20}
+# to the slowest rank's time of a step, more often the more ranks a step has. DGC's and
+# Gaussian-k's selects (make compare's battery) take 95-200 ms a rank here on either path, 25-50
+# times that noise, and their hosted steps up to 9.4 s and 3.1 s at W = 16 on the torch path:
+# ten timed steps a path were 155 s and 55 s more of the battery's hour than four.
+TIMED_STEPS: dict[str, int] = {"topk": 4, "dgc": 4, "gaussiank": 4, "micro": 20, "exdyna": 20}
 DEFAULT_TIMED = 10
 # The controller's band: MiCRO's rule moves lambda least for rho = |U| / k in (1/1.1, 1.1]. A
 # threshold method whose timed steps' mean density error lies outside it is flagged.
@@ -280,6 +284,42 @@ def gradient_pool(cfg: DictConfig, size: int) -> GradientPool:
 
     return GradientPool(gradients, layout, data.describe(), describe_task(task), steps_per_epoch, losses,
                         time.perf_counter() - started)
+
+
+# One pool per conditions, for the studies that replay many methods in one process (make compare's
+# battery replays each method in a study of its own): a ResNet-18 pool is 13-15 s of
+# forward/backward and 700 MB, and the methods almost all share one. The key is everything
+# gradient_pool's result depends on: the model, data, optimizer as built (a method that owns
+# momentum gets one without it: build_optimizer), batch, seed, size and torch's threads (a
+# reduction's order, so its float rounding, follows the threads). The global RNG state a build
+# leaves is kept too and restored on reuse, so what follows a reused pool draws what it would
+# after a fresh one (test_selection_study proves a reused pool's runs equal a fresh pool's).
+POOLS_KEPT = 2  # the battery's common pool and one other (DGC's, without momentum)
+_pools: dict[str, tuple[GradientPool, torch.Tensor]] = {}
+
+
+def pool_key(cfg: DictConfig, size: int) -> str:
+    optimizer = OmegaConf.to_container(cfg.optimizer, resolve=True)
+    if getattr(target_of(cfg.sparsifier), "owns_momentum", False) and optimizer.get("momentum"):
+        optimizer["momentum"] = 0.0
+    return json.dumps({"model": OmegaConf.to_container(cfg.model, resolve=True),
+                       "dataset": OmegaConf.to_container(cfg.dataset, resolve=True), "optimizer": optimizer,
+                       "batch_size": cfg.batch_size, "seed": cfg.seed, "size": size,
+                       "threads": torch.get_num_threads()}, sort_keys=True, default=str)
+
+
+def shared_gradient_pool(cfg: DictConfig, size: int) -> tuple[GradientPool, bool]:
+    """gradient_pool(cfg, size), built once per key (above) in this process; and whether it was reused."""
+    key = pool_key(cfg, size)
+    if key in _pools:
+        pool, rng_after = _pools[key]
+        torch.set_rng_state(rng_after)
+        return pool, True
+    pool = gradient_pool(cfg, size)
+    while len(_pools) >= POOLS_KEPT:
+        _pools.pop(next(iter(_pools)))
+    _pools[key] = (pool, torch.get_rng_state())
+    return pool, False
 
 
 # -- the replay -----------------------------------------------------------------------------------
@@ -484,11 +524,13 @@ def selection_study(out: Path, workers: Sequence[int], methods: Sequence[str], d
     first = compose_run(run_overrides(methods[0], workers[-1], KERNEL_PATHS[0], *plan[methods[0]], model, dataset, density,
                                       extra=overrides, device=device))
     torch.set_num_threads(resolve(first).threads_per_process)  # as a rank process of this config would
-    pool = gradient_pool(first, pool_size or workers[-1])
-    # Computed on the CPU (a rank's forward/backward, once), replayed where the ranks are.
-    pool.gradients = pool.gradients.to(resolve(first).device)
+    pool, reused = shared_gradient_pool(first, pool_size or workers[-1])
+    # Computed on the CPU (a rank's forward/backward, once), replayed where the ranks are (a copy:
+    # the shared pool stays on the CPU).
+    pool = replace(pool, gradients=pool.gradients.to(resolve(first).device))
     say(f"pool: {pool.size} real gradients of {first.model.name} on {first.dataset.name} "
-        f"(N = {pool.numel:,}, k = {math.floor(density * pool.numel):,} at density {density}) in {pool.seconds:.1f} s")
+        f"(N = {pool.numel:,}, k = {math.floor(density * pool.numel):,} at density {density}) "
+        + (f"reused from this process's earlier study (built in {pool.seconds:.1f} s)" if reused else f"in {pool.seconds:.1f} s"))
     # One `epochs` for the whole study, enough for its longest run at its largest W: each run's
     # config stays self-consistent (max_steps governs) and no context differs in it.
     longest = max(settle + 2 * timed for settle, timed in plan.values())
