@@ -167,3 +167,30 @@ def test_the_page_states_each_selection_source_once_with_its_methods():
 
     study = _study(ComputeProfile.load("h200"), 11_172_810, select_override={"deft": 3.0, "topk": 1.0})
     assert selection_sources(study, 16) == "deft, topk: given on the command line (--select-ms)"
+
+
+def test_a_priced_study_counts_each_select_once_and_a_kept_count_equals_a_fresh_one(tmp_path, monkeypatch):
+    """make compare prices every method of its folder at each call; the counts are kept beside the
+    runs (pays.COUNTS), so the next pricing counts only a method it has not. Each count equals
+    count_method's, which builds its own input, and an edited knob is counted again."""
+    from experiments.engine.launcher.compose import compose_job
+    from experiments.engine.rank.build import build_dataset, build_model
+    from experiments.studies.endtoend import selection
+    from sparsifiers.common.layout import Layout
+
+    base, workers, kept = ["dataset=synthetic", "model=mlp"], (4, 32), tmp_path / "counts.json"
+    first = selection.count_for_study(base, ["topk", "micro"], workers, kept=kept)
+    cfg = compose_job(base)
+    layout = Layout.from_module(build_model(cfg, build_dataset(cfg)))
+    for method, per_w in first.items():
+        density = float(compose_job([*base, f"sparsifier={method}"]).sparsifier.density)
+        for w, cost in per_w.items():
+            assert cost == selection.count_method([*base, f"sparsifier={method}"], layout, density, w), (method, w)
+    counted = []
+    count_select = selection.count_select
+    monkeypatch.setattr(selection, "count_select", lambda *args: counted.append(args[2]) or count_select(*args))
+    again = selection.count_for_study(base, ["topk", "micro", "deft"], workers, kept=kept)
+    assert {m: again[m] for m in first} == first and counted == list(workers)  # DEFT's alone
+    counted.clear()
+    selection.count_for_study([*base, "sparsifier.density=0.02"], ["topk"], workers, kept=kept)
+    assert counted == list(workers)

@@ -10,7 +10,9 @@ are cached by configuration as every sweep of the battery is. A worker count the
 applicable.
 
 Modelled: every method the folder holds at every W on every default cluster (model_study), each
-cell's speedup and its range over the eight moves. The generic verdict "pays somewhere"
+cell's speedup and its range over the eight moves. The study's step (STEP) and each method's
+counted select (COUNTS) are kept beside the runs, so a later call prices the folder again counting
+only a method it has not counted (19 methods x 3 W were 2.5 minutes of every call). The generic verdict "pays somewhere"
 (analysis/claims/pays.py) reads them.
 """
 from __future__ import annotations
@@ -45,6 +47,7 @@ class PerStepScale:
 
 
 STEP = "step.json"  # the study's step, measured once (measured_step)
+COUNTS = "select_counts.json"  # each method's counted select on the modelled GPU's path, counted once
 
 
 # The test suite's: the quickstart study's cut-down runs (the bundled digits, 14 steps) at W = 2,
@@ -105,7 +108,7 @@ def per_step(out: Path, scale: PerStepScale, overrides: tuple[str, ...] = ()) ->
         return PerStep(spec.name, NETWORKS, {}, f"no finished dense baseline among the {where}")
     networks = [NetworkModel.preset(name) for name in NETWORKS]
     grid = model_study(spec, folder, networks, ComputeProfile.load(scale.profile), list(WORKERS), scale.quick,
-                       extra=overrides, step=measured_step(folder, scale, overrides))["grid"]
+                       extra=overrides, step=measured_step(folder, scale, overrides), counts=folder / COUNTS)["grid"]
     cells: dict[str, list[dict]] = {}
     for network, by_workers in grid.items():
         for workers, found in by_workers.items():

@@ -74,12 +74,13 @@ def measure(spec: StudySpec, quick: bool, extra: tuple[str, ...] = ()):
 def model_study(spec: StudySpec, folder: Path, networks: list[NetworkModel], profile: ComputeProfile,
                 workers: list[int], quick: bool, compute_ms: dict[str, float] | None = None,
                 select_ms: dict[str, float] | None = None, extra: tuple[str, ...] = (),
-                step: tuple[StepWork, float] | None = None) -> dict:
+                step: tuple[StepWork, float] | None = None, counts: Path | None = None) -> dict:
     """Every sparsifier of one study at every W on every cluster: the break-even grid and its
     sources. `compute_ms` (study or model name -> ms) and `select_ms` (method -> ms) are the user's;
     `extra`: overrides its runs had beside the study's (make compare's, a method's hydra.searchpath);
     `step`: the model's step and density as `measure` gave them once (else measured now: its
-    timed backward sets how much of the overlapped baselines' exchange hides)."""
+    timed backward sets how much of the overlapped baselines' exchange hides); `counts`: a file
+    that keeps the selections' counts for the next pricing (selection.count_for_study)."""
     methods = methods_of(spec, folder)
     if not methods:
         raise SystemExit(f"{folder}: no finished run to model (run without --skip-runs first)")
@@ -90,7 +91,7 @@ def model_study(spec: StudySpec, folder: Path, networks: list[NetworkModel], pro
     study = Study(spec.name, work, measured[len(measured) // 2], profile, methods,
                   override, {m: ms for m, ms in select_ms.items() if m in methods}, density=density,
                   stands_for=spec.stands_for)
-    study.select_costs = selection_costs(spec, quick, study, extra)
+    study.select_costs = selection_costs(spec, quick, study, extra, counts)
     compute, compute_source = study.compute_ms()
     hosted = sorted({w for m in methods.values() for w in m.statistics.union.workers})
     sources = [
@@ -115,7 +116,8 @@ def selection_sources(study: Study, workers: int) -> str:
     return "; ".join(f"{', '.join(methods)}: {source}" for source, methods in by_source.items())
 
 
-def selection_costs(spec: StudySpec, quick: bool, study: Study, extra: tuple[str, ...] = ()) -> dict:
+def selection_costs(spec: StudySpec, quick: bool, study: Study, extra: tuple[str, ...] = (),
+                    counts: Path | None = None) -> dict:
     """The study's methods whose selection on the modelled GPU is neither given nor measured,
     counted at the study's layout (selection.py)."""
     if study.profile.name == "measured" or study.profile.selection_model is None:
@@ -123,7 +125,7 @@ def selection_costs(spec: StudySpec, quick: bool, study: Study, extra: tuple[str
     needed = [m for m in study.methods if m not in study.select_override
               and not study.select_ms(m, 4, 0.0)[1].startswith("measured")]
     overrides = [f"experiment={spec.experiment}", *(spec.quick_base if quick else ()), *extra]
-    return count_for_study(overrides, needed) if needed else {}
+    return count_for_study(overrides, needed, kept=counts) if needed else {}
 
 
 def parse_pairs(option: str, values: list[str]) -> dict[str, float]:
