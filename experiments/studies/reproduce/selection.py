@@ -141,9 +141,13 @@ DEFAULT_SETTLE = 10
 # to the slowest rank's time of a step, more often the more ranks a step has. DGC's and
 # Gaussian-k's selects (make compare's battery) take 95-200 ms a rank here on either path, 25-50
 # times that noise, and their hosted steps up to 9.4 s and 3.1 s at W = 16 on the torch path:
-# ten timed steps a path were 155 s and 55 s more of the battery's hour than four.
-TIMED_STEPS: dict[str, int] = {"topk": 4, "dgc": 4, "gaussiank": 4, "micro": 20, "exdyna": 20}
-DEFAULT_TIMED = 10
+# ten timed steps a path were 155 s and 55 s more of the battery's hour than four. CLT-k and DEFT,
+# the papers' own, 10. Any other method (make compare's battery, a user's): 6, a median that two
+# preempted steps of the six do not move; ten were about 2 minutes more of the battery's hour
+# over the nine methods it gives to, most of it on the torch path of the slow selects (gTop-k's,
+# Accordion's, the hard threshold's: 50-240 ms a rank, 1.7-3.3 s a hosted step at W = 16).
+TIMED_STEPS: dict[str, int] = {"topk": 4, "dgc": 4, "gaussiank": 4, "cltk": 10, "deft": 10, "micro": 20, "exdyna": 20}
+DEFAULT_TIMED = 6
 # The controller's band: MiCRO's rule moves lambda least for rho = |U| / k in (1/1.1, 1.1]. A
 # threshold method whose timed steps' mean density error lies outside it is flagged.
 BAND = 0.1
