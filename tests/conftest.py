@@ -18,7 +18,7 @@ import torch  # noqa: E402
 
 from tests.helpers.cli_fork import RunPyForks  # noqa: E402
 from tests.helpers.compose_cache import CACHE_VARIABLE as COMPOSE_CACHE  # noqa: E402
-from tests.helpers.shared_build import shared_temp  # noqa: E402
+from tests.helpers.shared_build import built_once, shared_temp  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 # Small tasks that need no download, for runs the tests launch.
@@ -83,3 +83,38 @@ def run_world(script_and_args: list[str], processes: int, timeout: int = 600, to
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     assert result.returncode == 0, result.stderr[-4000:]
+
+
+# A real 2 x 2 sweep through run.py's command line: dense and Top-k at W = 2 and 4, hosted, 12
+# steps logged every 2. test_run_e2e.py checks what the sweep writes and prints; the analysis
+# tests load, report and draw it. Each launched its own until they shared this one (4 jobs and a
+# report, about 20 s on 2 busy cores).
+SWEEP = ["-m", "sparsifier=dense,topk", "workers=2,4", "processes=1", "dataset=digits", "max_steps=12",
+         "logger=local", "logger.log_every=2", "logger.progress=false"]
+SWEEP_STDOUT = "run.py.stdout"  # what run.py printed, beside (not in) the output root's sweeps/
+
+
+def make_sweep(root: Path) -> None:
+    env = {**os.environ, "WANDB_MODE": "disabled", "MPLCONFIGDIR": str(root / ".mpl")}
+    result = subprocess.run(
+        [sys.executable, "run.py", *SWEEP, f"output_root={root}"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    (root / SWEEP_STDOUT).write_text(result.stdout)
+
+
+@pytest.fixture(scope="session")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SWEEP made by run.py: its folder (run.py's stdout: sweep_stdout). Made once for both
+    xdist workers (tests/helpers/shared_build.py): no test changes its runs (the analysis cache
+    that loading writes beside them is written atomically)."""
+    root = built_once(tmp_path_factory, "real-sweep", make_sweep)
+    (sweep_dir,) = (root / "sweeps").iterdir()
+    assert len(list(sweep_dir.glob("*/status.json"))) == 4
+    return sweep_dir
+
+
+def sweep_stdout(sweep_dir: Path) -> str:
+    """What run.py printed while it made the `sweep` fixture's folder."""
+    return (sweep_dir.parents[1] / SWEEP_STDOUT).read_text()

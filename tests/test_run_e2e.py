@@ -12,7 +12,7 @@ import yaml
 from experiments.runformat import run_dir as run_files
 from experiments.engine.launcher.environment import cpu_model
 from experiments.runformat.run_dir import read_metrics
-from tests.conftest import TINY_RUN, run_cli
+from tests.conftest import TINY_RUN, run_cli, sweep_stdout
 
 pytestmark = pytest.mark.slow
 
@@ -83,18 +83,18 @@ def test_short_run_fills_the_results_store_and_wandb_offline(tmp_path):
             assert b"secret-key-must-not-leak" not in path.read_bytes(), path
 
 
-def test_sweep_gives_one_complete_run_directory_per_job(tmp_path):
+def test_sweep_gives_one_complete_run_directory_per_job(sweep):
     # Hosted ranks: what a sweep adds is its jobs' directories, group and report, the same
-    # whichever processes host the ranks (the other tests here run gloo processes).
-    result = run_cli(["-m", "sparsifier=dense,topk", "workers=2,4", "processes=1", *TINY_RUN, "max_steps=6",
-                      f"output_root={tmp_path}"])
-    assert result.returncode == 0, result.stderr[-3000:]
-    run_dirs = sorted(p.parent for p in tmp_path.glob("sweeps/*/*/status.json"))
+    # whichever processes host the ranks (the other tests here run gloo processes). The session's
+    # real sweep (conftest.SWEEP: dense and Top-k at W = 2, 4, 12 steps logged every 2), which the
+    # analysis tests read too: one launch of run.py -m for both.
+    run_dirs = sorted(p.parent for p in sweep.glob("*/status.json"))
     assert len(run_dirs) == 4
     by_job = {}
     for run_dir in run_dirs:
         status, train, evals, summary = load_run(run_dir)
-        assert status["status"] == "done" and len(train) == 6 and evals
+        # every second step logged, and the last
+        assert status["status"] == "done" and [r["step"] for r in train] == [*range(0, 12, 2), 11] and evals
         config = yaml.safe_load((run_dir / run_files.CONFIG).read_text())
         by_job[(config["sparsifier"]["name"], config["workers"])] = summary
         env = run_files.read_json(run_dir / run_files.ENV)
@@ -106,7 +106,8 @@ def test_sweep_gives_one_complete_run_directory_per_job(tmp_path):
     assert by_job[("topk", 4)]["buildup"] > by_job[("topk", 2)]["buildup"] > 1.0
     # the sweep ends with its comparison: printed, and saved with its figure
     report = run_dirs[0].parent / "report"
-    assert "comparison of" in result.stdout and "build-up" in result.stdout
+    stdout = sweep_stdout(sweep)
+    assert "comparison of" in stdout and "build-up" in stdout
     assert (report / "report.md").is_file()
     assert (report / "method_comparison.png").read_bytes().startswith(b"\x89PNG")
 

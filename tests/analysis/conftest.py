@@ -1,13 +1,11 @@
-"""Fixtures of the analysis tests: one tiny real sweep (shared by the whole test run), copies of
-its runs made to look failed or killed, synthetic studies that exercise every figure, and a
-synthetic study of the three task kinds (with stand-in data, an old-format run and a DGC
-ablation)."""
+"""Fixtures of the analysis tests: copies of the real sweep's runs (tests/conftest.py's `sweep`,
+which tests/test_run_e2e.py reads too) made to look failed or killed, synthetic studies that
+exercise every figure, and a synthetic study of the three task kinds (with stand-in data, an
+old-format run and a DGC ablation)."""
 from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -15,34 +13,9 @@ import pytest
 
 from analysis.synthetic import SyntheticRun, write_run, write_sweep
 from experiments.runformat import run_dir as run_files
-from tests.helpers.shared_build import built_once
 
 # matplotlib fixes its config and cache folder at import: keep it out of $HOME (make test sets it too).
 os.environ.setdefault("MPLCONFIGDIR", tempfile.mkdtemp(prefix="sparsebench-mpl-"))
-
-REPO = Path(__file__).resolve().parents[2]
-SWEEP = ["-m", "sparsifier=dense,topk", "workers=2,4", "processes=1", "dataset=digits", "max_steps=12",
-         "logger=local", "logger.log_every=2", "logger.progress=false"]
-
-
-def make_sweep(root: Path) -> None:
-    env = {**os.environ, "WANDB_MODE": "disabled", "MPLCONFIGDIR": str(root / ".mpl")}
-    result = subprocess.run(
-        [sys.executable, "run.py", *SWEEP, f"output_root={root}"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
-    )
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-
-
-@pytest.fixture(scope="session")
-def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real 2 x 2 sweep (dense, topk at W=2, 4; 12 steps each) made by run.py: its folder.
-    Made once for both xdist workers (tests/helpers/shared_build.py): no test changes its runs (the
-    analysis cache that loading writes beside them is written atomically)."""
-    root = built_once(tmp_path_factory, "analysis-sweep", make_sweep)
-    (sweep_dir,) = (root / "sweeps").iterdir()
-    assert len(list(sweep_dir.glob("*/status.json"))) == 4
-    return sweep_dir
 
 
 @pytest.fixture(scope="session")
