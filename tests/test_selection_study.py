@@ -190,7 +190,7 @@ def test_a_reused_pool_gives_the_runs_a_fresh_pool_gives(tmp_path, monkeypatch):
     study on a freshly built pool writes, and a method that owns momentum (DGC: its pool's SGD has
     none) gets a pool of its own."""
     monkeypatch.setattr(selection, "_pools", {})
-    methods, workers = ("micro", "randomk"), (2,)
+    methods, workers = ("micro",), (2,)
 
     def study(name: str, methods=methods) -> tuple[Path, list[str]]:
         lines: list[str] = []
