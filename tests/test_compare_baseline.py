@@ -73,3 +73,13 @@ def test_baseline_and_method_are_one_or_the_other(tmp_path, capsys):
     assert "give --method NAME[,NAME...] or --baseline" in capsys.readouterr().err
     assert main(["--baseline", "--method", "topk", "--out", str(tmp_path / "out")]) == 2
     assert not (tmp_path / "out").exists()
+
+
+def test_a_failure_names_its_log_relative_to_the_study_folder(tmp_path):
+    """A baseline study's folder is copied into place elsewhere (docs/compare.md): its ledger's
+    reasons must not point into the folder it ran in."""
+    out = tmp_path / "study"
+    out.mkdir()
+    Ledger(out).record("statistics: ...", "statistics", "randomk", 24.0,
+                       f"statistics, randomk failed (exit 1): its log is {out / 'statistics' / 'run.log'}")
+    assert Ledger(out).failures() == ["statistics, randomk: statistics, randomk failed (exit 1): its log is statistics/run.log"]

@@ -22,6 +22,7 @@ leaderboard's header gives the sessions' wall time in all. Delete the study fold
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -59,7 +60,10 @@ class Ledger:
 
     def record(self, key: str, part: str, method: str, seconds: float, failed: str | None = None) -> None:
         """A part that ended: well, or with failed runs (`failed`: why; its runs stay in the folder,
-        the verdicts name them, and a later call does not run them again)."""
+        the verdicts name them, and a later call does not run them again). Paths in `failed` are
+        kept relative to the study folder, which may be copied elsewhere (a baseline put in place)."""
+        if failed:
+            failed = failed.replace(f"{self.path.parent}{os.sep}", "")
         with self._lock:
             self.parts[key] = {"part": part, "method": method, "seconds": round(seconds, 1),
                                **({"failed": failed} if failed else {})}
