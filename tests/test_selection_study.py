@@ -21,6 +21,7 @@ from analysis.claims.selection import select_slopes
 from analysis.claims.study import Study
 from analysis.load import load_runs
 from experiments.runformat import metric_keys as keys
+from experiments.runformat.run_dir import METRICS
 from experiments.studies.reproduce import selection
 from sparsifiers.common.kernels import compiled_available
 from sparsifiers.common.threshold_control import next_threshold
@@ -181,7 +182,7 @@ def test_the_two_kernel_paths_select_identically_on_the_same_accumulators(method
 def untimed_rows(run_dir) -> list[dict]:
     """A run's logged rows without what a clock measured (time/*: select, step, elapsed)."""
     return [{key: value for key, value in json.loads(line).items() if not key.startswith("time/")}
-            for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+            for line in (run_dir / METRICS).read_text().splitlines()]
 
 
 def test_a_reused_pool_gives_the_runs_a_fresh_pool_gives(tmp_path, monkeypatch):
