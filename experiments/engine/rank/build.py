@@ -83,10 +83,15 @@ def build_optimizer(cfg: DictConfig, model: torch.nn.Module, sparsifier: Sparsif
     parameters marked, for optimizers that decay them differently). A sparsifier that owns
     momentum (DGC) gets an optimizer without it, so momentum is applied once (see summary.json's
     `optimizer`)."""
+    return instantiate_node(optimizer_node(cfg, sparsifier.owns_momentum), parameter_groups(model))
+
+
+def optimizer_node(cfg: DictConfig, owns_momentum: bool) -> DictConfig:
+    """cfg's optimizer node as build_optimizer builds it: without momentum for a method that owns it."""
     node = cfg.optimizer
-    if sparsifier.owns_momentum and node.get("momentum"):
+    if owns_momentum and node.get("momentum"):
         node = OmegaConf.merge(node, {"momentum": 0.0})
-    return instantiate_node(node, parameter_groups(model))
+    return node
 
 
 def build_schedule(cfg: DictConfig, optimizer: torch.optim.Optimizer) -> StepSchedule:

@@ -94,7 +94,8 @@ from experiments.engine.core.world import World, init_world
 from experiments.engine.core.flat_grad import bind_flat_grad
 from experiments.engine.launcher.compose import compose_job
 from experiments.engine.launcher.launch import prepare_run_dir
-from experiments.engine.rank.build import build_dataset, build_model, build_optimizer, build_sparsifier, target_of
+from experiments.engine.rank.build import (build_dataset, build_model, build_optimizer, build_sparsifier, optimizer_node,
+                                           target_of)
 from experiments.engine.rank.sinks import JsonlSink
 from experiments.engine.rank.summary import SummaryAccumulator
 from experiments.runformat.run_dir import SUMMARY
@@ -303,9 +304,8 @@ _pools: dict[str, tuple[GradientPool, torch.Tensor]] = {}
 
 
 def pool_key(cfg: DictConfig, size: int) -> str:
-    optimizer = OmegaConf.to_container(cfg.optimizer, resolve=True)
-    if getattr(target_of(cfg.sparsifier), "owns_momentum", False) and optimizer.get("momentum"):
-        optimizer["momentum"] = 0.0
+    owns_momentum = bool(getattr(target_of(cfg.sparsifier), "owns_momentum", False))
+    optimizer = OmegaConf.to_container(optimizer_node(cfg, owns_momentum), resolve=True)
     return json.dumps({"model": OmegaConf.to_container(cfg.model, resolve=True),
                        "dataset": OmegaConf.to_container(cfg.dataset, resolve=True), "optimizer": optimizer,
                        "batch_size": cfg.batch_size, "seed": cfg.seed, "size": size,
